@@ -1,0 +1,219 @@
+"""App: the registry of workflows and steps, and the client calls (start, result, runs)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from durably.clock import Clock, SystemClock
+from durably.codec import NO_HINT, decode, encode_call
+from durably.core.history import Event
+from durably.core.status import FINAL, RunStatus
+from durably.definitions import Step, Workflow
+from durably.durations import Duration, parse_duration
+from durably.errors import ConfigError, RunConflict, RunNotFound, UnknownWorkflow, WorkflowFailed
+from durably.runtime.worker import Worker
+from durably.stores import NewRun, RunRecord, Store, open_store, resolve_url
+
+__all__ = ["App", "RunHandle"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class App:
+    """Workflows and steps bound to one store.
+
+    `store` is a URL (sqlite:///file.db, postgresql://...), a Store, or None for
+    $DURABLY_STORE or ./durably.db. The store is opened on first use.
+    """
+
+    def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._store: Store | None = store if not isinstance(store, str | None) else None
+        self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
+        self._open_lock = threading.Lock()
+        self._workflows: dict[str, Workflow] = {}
+        self._steps: dict[str, Step] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- definitions --------------------------------------------------------------------
+
+    @overload
+    def workflow(self, fn: Callable[..., Any], /) -> Workflow: ...
+    @overload
+    def workflow(self, *, name: str | None = None) -> Callable[[Callable[..., Any]], Workflow]: ...
+
+    def workflow(
+        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
+    ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
+        """Register a workflow. Its name (default: the function's) is what runs record."""
+
+        def register(fn: Callable[..., Any]) -> Workflow:
+            definition = Workflow(fn, _name_for(fn, name, self._workflows, "workflow"))
+            self._workflows[definition.name] = definition
+            return definition
+
+        return register if fn is None else register(fn)
+
+    @overload
+    def step(self, fn: Callable[..., Any], /) -> Step: ...
+    @overload
+    def step(self, *, name: str | None = None) -> Callable[[Callable[..., Any]], Step]: ...
+
+    def step(
+        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
+    ) -> Step | Callable[[Callable[..., Any]], Step]:
+        """Register a step: a call whose outcome is checkpointed and never re-run once recorded."""
+
+        def register(fn: Callable[..., Any]) -> Step:
+            definition = Step(fn, _name_for(fn, name, self._steps, "step"))
+            self._steps[definition.name] = definition
+            return definition
+
+        return register if fn is None else register(fn)
+
+    def workflow_names(self) -> list[str]:
+        return list(self._workflows)
+
+    def workflow_named(self, name: str) -> Workflow:
+        try:
+            return self._workflows[name]
+        except KeyError:
+            known = ", ".join(sorted(self._workflows)) or "none"
+            raise UnknownWorkflow(
+                f"no workflow named {name!r} is registered with this app (known: {known})"
+            ) from None
+
+    # -- client calls -------------------------------------------------------------------
+
+    def start(
+        self, workflow: Workflow | str, /, *args: Any, id: str | None = None, **kwargs: Any
+    ) -> RunHandle:
+        """Start a run, or return the existing one if a run with this `id` exists already."""
+        definition = self.workflow_named(workflow if isinstance(workflow, str) else workflow.name)
+        run_id = id or uuid.uuid4().hex
+        payload = encode_call(args, kwargs, what=f"workflow {definition.name!r}")
+        record, created = self.store.create_run(
+            NewRun(run_id, definition.name, payload), now=self.clock.now()
+        )
+        if not created:
+            _check_same_start(record, definition.name, payload)
+        else:
+            for listener in list(self._listeners):
+                listener()
+        return RunHandle(self, run_id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run."""
+        self.get_run(run_id)
+        return RunHandle(self, run_id)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        return record
+
+    def runs(
+        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        return self.store.runs(status=status, workflow=workflow, limit=limit)
+
+    def history(self, run_id: str) -> list[Event]:
+        self.get_run(run_id)
+        return self.store.history(run_id)
+
+    def worker(self, **options: Any) -> Worker:
+        """A worker for this app (see Worker for the options)."""
+        return Worker(self, **options)
+
+    def run_until_idle(self, **options: Any) -> int:
+        """Execute due runs in this process until none is left; return how many ended."""
+        return Worker(self, **options).run_until_idle()
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` whenever this app starts a run; returns the unsubscribe call."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    # -- the store ----------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            with self._open_lock:
+                if self._store is None:
+                    assert self._url is not None
+                    self._store = open_store(self._url)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None if self._url is not None else self._store
+
+
+class RunHandle:
+    """A run, seen from outside: its status and, once it ends, its result."""
+
+    def __init__(self, app: App, run_id: str) -> None:
+        self.app = app
+        self.id = run_id
+
+    def status(self) -> RunStatus:
+        return self.app.get_run(self.id).status
+
+    def result(self, timeout: Duration | None = None) -> Any:
+        """Wait for the run to end and return its result; raise WorkflowFailed if it failed."""
+        deadline = None if timeout is None else time.monotonic() + parse_duration(timeout).total_seconds()
+        pause = 0.002
+        while True:
+            record = self.app.get_run(self.id)
+            if record.status in FINAL:
+                return self._outcome(record)
+            if deadline is not None and time.monotonic() >= deadline:
+                detail = "" if record.error is None else f" ({record.error.error_class}: {record.error.message})"
+                raise TimeoutError(f"run {self.id!r} is still {record.status}{detail} after {timeout}")
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.1)
+
+    def _outcome(self, record: RunRecord) -> Any:
+        if record.status is RunStatus.COMPLETED:
+            assert record.result is not None
+            known = self.app._workflows.get(record.workflow)
+            hint = NO_HINT if known is None else known.return_hint
+            return decode(record.result, hint, what=f"the result of run {self.id!r}")
+        error = record.error
+        raise WorkflowFailed(
+            self.id, record.status, error.error_class if error else "unknown", error.message if error else ""
+        )
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.id!r}>"
+
+
+def _name_for(fn: Callable[..., Any], name: str | None, taken: dict[str, Any], kind: str) -> str:
+    chosen = name or getattr(fn, "__name__", "")
+    if not chosen:
+        raise ConfigError(f"a {kind} needs a name: pass name=...")
+    if chosen in taken and taken[chosen].fn is not fn:
+        raise ConfigError(
+            f"two {kind}s are named {chosen!r}; give one of them another name with name=..."
+        )
+    return chosen
+
+
+def _check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
+    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
+    if record.workflow != workflow or not same_input:
+        what = "workflow" if record.workflow != workflow else "input"
+        raise RunConflict(
+            f"a run with id {record.id!r} already exists with a different {what} "
+            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
+            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
+            "id, or app.handle(id) to follow the existing run."
+        )

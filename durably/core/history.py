@@ -1,0 +1,46 @@
+"""The events a run's history is made of. A history is append-only; `seq` orders it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+__all__ = ["ErrorInfo", "Event", "EventKind"]
+
+
+class EventKind(StrEnum):
+    RUN_STARTED = "run_started"
+    CLAIMED = "claimed"  # a worker took the lease (data: owner, epoch, previous owner)
+    STEP_STARTED = "step_started"  # before the body runs (data: idempotency key, input)
+    STEP_COMPLETED = "step_completed"  # data: the result as JSON
+    STEP_FAILED = "step_failed"  # the step's final outcome is failure (data: ErrorInfo)
+    RUN_COMPLETED = "run_completed"
+    RUN_FAILED = "run_failed"
+    RUN_PARKED = "run_parked"  # needs a person (non-determinism, unreadable history)
+    RELEASED = "released"  # a stopping worker handed the run back
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    error_class: str
+    message: str
+
+    @classmethod
+    def of(cls, error: BaseException) -> ErrorInfo:
+        kind = type(error)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else (
+            f"{kind.__module__}.{kind.__qualname__}"
+        )
+        return cls(name, str(error))
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    kind: EventKind
+    at: datetime
+    position: int | None = None  # the step's place in the workflow, for step events
+    name: str | None = None  # the step's name, for step events
+    attempt: int | None = None
+    data: str | None = None  # JSON text

@@ -1,0 +1,116 @@
+"""Everything durably raises.
+
+DurablyError
+├── ConfigError                 a definition or setting is wrong
+├── StoreError
+│   ├── StoreUnavailable        the store cannot be reached (retryable)
+│   └── SchemaTooNew            the database was migrated by a newer durably
+├── PayloadError                a value cannot be stored as JSON, or a stored one cannot be read
+├── RunConflict                 an id is reused with another workflow or input
+├── RunNotFound
+├── UnknownWorkflow             no workflow is registered under that name
+├── NonDeterminismError         replay called another step than the history records
+├── LeaseLost                   this worker no longer owns the run
+├── StepFailed                  a step failed; what a workflow sees, live and on replay
+└── WorkflowFailed              .error_class and .message of the run's failure
+
+Terminal is raised by users: the step fails at once, without retry.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DurablyError",
+    "LeaseLost",
+    "NonDeterminismError",
+    "PayloadError",
+    "RunConflict",
+    "RunNotFound",
+    "SchemaTooNew",
+    "StepFailed",
+    "StoreError",
+    "StoreUnavailable",
+    "Terminal",
+    "UnknownWorkflow",
+    "WorkflowFailed",
+]
+
+
+class DurablyError(Exception):
+    """Base of every error durably raises."""
+
+
+class ConfigError(DurablyError):
+    """A workflow, step or setting is defined in a way durably cannot use."""
+
+
+class StoreError(DurablyError):
+    """The store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached; the operation can be tried again."""
+
+
+class SchemaTooNew(StoreError):
+    """The database schema is newer than this version of durably understands."""
+
+
+class PayloadError(DurablyError):
+    """A value cannot be encoded to JSON, or a stored payload cannot be decoded."""
+
+
+class RunConflict(DurablyError):
+    """A run id already exists with another workflow or another input."""
+
+
+class RunNotFound(DurablyError):
+    """No run has that id."""
+
+
+class UnknownWorkflow(DurablyError):
+    """No workflow is registered under the given name."""
+
+
+class NonDeterminismError(DurablyError):
+    """The workflow called a different step than its history records at that position."""
+
+    def __init__(self, *, position: int, recorded: str, called: str) -> None:
+        super().__init__(
+            f"step #{position} is recorded as {recorded!r} but the workflow now calls {called!r}; "
+            "the workflow code changed under a run in flight (guard the change with "
+            "durably.patched(...) or let old runs finish on the old code)"
+        )
+        self.position = position
+        self.recorded = recorded
+        self.called = called
+
+
+class LeaseLost(DurablyError):
+    """This worker's lease on the run was taken over; its writes are refused."""
+
+
+class StepFailed(DurablyError):
+    """A step failed. The workflow sees this both live and when the history is replayed."""
+
+    def __init__(self, step: str, error_class: str, message: str) -> None:
+        super().__init__(f"step {step!r} failed with {error_class}: {message}")
+        self.step = step
+        self.error_class = error_class
+        self.message = message
+
+
+class WorkflowFailed(DurablyError):
+    """The run ended in failure; `error_class` and `message` say why."""
+
+    def __init__(self, run_id: str, status: str, error_class: str, message: str) -> None:
+        super().__init__(f"run {run_id!r} ended {status}: {error_class}: {message}")
+        self.run_id = run_id
+        self.status = status
+        self.error_class = error_class
+        self.message = message
+
+
+class Terminal(Exception):  # noqa: N818 - users raise it to say "do not retry"
+    """Raise (or subclass) in a step to fail it at once: retrying cannot help."""

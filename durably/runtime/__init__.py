@@ -1,0 +1,1 @@
+"""The engine at work: executing runs, committing checkpoints, the worker loop."""

@@ -1,0 +1,179 @@
+"""Group commit: one thread owns the worker's store work and commits many runs' checkpoints
+in one transaction, waking each caller only after its checkpoint is durable.
+
+A store call made from the event loop would block every run on it; one thread per call
+would pay a thread hop and a commit per checkpoint. One writer thread turns N concurrent
+checkpoints into one transaction and one fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from durably.clock import Clock
+from durably.errors import StoreUnavailable
+from durably.stores.base import Checkpoint, Store
+
+__all__ = ["Committer"]
+
+log = logging.getLogger("durably.committer")
+T = TypeVar("T")
+
+_RETRY_FIRST = timedelta(milliseconds=50)
+_RETRY_MAX = timedelta(seconds=5)
+
+
+@dataclass(slots=True)
+class _Commit:
+    checkpoint: Checkpoint
+    future: asyncio.Future[bool]
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[], Any]
+    future: asyncio.Future[Any]
+
+
+_STOP = object()
+
+
+class Committer:
+    def __init__(self, store: Store, clock: Clock, *, max_batch: int = 512) -> None:
+        self._store = store
+        self._clock = clock
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.batches = 0
+        self.checkpoints = 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(target=self._serve, name="durably-committer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Commit what is queued, then end the thread."""
+        self._stopping.set()
+        self._queue.put(_STOP)
+        if self._thread is not None:
+            self._thread.join()
+
+    async def commit(self, checkpoint: Checkpoint) -> bool:
+        """True once durable; False if the run's lease epoch was stale (nothing written)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Commit(checkpoint, future))
+        return await future
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run other store work (claims, renewals) on the committer's thread."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Call(fn, future))
+        return await future
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            batch, stop = self._next_batch()
+            commits = [item for item in batch if isinstance(item, _Commit)]
+            if commits:
+                self._commit(commits)
+            for item in batch:
+                if isinstance(item, _Call):
+                    self._resolve_with(item.future, item.fn)
+            if stop:
+                return
+
+    def _next_batch(self) -> tuple[list[Any], bool]:
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        batch = [first]
+        while len(batch) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _commit(self, commits: list[_Commit]) -> None:
+        for group in _without_repeats(commits):
+            checkpoints = [item.checkpoint for item in group]
+            try:
+                results = self._with_store_retries(
+                    lambda: self._store.commit(checkpoints, now=self._clock.now())
+                )
+            except BaseException as exc:  # a failed batch fails each waiting caller
+                for item in group:
+                    self._settle(item.future, error=exc)
+                continue
+            self.batches += 1
+            self.checkpoints += len(group)
+            for item, ok in zip(group, results, strict=True):
+                self._settle(item.future, value=ok)
+
+    def _resolve_with(self, future: asyncio.Future[Any], fn: Callable[[], Any]) -> None:
+        try:
+            value = self._with_store_retries(fn)
+        except BaseException as exc:
+            self._settle(future, error=exc)
+        else:
+            self._settle(future, value=value)
+
+    def _with_store_retries(self, fn: Callable[[], T]) -> T:
+        """Call fn, retrying while the store is unreachable: a store outage loses nothing."""
+        delay = _RETRY_FIRST
+        while True:
+            try:
+                return fn()
+            except StoreUnavailable as exc:
+                if self._stopping.is_set():
+                    raise
+                log.warning("store unavailable, retrying in %.2fs: %s", delay.total_seconds(), exc)
+                self._stopping.wait(delay.total_seconds())
+                delay = min(delay * 2, _RETRY_MAX)
+
+    def _settle(
+        self, future: asyncio.Future[Any], *, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(_settle_future, future, value, error)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle_future(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _without_repeats(commits: list[_Commit]) -> list[list[_Commit]]:
+    """Split a batch so no run appears twice in one store call (order kept per run)."""
+    groups: list[list[_Commit]] = []
+    last_group: dict[str, int] = {}
+    for item in commits:
+        index = last_group.get(item.checkpoint.run_id, -1) + 1
+        if index == len(groups):
+            groups.append([])
+        groups[index].append(item)
+        last_group[item.checkpoint.run_id] = index
+    return groups

@@ -1,0 +1,47 @@
+"""What code inside a workflow or step can ask about where it runs."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durably.errors import DurablyError
+
+if TYPE_CHECKING:
+    from durably.runtime.execution import RunExecution
+
+__all__ = ["StepScope", "current_execution", "idempotency_key", "step_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepScope:
+    run_id: str
+    position: int
+    name: str
+    attempt: int
+    key: str
+
+
+_execution: ContextVar[RunExecution | None] = ContextVar("durably_execution", default=None)
+_step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
+
+
+def current_execution() -> RunExecution | None:
+    return _execution.get()
+
+
+def step_key(run_id: str, position: int, name: str) -> str:
+    """The idempotency key of a step call: the same for every attempt, replay and worker."""
+    return f"{run_id}:{position}:{name}"
+
+
+def idempotency_key() -> str:
+    """The idempotency key of the step attempt running now; pass it to the service you call."""
+    scope = _step.get()
+    if scope is None:
+        raise DurablyError(
+            "durably.idempotency_key() was called outside a step; call it inside a function "
+            "decorated with @app.step while a worker runs it"
+        )
+    return scope.key

@@ -1,0 +1,225 @@
+"""The worker: claims due runs under a lease, executes them, renews its leases, stops cleanly.
+
+Concurrency starts in `run()` / `run_until_idle()` and nowhere else. Its background tasks are
+named; if one dies, the worker says so and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import uuid
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from durably.clock import Clock
+from durably.durations import Duration, parse_duration
+from durably.runtime.committer import Committer
+from durably.runtime.execution import RunExecution
+from durably.stores.base import Claim, Lease
+
+if TYPE_CHECKING:
+    from durably.app import App
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("durably.worker")
+
+_UNKNOWN_CHECK_EVERY = 10  # idle polls between checks for runs of workflows nobody knows
+
+
+class Worker:
+    def __init__(
+        self,
+        app: App,
+        *,
+        concurrency: int = 32,
+        lease: Duration = "30s",
+        poll: Duration = "200ms",
+        stop_grace: Duration = "10s",
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.app = app
+        self.concurrency = concurrency
+        self.lease = parse_duration(lease, what="lease")
+        if self.lease < timedelta(seconds=1):
+            raise ValueError("lease must be at least 1s: heartbeats renew it every third of it")
+        self.poll = parse_duration(poll, what="poll")
+        self.stop_grace = parse_duration(stop_grace, what="stop_grace")
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.completed = 0  # runs this worker took to an end (any final or parked state)
+        self._clock: Clock = app.clock
+        self._active: dict[str, tuple[RunExecution, asyncio.Task[None]]] = {}
+        self._stopping = False
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._failure: BaseException | None = None
+        self._warned_unknown: set[str] = set()
+
+    # -- entry points -------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Work until SIGTERM or SIGINT, then finish or hand back what is held."""
+        asyncio.run(self._run_with_signals())
+
+    def run_until_idle(self) -> int:
+        """Work until no run is due; return how many runs were taken to an end."""
+        return asyncio.run(self.drain())
+
+    async def drain(self) -> int:
+        before = self.completed
+        await self.serve(until_idle=True)
+        return self.completed - before
+
+    def stop(self) -> None:
+        """Stop claiming; held runs get `stop_grace` to finish, then are handed back."""
+        self._stopping = True
+        self._poke()
+
+    async def serve(self, *, until_idle: bool = False) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        store = self.app.store
+        committer = Committer(store, self._clock)
+        committer.start(self._loop)
+        unsubscribe = self.app.subscribe(self._poke_threadsafe)
+        heartbeat = asyncio.create_task(self._heartbeat(committer), name=f"durably-heartbeat-{self.name}")
+        heartbeat.add_done_callback(self._background_done)
+        idle_polls = 0
+        try:
+            while not self._stopping:
+                claims = await self._claim(committer)
+                if until_idle and not claims and not self._active:
+                    break
+                if claims and len(self._active) < self.concurrency:
+                    continue  # more may be due right now
+                if not claims:
+                    idle_polls += 1
+                    if idle_polls % _UNKNOWN_CHECK_EVERY == 1:
+                        await self._warn_unknown(committer)
+                await self._wait_for_work()
+        finally:
+            unsubscribe()
+            await self._shutdown()
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            committer.stop()
+        if self._failure is not None:
+            raise self._failure
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def _claim(self, committer: Committer) -> list[Claim]:
+        free = self.concurrency - len(self._active)
+        if free <= 0:
+            return []
+        names = self.app.workflow_names()
+        claims = await committer.call(
+            lambda: self.app.store.claim(
+                self.name, names, now=self._clock.now(), lease=self.lease, limit=free
+            )
+        )
+        for claim in claims:
+            self._launch(claim, committer)
+        return claims
+
+    def _launch(self, claim: Claim, committer: Committer) -> None:
+        assert self._loop is not None
+        workflow = self.app.workflow_named(claim.workflow)
+        execution = RunExecution(claim, workflow, committer, self._clock, self._loop)
+        task = asyncio.create_task(execution.run(), name=f"durably-run-{claim.run_id}")
+        self._active[claim.run_id] = (execution, task)
+        task.add_done_callback(lambda done, run_id=claim.run_id: self._run_done(run_id, done))
+
+    def _run_done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        execution, _ = self._active.pop(run_id)
+        if not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                log.error("run %s: the worker failed while executing it: %r", run_id, error)
+            elif not execution.lost:
+                self.completed += 1
+        self._poke()
+
+    async def _wait_for_work(self) -> None:
+        assert self._wake is not None
+        try:
+            await asyncio.wait_for(self._wake.wait(), self.poll.total_seconds())
+        except TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def _heartbeat(self, committer: Committer) -> None:
+        interval = self.lease.total_seconds() / 3
+        while True:
+            await asyncio.sleep(interval)
+            held = [execution for execution, _ in self._active.values() if not execution.lost]
+            if not held:
+                continue
+            leases = [Lease(execution.run_id, execution.epoch) for execution in held]
+            kept = await committer.call(
+                lambda leases=leases: self.app.store.renew(leases, now=self._clock.now(), lease=self.lease)
+            )
+            for execution in held:
+                if execution.run_id not in kept:
+                    log.warning("run %s: lease lost to another worker; abandoning it", execution.run_id)
+                    execution.lost = True
+                    self._active[execution.run_id][1].cancel()
+
+    async def _warn_unknown(self, committer: Committer) -> None:
+        names = self.app.workflow_names()
+        waiting = await committer.call(lambda: self.app.store.unclaimable(names, now=self._clock.now()))
+        for name, count in waiting.items():
+            if name not in self._warned_unknown:
+                self._warned_unknown.add(name)
+                log.warning(
+                    "%d run(s) of workflow %r are waiting, but this worker does not know that "
+                    "workflow; they stay pending. Import the module that defines it in the "
+                    "worker's app. Known here: %s",
+                    count,
+                    name,
+                    ", ".join(sorted(names)) or "none",
+                )
+
+    async def _shutdown(self) -> None:
+        tasks = [task for _, task in self._active.values()]
+        if not tasks:
+            return
+        done, pending = await asyncio.wait(tasks, timeout=self.stop_grace.total_seconds())
+        for task in pending:
+            task.cancel()  # the execution hands its run back before it ends
+        await asyncio.gather(*pending, return_exceptions=True)
+        if pending:
+            log.info("worker %s handed back %d run(s) on stop", self.name, len(pending))
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("worker %s: background task %s died: %r; stopping", self.name, task.get_name(), error)
+            self._failure = error
+            self.stop()
+
+    async def _run_with_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        log.info("worker %s started (concurrency %d) on %s", self.name, self.concurrency, self.app.store.url)
+        await self.serve()
+        log.info("worker %s stopped", self.name)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _poke_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._poke)

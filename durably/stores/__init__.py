@@ -1,0 +1,66 @@
+"""Stores: where runs and their histories live. `open_store` picks one from a URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from durably.errors import ConfigError
+from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord, Store
+
+__all__ = [
+    "DEFAULT_URL",
+    "Checkpoint",
+    "Claim",
+    "Lease",
+    "NewRun",
+    "RunRecord",
+    "Store",
+    "open_store",
+    "resolve_url",
+]
+
+DEFAULT_URL = "sqlite:///durably.db"
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL to use: the one given, else $DURABLY_STORE, else ./durably.db."""
+    return url or os.environ.get("DURABLY_STORE") or DEFAULT_URL
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (and migrate) the store a URL names.
+
+    sqlite:///relative/path.db, sqlite:////absolute/path.db (?synchronous=NORMAL to trade
+    durability of the last commits on power loss for speed), a bare file path, or
+    postgresql://user:password@host:port/database.
+    """
+    url = resolve_url(url)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme in ("postgres", "postgresql"):
+        from durably.stores.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if scheme in ("sqlite", ""):
+        return _open_sqlite(url)
+    raise ConfigError(
+        f"durably cannot open a store at {url!r}: use sqlite:///path/to/file.db "
+        "or postgresql://user@host/database"
+    )
+
+
+def _open_sqlite(url: str) -> Store:
+    from durably.stores.sqlite import SQLiteStore
+
+    if "://" not in url:
+        return SQLiteStore(Path(url))
+    parts = urlsplit(url)
+    path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if not path:
+        raise ConfigError(f"the SQLite URL {url!r} names no file: write sqlite:///durably.db")
+    options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    unknown = set(options) - {"synchronous"}
+    if unknown:
+        raise ConfigError(f"unknown SQLite store option(s) {sorted(unknown)} in {url!r}")
+    return SQLiteStore(Path(path), synchronous=options.get("synchronous", "FULL"))

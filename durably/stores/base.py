@@ -1,0 +1,122 @@
+"""The Store protocol: what the engine asks of a database, in the engine's words.
+
+Every time-dependent call takes `now`; no store reads the clock. Every write of a leased
+run carries the lease epoch and is refused when the epoch is stale (fencing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from durably.core.history import ErrorInfo, Event
+from durably.core.status import RunStatus
+
+__all__ = ["Checkpoint", "Claim", "Lease", "NewRun", "RunRecord", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    id: str
+    workflow: str
+    input: str  # JSON
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    id: str
+    workflow: str
+    status: RunStatus
+    input: str
+    result: str | None
+    error: ErrorInfo | None
+    created_at: datetime
+    updated_at: datetime
+    available_at: datetime | None  # pending: due time; running: lease expiry
+    lease_owner: str | None
+    lease_epoch: int
+    event_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    run_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A run this worker now leases, with its history so far."""
+
+    run_id: str
+    workflow: str
+    input: str
+    epoch: int
+    events: tuple[Event, ...]
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.run_id, self.epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Events to append to a leased run, and optionally the run's new state.
+
+    Committed only while `epoch` is still the run's lease epoch. `status=None` keeps
+    the run running under its lease; PENDING releases it, due at `available_at`.
+    """
+
+    run_id: str
+    epoch: int
+    events: tuple[Event, ...]
+    status: RunStatus | None = None
+    result: str | None = None
+    error: ErrorInfo | None = None
+    available_at: datetime | None = None
+
+
+class Store(Protocol):
+    url: str  # safe to print: the password is redacted
+
+    def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
+        """Create a pending run due now; if the id exists, return that run and False."""
+        ...
+
+    def claim(
+        self,
+        owner: str,
+        workflows: Collection[str],
+        *,
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+    ) -> list[Claim]:
+        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease)."""
+        ...
+
+    def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
+        """Extend these leases; return the run ids whose lease is still held."""
+        ...
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        """Apply checkpoints in one transaction; False where the epoch was stale."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def history(self, run_id: str) -> list[Event]: ...
+
+    def runs(
+        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Most recently updated first."""
+        ...
+
+    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
+        """Due runs whose workflow is not in `known`: name -> count."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,109 @@
+"""Rows to records and back, the same for both stores (the column orders live here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.status import RunStatus
+from durably.errors import SchemaTooNew
+from durably.stores.base import Checkpoint, RunRecord
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "RUN_COLUMNS",
+    "check_version",
+    "checkpoint_params",
+    "claimed_data",
+    "event_of",
+    "event_row",
+    "from_ts",
+    "run_of",
+    "ts",
+]
+
+RUN_COLUMNS = (
+    "id, workflow, status, input, result, error_class, error_message, created_at, "
+    "updated_at, available_at, lease_owner, lease_epoch, event_count"
+)
+EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
+
+
+def ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def from_ts(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def run_of(row: Sequence[Any]) -> RunRecord:
+    (id_, workflow, status, input_, result, error_class, error_message, created_at,
+     updated_at, available_at, lease_owner, lease_epoch, event_count) = row  # fmt: skip
+    return RunRecord(
+        id=id_,
+        workflow=workflow,
+        status=RunStatus(status),
+        input=input_,
+        result=result,
+        error=None if error_class is None else ErrorInfo(error_class, error_message or ""),
+        created_at=from_ts(created_at),
+        updated_at=from_ts(updated_at),
+        available_at=None if available_at is None else from_ts(available_at),
+        lease_owner=lease_owner,
+        lease_epoch=lease_epoch,
+        event_count=event_count,
+    )
+
+
+def event_of(row: Sequence[Any]) -> Event:
+    seq, kind, at, position, name, attempt, data = row
+    return Event(seq, EventKind(kind), from_ts(at), position, name, attempt, data)
+
+
+def event_row(run_id: str, event: Event) -> tuple[Any, ...]:
+    """Values for INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)."""
+    return (
+        run_id,
+        event.seq,
+        str(event.kind),
+        ts(event.at),
+        event.position,
+        event.name,
+        event.attempt,
+        event.data,
+    )
+
+
+def claimed_data(owner: str, epoch: int, previous_status: str, previous_owner: str | None) -> str:
+    data: dict[str, object] = {"owner": owner, "epoch": epoch}
+    if previous_status == RunStatus.RUNNING and previous_owner:
+        data["took_over_from"] = previous_owner  # its lease had expired
+    return json.dumps(data)
+
+
+def check_version(found: int, latest: int, url: str) -> None:
+    if found > latest:
+        raise SchemaTooNew(
+            f"the durably schema in {url} is at version {found}, but this durably knows only "
+            f"up to version {latest}; upgrade durably (pip install -U durably) before using it"
+        )
+
+
+def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
+    """Named values of a checkpoint for the fenced UPDATE of durably_runs."""
+    error = checkpoint.error
+    return {
+        "now": at,
+        "id": checkpoint.run_id,
+        "epoch": checkpoint.epoch,
+        "event_count": checkpoint.events[-1].seq if checkpoint.events else None,
+        "status": None if checkpoint.status is None else str(checkpoint.status),
+        "result": checkpoint.result,
+        "error_class": None if error is None else error.error_class,
+        "error_message": None if error is None else error.message,
+        "available_at": None if checkpoint.available_at is None else ts(checkpoint.available_at),
+    }

@@ -1,0 +1,64 @@
+"""The schema, one definition for both databases, and its versions.
+
+Times are stored as UTC seconds since the epoch (float) in both stores, so that due-time
+queries compare numbers the engine passed in, never the database's own clock.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LATEST_VERSION", "migrations"]
+
+_V1 = [
+    """CREATE TABLE durably_runs (
+        id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        status TEXT NOT NULL,
+        input TEXT NOT NULL,
+        result TEXT,
+        error_class TEXT,
+        error_message TEXT,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        available_at {real},
+        lease_owner TEXT,
+        lease_epoch BIGINT NOT NULL DEFAULT 0,
+        event_count INTEGER NOT NULL DEFAULT 0
+    )""",
+    # Only runs a worker could claim (pending or running) have available_at; finished
+    # runs leave the index, so claiming stays flat however many runs the store holds.
+    "CREATE INDEX durably_runs_claimable ON durably_runs (available_at)"
+    " WHERE available_at IS NOT NULL",
+    "CREATE INDEX durably_runs_by_status ON durably_runs (status, updated_at)",
+    """CREATE TABLE durably_events (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        position INTEGER,
+        name TEXT,
+        attempt INTEGER,
+        data TEXT,
+        at {real} NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ){without_rowid}""",
+    # A second writer of the same step's outcome is refused by the database itself.
+    "CREATE UNIQUE INDEX durably_events_one_outcome ON durably_events (run_id, position)"
+    " WHERE kind = 'step_completed'",
+]
+
+_VERSIONS: list[list[str]] = [_V1]
+LATEST_VERSION = len(_VERSIONS)
+
+_DIALECTS = {
+    "sqlite": {"real": "REAL", "without_rowid": " WITHOUT ROWID"},
+    "postgres": {"real": "DOUBLE PRECISION", "without_rowid": ""},
+}
+
+
+def migrations(dialect: str, current: int) -> list[tuple[int, list[str]]]:
+    """The statements that bring a database at version `current` to the latest."""
+    words = _DIALECTS[dialect]
+    return [
+        (version, [statement.format(**words) for statement in statements])
+        for version, statements in enumerate(_VERSIONS, start=1)
+        if version > current
+    ]

@@ -1,0 +1,284 @@
+"""The embedded store: one SQLite file in WAL mode, shared by worker processes on one machine.
+
+Writers take the lock up front (BEGIN IMMEDIATE) so that a transaction never has to upgrade
+a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers instead.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from durably.core.history import Event, EventKind
+from durably.core.status import RunStatus
+from durably.errors import StoreUnavailable
+from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
+from durably.stores.rows import (
+    EVENT_COLUMNS,
+    RUN_COLUMNS,
+    check_version,
+    checkpoint_params,
+    claimed_data,
+    event_of,
+    event_row,
+    run_of,
+    ts,
+)
+from durably.stores.schema import LATEST_VERSION, migrations
+
+__all__ = ["SQLiteStore"]
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_INSERT_EVENT = (
+    "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_COMMIT = """
+UPDATE durably_runs SET
+    updated_at = :now,
+    event_count = coalesce(:event_count, event_count),
+    status = coalesce(:status, status),
+    result = CASE WHEN :status IS NULL THEN result ELSE :result END,
+    error_class = CASE WHEN :status IS NULL THEN error_class ELSE :error_class END,
+    error_message = CASE WHEN :status IS NULL THEN error_message ELSE :error_message END,
+    available_at = CASE WHEN :status IS NULL THEN available_at ELSE :available_at END,
+    lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END
+WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
+"""
+
+
+class SQLiteStore:
+    """A SQLite file; each thread gets its own connection."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: timedelta = timedelta(seconds=30),
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._migrate()
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
+        at = ts(now)
+        with self._write() as db:
+            created = db.execute(
+                "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
+                " available_at, event_count) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1)"
+                " ON CONFLICT (id) DO NOTHING",
+                (run.id, run.workflow, run.input, at, at, at),
+            ).rowcount == 1
+            if created:
+                db.execute(_INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None))
+            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)).fetchone()
+        return run_of(row), created
+
+    def claim(
+        self,
+        owner: str,
+        workflows: Collection[str],
+        *,
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+    ) -> list[Claim]:
+        if not workflows or limit <= 0:
+            return []
+        at, expires = ts(now), ts(now + lease)
+        names = list(workflows)
+        with self._write() as db:
+            picked = db.execute(
+                "SELECT id, status, lease_owner FROM durably_runs"
+                f" WHERE available_at <= ? AND workflow IN ({_marks(names)})"
+                " ORDER BY available_at LIMIT ?",
+                (at, *names, limit),
+            ).fetchall()
+            taken: list[tuple[str, str, str, int, int]] = []
+            for run_id, previous_status, previous_owner in picked:
+                workflow, input_, epoch, count = db.execute(
+                    "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
+                    " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
+                    " event_count = event_count + 1 WHERE id = ?"
+                    " RETURNING workflow, input, lease_epoch, event_count",
+                    (owner, expires, at, run_id),
+                ).fetchone()
+                data = claimed_data(owner, epoch, previous_status, previous_owner)
+                db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
+                taken.append((run_id, workflow, input_, epoch, count))
+            histories = self._histories(db, [run_id for run_id, *_ in taken])
+        return [
+            Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
+            for run_id, workflow, input_, epoch, _ in taken
+        ]
+
+    def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
+        expires = ts(now + lease)
+        held: set[str] = set()
+        with self._write() as db:
+            for item in leases:
+                cursor = db.execute(
+                    "UPDATE durably_runs SET available_at = ? WHERE id = ? AND lease_epoch = ?"
+                    " AND status = 'running'",
+                    (expires, item.run_id, item.epoch),
+                )
+                if cursor.rowcount == 1:
+                    held.add(item.run_id)
+        return held
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        at = ts(now)
+        results: list[bool] = []
+        with self._write() as db:
+            for checkpoint in checkpoints:
+                fenced_in = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).rowcount == 1
+                if fenced_in:
+                    db.executemany(
+                        _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
+                    )
+                results.append(fenced_in)
+        return results
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._read() as db:
+            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else run_of(row)
+
+    def history(self, run_id: str) -> list[Event]:
+        with self._read() as db:
+            return self._histories(db, [run_id]).get(run_id, [])
+
+    def runs(
+        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs"
+                " WHERE (:status IS NULL OR status = :status)"
+                " AND (:workflow IS NULL OR workflow = :workflow)"
+                " ORDER BY updated_at DESC LIMIT :limit",
+                {"status": status, "workflow": workflow, "limit": limit},
+            ).fetchall()
+        return [run_of(row) for row in rows]
+
+    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
+        names = list(known) or [""]  # no workflow is named ""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT workflow, count(*) FROM durably_runs WHERE available_at <= ?"
+                f" AND workflow NOT IN ({_marks(names)}) GROUP BY workflow",
+                (ts(now), *names),
+            ).fetchall()
+        return {name: count for name, count in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- connections and transactions ---------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect()
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout.total_seconds(),
+                isolation_level=None,  # transactions are begun explicitly
+                check_same_thread=False,  # only so close() can close every thread's one
+            )
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            db.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN IMMEDIATE") as db:
+            yield db
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN") as db:
+            yield db
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        try:
+            db.execute(begin)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"the SQLite store {self.path!r} is unavailable: {exc}") from exc
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreUnavailable(f"the SQLite store {self.path!r} failed: {exc}") from exc
+            raise
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+            current = int(row[0]) if row else 0
+            check_version(current, LATEST_VERSION, self.url)
+            for version, statements in migrations("sqlite", current):
+                for statement in statements:
+                    db.execute(statement)
+                db.execute(
+                    "INSERT INTO durably_meta (key, value) VALUES ('schema_version', ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (str(version),),
+                )
+
+    @staticmethod
+    def _histories(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[Event]]:
+        histories: dict[str, list[Event]] = {}
+        if not run_ids:
+            return histories
+        rows = db.execute(
+            f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events"
+            f" WHERE run_id IN ({_marks(run_ids)}) ORDER BY run_id, seq",
+            run_ids,
+        )
+        for run_id, *event in rows:
+            histories.setdefault(run_id, []).append(event_of(event))
+        return histories
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values)) or "NULL"
+
