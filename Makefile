@@ -1,0 +1,41 @@
+# The two commands: `make demo` and `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit chaos soak bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/durably demo
+
+test: lint typecheck
+	$(BIN)/pytest -m "not soak"
+
+lint: $(STAMP)
+	$(BIN)/ruff check durably tests benchmarks examples
+	$(BIN)/ruff format --check durably tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit tests/contract tests/integration
+
+chaos: $(STAMP)
+	$(BIN)/pytest tests/chaos
+
+soak: $(STAMP)
+	$(BIN)/pytest -m soak
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.core
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

@@ -1,0 +1,84 @@
+"""Fixtures shared by every test folder: real stores (SQLite in tmp_path, the real
+PostgreSQL server in a schema of its own per test) and a fake clock."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durably.stores import Store, open_store
+from durably.testing import FakeClock
+
+POSTGRES_URL = os.environ.get("DURABLY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _postgres_reachable() -> str | None:
+    """None if the server answers, else why not."""
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3):
+            return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+_POSTGRES_PROBLEM: str | None | bool = False  # False: not probed yet
+
+
+def require_postgres() -> None:
+    """Skip on a laptop without PostgreSQL; fail in CI, where the server must be there."""
+    global _POSTGRES_PROBLEM
+    if _POSTGRES_PROBLEM is False:
+        _POSTGRES_PROBLEM = _postgres_reachable()
+    if _POSTGRES_PROBLEM:
+        message = f"PostgreSQL is not reachable at {POSTGRES_URL} ({_POSTGRES_PROBLEM})"
+        if IN_CI:
+            pytest.fail(f"{message}; CI must run the PostgreSQL tests", pytrace=False)
+        pytest.skip(f"{message}; set DURABLY_TEST_POSTGRES to run these tests")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL whose tables live in a fresh schema, dropped after the test."""
+    require_postgres()
+    import psycopg
+
+    schema = f"durably_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
+        db.execute(f"CREATE SCHEMA {schema}")  # type: ignore[arg-type]
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    yield f"{POSTGRES_URL}{separator}options=-csearch_path%3D{schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
+        db.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'durably.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """One test body, both real stores."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'durably.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
