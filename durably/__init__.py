@@ -1,16 +1,16 @@
 """durably: durable workflows for Python.
 
-    app = durably.App()                       # ./durably.db, or durably.App("postgresql://...")
+app = durably.App()                       # ./durably.db, or durably.App("postgresql://...")
 
-    @app.step
-    async def charge(order_id: str, amount: int) -> str:
-        return await payments.charge(amount, idempotency_key=durably.idempotency_key())
+@app.step
+async def charge(order_id: str, amount: int) -> str:
+    return await payments.charge(amount, idempotency_key=durably.idempotency_key())
 
-    @app.workflow
-    async def checkout(order_id: str, amount: int) -> str:
-        return await charge(order_id, amount)
+@app.workflow
+async def checkout(order_id: str, amount: int) -> str:
+    return await charge(order_id, amount)
 
-    app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
+app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
 from durably.app import App, RunHandle
@@ -58,6 +58,7 @@ __all__ = [
     "Terminal",
     "UnknownWorkflow",
     "Worker",
+    "Workflow",
     "WorkflowFailed",
     "idempotency_key",
 ]

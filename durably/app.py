@@ -45,7 +45,9 @@ class App:
     @overload
     def workflow(self, fn: Callable[..., Any], /) -> Workflow: ...
     @overload
-    def workflow(self, *, name: str | None = None) -> Callable[[Callable[..., Any]], Workflow]: ...
+    def workflow(
+        self, /, *, name: str | None = None
+    ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
     def workflow(
         self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
@@ -62,7 +64,7 @@ class App:
     @overload
     def step(self, fn: Callable[..., Any], /) -> Step: ...
     @overload
-    def step(self, *, name: str | None = None) -> Callable[[Callable[..., Any]], Step]: ...
+    def step(self, /, *, name: str | None = None) -> Callable[[Callable[..., Any]], Step]: ...
 
     def step(
         self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
@@ -169,16 +171,26 @@ class RunHandle:
 
     def result(self, timeout: Duration | None = None) -> Any:
         """Wait for the run to end and return its result; raise WorkflowFailed if it failed."""
-        deadline = None if timeout is None else time.monotonic() + parse_duration(timeout).total_seconds()
+        deadline = (
+            None if timeout is None else time.monotonic() + parse_duration(timeout).total_seconds()
+        )
         pause = 0.002
         while True:
             record = self.app.get_run(self.id)
             if record.status in FINAL:
                 return self._outcome(record)
             if deadline is not None and time.monotonic() >= deadline:
-                detail = "" if record.error is None else f" ({record.error.error_class}: {record.error.message})"
-                raise TimeoutError(f"run {self.id!r} is still {record.status}{detail} after {timeout}")
-            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+                detail = (
+                    ""
+                    if record.error is None
+                    else f" ({record.error.error_class}: {record.error.message})"
+                )
+                raise TimeoutError(
+                    f"run {self.id!r} is still {record.status}{detail} after {timeout}"
+                )
+            time.sleep(
+                pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
+            )
             pause = min(pause * 2, 0.1)
 
     def _outcome(self, record: RunRecord) -> Any:
@@ -189,7 +201,10 @@ class RunHandle:
             return decode(record.result, hint, what=f"the result of run {self.id!r}")
         error = record.error
         raise WorkflowFailed(
-            self.id, record.status, error.error_class if error else "unknown", error.message if error else ""
+            self.id,
+            record.status,
+            error.error_class if error else "unknown",
+            error.message if error else "",
         )
 
     def __repr__(self) -> str:

@@ -64,7 +64,9 @@ def decode_call(
             for name, value in raw_kwargs.items()
         }
     except ValueError as exc:
-        raise PayloadError(f"the stored input of {what} does not fit its parameters: {exc}") from None
+        raise PayloadError(
+            f"the stored input of {what} does not fit its parameters: {exc}"
+        ) from None
     return args, kwargs
 
 

@@ -112,5 +112,5 @@ class WorkflowFailed(DurablyError):
         self.message = message
 
 
-class Terminal(Exception):  # noqa: N818 - users raise it to say "do not retry"
+class Terminal(Exception):
     """Raise (or subclass) in a step to fail it at once: retrying cannot help."""

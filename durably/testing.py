@@ -36,4 +36,3 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"<FakeClock {self._now.isoformat()}>"
-

@@ -29,8 +29,10 @@ class ErrorInfo:
     @classmethod
     def of(cls, error: BaseException) -> ErrorInfo:
         kind = type(error)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else (
-            f"{kind.__module__}.{kind.__qualname__}"
+        name = (
+            kind.__qualname__
+            if kind.__module__ == "builtins"
+            else (f"{kind.__module__}.{kind.__qualname__}")
         )
         return cls(name, str(error))
 

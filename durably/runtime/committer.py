@@ -9,6 +9,8 @@ checkpoints into one transaction and one fsync.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -114,9 +116,7 @@ class Committer:
         for group in _without_repeats(commits):
             checkpoints = [item.checkpoint for item in group]
             try:
-                results = self._with_store_retries(
-                    lambda: self._store.commit(checkpoints, now=self._clock.now())
-                )
+                results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller
                 for item in group:
                     self._settle(item.future, error=exc)
@@ -125,6 +125,9 @@ class Committer:
             self.checkpoints += len(group)
             for item, ok in zip(group, results, strict=True):
                 self._settle(item.future, value=ok)
+
+    def _commit_now(self, checkpoints: list[Checkpoint]) -> list[bool]:
+        return self._store.commit(checkpoints, now=self._clock.now())
 
     def _resolve_with(self, future: asyncio.Future[Any], fn: Callable[[], Any]) -> None:
         try:
@@ -151,10 +154,8 @@ class Committer:
         self, future: asyncio.Future[Any], *, value: Any = None, error: BaseException | None = None
     ) -> None:
         assert self._loop is not None
-        try:
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._loop.call_soon_threadsafe(_settle_future, future, value, error)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
 
 
 def _settle_future(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:

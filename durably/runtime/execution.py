@@ -9,6 +9,7 @@ before anything else can happen in the world. That is one commit per step, not t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -77,10 +78,14 @@ class RunExecution:
         name = self._workflow.name
         try:
             self._steps = fold_steps(self._claim.events)
-            args, kwargs = decode_call(self._claim.input, self._workflow.fn, what=f"run {self.run_id!r}")
+            args, kwargs = decode_call(
+                self._claim.input, self._workflow.fn, what=f"run {self.run_id!r}"
+            )
             value = await self._call_workflow(args, kwargs)
         except (NonDeterminismError, PayloadError) as exc:
-            await self._finish(RunStatus.NEEDS_ATTENTION, EventKind.RUN_PARKED, error=ErrorInfo.of(exc))
+            await self._finish(
+                RunStatus.NEEDS_ATTENTION, EventKind.RUN_PARKED, error=ErrorInfo.of(exc)
+            )
             return
         except (LeaseLost, asyncio.CancelledError):
             raise
@@ -139,7 +144,9 @@ class RunExecution:
     def _replayed(self, step: Step, record: StepRecord) -> Any:
         if record.completed:
             assert record.result is not None
-            return decode(record.result, step.return_hint, what=f"the recorded result of step {step.name!r}")
+            return decode(
+                record.result, step.return_hint, what=f"the recorded result of step {step.name!r}"
+            )
         assert record.error is not None
         raise StepFailed(step.name, record.error.error_class, record.error.message)
 
@@ -164,7 +171,9 @@ class RunExecution:
         attempt: int | None = None,
         data: str | None = None,
     ) -> None:
-        self._pending.append(Event(self._next_seq, kind, self._now(), position, name, attempt, data))
+        self._pending.append(
+            Event(self._next_seq, kind, self._now(), position, name, attempt, data)
+        )
         self._next_seq += 1
 
     async def _flush(
@@ -176,7 +185,9 @@ class RunExecution:
         available_at: datetime | None = None,
     ) -> None:
         events, self._pending = tuple(self._pending), []
-        checkpoint = Checkpoint(self.run_id, self.epoch, events, status, result, error, available_at)
+        checkpoint = Checkpoint(
+            self.run_id, self.epoch, events, status, result, error, available_at
+        )
         if not await self._committer.commit(checkpoint):
             self.lost = True
             raise LeaseLost(
@@ -192,20 +203,23 @@ class RunExecution:
         result: str | None = None,
         error: ErrorInfo | None = None,
     ) -> None:
-        data = None if error is None else json.dumps({"error_class": error.error_class, "message": error.message})
+        data = (
+            None
+            if error is None
+            else json.dumps({"error_class": error.error_class, "message": error.message})
+        )
         self._append(kind, data=data)
         await self._flush(status, result=result, error=error)
         if error is not None:
-            log.info("run %s ended %s: %s: %s", self.run_id, status, error.error_class, error.message)
+            log.info(
+                "run %s ended %s: %s: %s", self.run_id, status, error.error_class, error.message
+            )
 
     async def _release(self) -> None:
         """Hand the run back (worker stopping): keep what is pending, due again at once."""
         self._append(EventKind.RELEASED)
-        try:
+        with contextlib.suppress(LeaseLost):
             await self._flush(RunStatus.PENDING, available_at=self._now())
-        except LeaseLost:
-            pass
 
     def _now(self) -> datetime:
         return self._clock.now()
-

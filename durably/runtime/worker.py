@@ -7,6 +7,8 @@ named; if one dies, the worker says so and stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import signal
@@ -89,7 +91,9 @@ class Worker:
         committer = Committer(store, self._clock)
         committer.start(self._loop)
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
-        heartbeat = asyncio.create_task(self._heartbeat(committer), name=f"durably-heartbeat-{self.name}")
+        heartbeat = asyncio.create_task(
+            self._heartbeat(committer), name=f"durably-heartbeat-{self.name}"
+        )
         heartbeat.add_done_callback(self._background_done)
         idle_polls = 0
         try:
@@ -120,10 +124,9 @@ class Worker:
         if free <= 0:
             return []
         names = self.app.workflow_names()
+        store, now = self.app.store, self._clock.now()
         claims = await committer.call(
-            lambda: self.app.store.claim(
-                self.name, names, now=self._clock.now(), lease=self.lease, limit=free
-            )
+            functools.partial(store.claim, self.name, names, now=now, lease=self.lease, limit=free)
         )
         for claim in claims:
             self._launch(claim, committer)
@@ -135,7 +138,7 @@ class Worker:
         execution = RunExecution(claim, workflow, committer, self._clock, self._loop)
         task = asyncio.create_task(execution.run(), name=f"durably-run-{claim.run_id}")
         self._active[claim.run_id] = (execution, task)
-        task.add_done_callback(lambda done, run_id=claim.run_id: self._run_done(run_id, done))
+        task.add_done_callback(functools.partial(self._run_done, claim.run_id))
 
     def _run_done(self, run_id: str, task: asyncio.Task[None]) -> None:
         execution, _ = self._active.pop(run_id)
@@ -149,10 +152,8 @@ class Worker:
 
     async def _wait_for_work(self) -> None:
         assert self._wake is not None
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), self.poll.total_seconds())
-        except TimeoutError:
-            pass
         self._wake.clear()
 
     async def _heartbeat(self, committer: Committer) -> None:
@@ -163,18 +164,22 @@ class Worker:
             if not held:
                 continue
             leases = [Lease(execution.run_id, execution.epoch) for execution in held]
-            kept = await committer.call(
-                lambda leases=leases: self.app.store.renew(leases, now=self._clock.now(), lease=self.lease)
+            renew = functools.partial(
+                self.app.store.renew, leases, now=self._clock.now(), lease=self.lease
             )
+            kept = await committer.call(renew)
             for execution in held:
                 if execution.run_id not in kept:
-                    log.warning("run %s: lease lost to another worker; abandoning it", execution.run_id)
+                    log.warning(
+                        "run %s: lease lost to another worker; abandoning it", execution.run_id
+                    )
                     execution.lost = True
                     self._active[execution.run_id][1].cancel()
 
     async def _warn_unknown(self, committer: Committer) -> None:
         names = self.app.workflow_names()
-        waiting = await committer.call(lambda: self.app.store.unclaimable(names, now=self._clock.now()))
+        unclaimable = functools.partial(self.app.store.unclaimable, names, now=self._clock.now())
+        waiting = await committer.call(unclaimable)
         for name, count in waiting.items():
             if name not in self._warned_unknown:
                 self._warned_unknown.add(name)
@@ -191,7 +196,7 @@ class Worker:
         tasks = [task for _, task in self._active.values()]
         if not tasks:
             return
-        done, pending = await asyncio.wait(tasks, timeout=self.stop_grace.total_seconds())
+        _, pending = await asyncio.wait(tasks, timeout=self.stop_grace.total_seconds())
         for task in pending:
             task.cancel()  # the execution hands its run back before it ends
         await asyncio.gather(*pending, return_exceptions=True)
@@ -203,7 +208,12 @@ class Worker:
             return
         error = task.exception()
         if error is not None:
-            log.error("worker %s: background task %s died: %r; stopping", self.name, task.get_name(), error)
+            log.error(
+                "worker %s: background task %s died: %r; stopping",
+                self.name,
+                task.get_name(),
+                error,
+            )
             self._failure = error
             self.stop()
 
@@ -211,7 +221,12 @@ class Worker:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
-        log.info("worker %s started (concurrency %d) on %s", self.name, self.concurrency, self.app.store.url)
+        log.info(
+            "worker %s started (concurrency %d) on %s",
+            self.name,
+            self.concurrency,
+            self.app.store.url,
+        )
         await self.serve()
         log.info("worker %s stopped", self.name)
 

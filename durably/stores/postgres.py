@@ -31,7 +31,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import LATEST_VERSION, migrations
+from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -76,7 +76,9 @@ _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrat
 class PostgresStore:
     """A PostgreSQL database reached through a psycopg connection pool."""
 
-    def __init__(self, url: str, *, pool_size: int = 4, connect_timeout: timedelta = timedelta(seconds=10)) -> None:
+    def __init__(
+        self, url: str, *, pool_size: int = 4, connect_timeout: timedelta = timedelta(seconds=10)
+    ) -> None:
         self.url = redact(url)
         self._pool = ConnectionPool(
             url,
@@ -101,15 +103,22 @@ class PostgresStore:
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         with self._transaction() as db:
-            created = db.execute(
-                "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-                " available_at, event_count) VALUES (%s, %s, 'pending', %s, %s, %s, %s, 1)"
-                " ON CONFLICT (id) DO NOTHING",
-                (run.id, run.workflow, run.input, at, at, at),
-            ).rowcount == 1
+            created = (
+                db.execute(
+                    "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
+                    " available_at, event_count) VALUES (%s, %s, 'pending', %s, %s, %s, %s, 1)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    (run.id, run.workflow, run.input, at, at, at),
+                ).rowcount
+                == 1
+            )
             if created:
-                db.execute(_INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None))
-            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run.id,)).fetchone()
+                db.execute(
+                    _INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None)
+                )
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run.id,)
+            ).fetchone()
         assert row is not None
         return run_of(row), created
 
@@ -140,8 +149,16 @@ class PostgresStore:
                 cursor.executemany(
                     _INSERT_EVENT,
                     [
-                        (run_id, count, EventKind.CLAIMED, at, None, None, None,
-                         claimed_data(owner, epoch, previous_status, previous_owner))
+                        (
+                            run_id,
+                            count,
+                            EventKind.CLAIMED,
+                            at,
+                            None,
+                            None,
+                            None,
+                            claimed_data(owner, epoch, previous_status, previous_owner),
+                        )
                         for run_id, _, _, epoch, count, previous_status, previous_owner in taken
                     ],
                 )
@@ -160,7 +177,11 @@ class PostgresStore:
                 " FROM unnest(%s::text[], %s::bigint[]) AS v(id, epoch)"
                 " WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'"
                 " RETURNING r.id",
-                (ts(now + lease), [item.run_id for item in leases], [item.epoch for item in leases]),
+                (
+                    ts(now + lease),
+                    [item.run_id for item in leases],
+                    [item.epoch for item in leases],
+                ),
             ).fetchall()
         return {row[0] for row in rows}
 
@@ -169,7 +190,9 @@ class PostgresStore:
             return []
         at = ts(now)
         params = [checkpoint_params(checkpoint, at) for checkpoint in checkpoints]
-        columns: dict[str, Any] = {key: [p[key] for p in params] for key in params[0] if key != "now"}
+        columns: dict[str, Any] = {
+            key: [p[key] for p in params] for key in params[0] if key != "now"
+        }
         with self._transaction() as db:
             fenced_in = {row[0] for row in db.execute(_COMMIT, {"now": at, **columns}).fetchall()}
             events = [
@@ -187,7 +210,9 @@ class PostgresStore:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._transaction() as db:
-            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run_id,)).fetchone()
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run_id,)
+            ).fetchone()
         return None if row is None else run_of(row)
 
     def history(self, run_id: str) -> list[Event]:
@@ -203,7 +228,11 @@ class PostgresStore:
                 " WHERE (%(status)s::text IS NULL OR status = %(status)s)"
                 " AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)"
                 " ORDER BY updated_at DESC LIMIT %(limit)s",
-                {"status": None if status is None else str(status), "workflow": workflow, "limit": limit},
+                {
+                    "status": None if status is None else str(status),
+                    "workflow": workflow,
+                    "limit": limit,
+                },
             ).fetchall()
         return [run_of(row) for row in rows]
 
@@ -227,20 +256,22 @@ class PostgresStore:
             with self._pool.connection() as db, db.transaction():
                 yield db
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(f"the PostgreSQL store at {self.url} is unavailable: {exc}") from exc
+            raise StoreUnavailable(
+                f"the PostgreSQL store at {self.url} is unavailable: {exc}"
+            ) from exc
 
     def _migrate(self) -> None:
         with self._transaction() as db:
             db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+            db.execute(CREATE_META)
+            row = db.execute(
+                "SELECT value FROM durably_meta WHERE key = 'schema_version'"
+            ).fetchone()
             current = int(row[0]) if row else 0
             check_version(current, LATEST_VERSION, self.url)
             for version, statements in migrations("postgres", current):
                 for statement in statements:
-                    db.execute(statement)  # type: ignore[call-overload]  # trusted, not user text
+                    db.execute(statement)
                 db.execute(
                     "INSERT INTO durably_meta (key, value) VALUES ('schema_version', %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -65,7 +65,7 @@ def event_of(row: Sequence[Any]) -> Event:
 
 
 def event_row(run_id: str, event: Event) -> tuple[Any, ...]:
-    """Values for INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)."""
+    """Values for an INSERT into durably_events, in _INSERT_EVENT's column order."""
     return (
         run_id,
         event.seq,

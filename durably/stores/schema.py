@@ -6,7 +6,9 @@ queries compare numbers the engine passed in, never the database's own clock.
 
 from __future__ import annotations
 
-__all__ = ["LATEST_VERSION", "migrations"]
+__all__ = ["CREATE_META", "LATEST_VERSION", "migrations"]
+
+CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 _V1 = [
     """CREATE TABLE durably_runs (

@@ -28,7 +28,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import LATEST_VERSION, migrations
+from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
 
 __all__ = ["SQLiteStore"]
 
@@ -77,15 +77,22 @@ class SQLiteStore:
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         with self._write() as db:
-            created = db.execute(
-                "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-                " available_at, event_count) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1)"
-                " ON CONFLICT (id) DO NOTHING",
-                (run.id, run.workflow, run.input, at, at, at),
-            ).rowcount == 1
+            created = (
+                db.execute(
+                    "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
+                    " available_at, event_count) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    (run.id, run.workflow, run.input, at, at, at),
+                ).rowcount
+                == 1
+            )
             if created:
-                db.execute(_INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None))
-            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)).fetchone()
+                db.execute(
+                    _INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None)
+                )
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
+            ).fetchone()
         return run_of(row), created
 
     def claim(
@@ -118,7 +125,9 @@ class SQLiteStore:
                     (owner, expires, at, run_id),
                 ).fetchone()
                 data = claimed_data(owner, epoch, previous_status, previous_owner)
-                db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
+                db.execute(
+                    _INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data)
+                )
                 taken.append((run_id, workflow, input_, epoch, count))
             histories = self._histories(db, [run_id for run_id, *_ in taken])
         return [
@@ -157,7 +166,9 @@ class SQLiteStore:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._read() as db:
-            row = db.execute(f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run_id,)).fetchone()
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run_id,)
+            ).fetchone()
         return None if row is None else run_of(row)
 
     def history(self, run_id: str) -> list[Event]:
@@ -249,10 +260,10 @@ class SQLiteStore:
 
     def _migrate(self) -> None:
         with self._write() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+            db.execute(CREATE_META)
+            row = db.execute(
+                "SELECT value FROM durably_meta WHERE key = 'schema_version'"
+            ).fetchone()
             current = int(row[0]) if row else 0
             check_version(current, LATEST_VERSION, self.url)
             for version, statements in migrations("sqlite", current):
@@ -281,4 +292,3 @@ class SQLiteStore:
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" * len(values)) or "NULL"
-

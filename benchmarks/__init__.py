@@ -1,0 +1,1 @@
+"""Benchmarks for durably: `python -m benchmarks.core` (or `make bench`)."""

@@ -1,0 +1,5 @@
+"""`python -m durably` is the `durably` command."""
+
+from durably.cli import main
+
+main()

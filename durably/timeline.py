@@ -1,0 +1,101 @@
+"""A run's history as a timeline a person can read: what ran, when, how long, with which key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from durably.core.history import Event, EventKind
+from durably.stores.base import RunRecord
+
+__all__ = ["TimelineRow", "describe_run", "timeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    offset_ms: float  # since the run started
+    what: str
+    step: str
+    attempt: str
+    duration_ms: float | None
+    detail: str
+
+
+def timeline(events: Sequence[Event]) -> list[TimelineRow]:
+    """One row per event; a step's outcome carries the duration since its attempt started."""
+    if not events:
+        return []
+    origin = events[0].at
+    started: dict[tuple[int | None, int | None], datetime] = {}
+    rows = []
+    for event in events:
+        duration = None
+        if event.kind is EventKind.STEP_STARTED:
+            started[(event.position, event.attempt)] = event.at
+        elif event.kind in (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED):
+            begun = started.get((event.position, event.attempt))
+            duration = None if begun is None else _ms(event.at - begun)
+        step = "" if event.name is None else f"#{event.position} {event.name}"
+        rows.append(
+            TimelineRow(
+                offset_ms=_ms(event.at - origin),
+                what=str(event.kind),
+                step=step,
+                attempt="" if event.attempt is None else str(event.attempt),
+                duration_ms=duration,
+                detail=_detail(event),
+            )
+        )
+    return rows
+
+
+def describe_run(run: RunRecord) -> list[tuple[str, str]]:
+    """The run's current state as label/value pairs."""
+    pairs = [
+        ("run", run.id),
+        ("workflow", run.workflow),
+        ("status", str(run.status)),
+        ("created", run.created_at.isoformat(timespec="milliseconds")),
+        ("updated", run.updated_at.isoformat(timespec="milliseconds")),
+        ("input", _short(run.input, 200)),
+    ]
+    if run.lease_owner:
+        pairs.append(("leased by", f"{run.lease_owner} (epoch {run.lease_epoch})"))
+    if run.available_at is not None:
+        label = "lease expires" if run.lease_owner else "due"
+        pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
+    if run.result is not None:
+        pairs.append(("result", _short(run.result, 200)))
+    if run.error is not None:
+        pairs.append(("error", f"{run.error.error_class}: {run.error.message}"))
+    return pairs
+
+
+def _detail(event: Event) -> str:
+    if event.data is None:
+        return ""
+    try:
+        data = json.loads(event.data)
+    except ValueError:
+        return f"(unreadable: {_short(event.data, 80)})"
+    if event.kind is EventKind.STEP_STARTED and isinstance(data, dict):
+        return f"key={data.get('key')} input={_short(json.dumps(data.get('input')), 80)}"
+    if isinstance(data, dict) and "error_class" in data:
+        return f"{data['error_class']}: {_short(str(data.get('message')), 120)}"
+    if event.kind is EventKind.CLAIMED and isinstance(data, dict):
+        taken = f", took over from {data['took_over_from']}" if "took_over_from" in data else ""
+        return f"by {data.get('owner')} (epoch {data.get('epoch')}){taken}"
+    return _short(event.data, 120)
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _ms(delta: object) -> float:
+    from datetime import timedelta
+
+    assert isinstance(delta, timedelta)
+    return delta.total_seconds() * 1000

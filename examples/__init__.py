@@ -1,0 +1,1 @@
+"""Examples that ship with durably."""

@@ -1,0 +1,1 @@
+"""Order fulfilment: charge, reserve stock, create a shipping label, send an email."""
