@@ -1,0 +1,155 @@
+"""Replay decisions on histories written as plain data: no store, no worker."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from durably.core.history import Event, EventKind
+from durably.core.replay import Execute, Replay, StepRecord, fold_steps, next_action
+from durably.errors import NonDeterminismError, PayloadError
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def started(seq: int, position: int, name: str, attempt: int = 1) -> Event:
+    key = json.dumps({"key": f"run-1:{position}:{name}"})
+    return Event(seq, EventKind.STEP_STARTED, AT, position, name, attempt, key)
+
+
+def completed(seq: int, position: int, name: str, result: object, attempt: int = 1) -> Event:
+    return Event(seq, EventKind.STEP_COMPLETED, AT, position, name, attempt, json.dumps(result))
+
+
+def failed(seq: int, position: int, name: str, error_class: str, message: str) -> Event:
+    data = json.dumps({"error_class": error_class, "message": message})
+    return Event(seq, EventKind.STEP_FAILED, AT, position, name, 1, data)
+
+
+def run_events(*steps: Event) -> list[Event]:
+    """A history as a worker writes it: run_started, claimed, then the step events."""
+    return [
+        Event(1, EventKind.RUN_STARTED, AT),
+        Event(2, EventKind.CLAIMED, AT, data=json.dumps({"owner": "w1", "epoch": 1})),
+        *steps,
+    ]
+
+
+# -- fold_steps ---------------------------------------------------------------------------
+
+
+def test_an_empty_history_has_no_steps() -> None:
+    assert fold_steps([]) == []
+    assert fold_steps(run_events()) == []
+
+
+def test_run_level_events_are_not_steps() -> None:
+    history = [
+        *run_events(started(3, 0, "charge"), completed(4, 0, "charge", "ch_1")),
+        Event(5, EventKind.RELEASED, AT),
+        Event(6, EventKind.CLAIMED, AT, data="{}"),
+        Event(7, EventKind.RUN_COMPLETED, AT),
+    ]
+    assert fold_steps(history) == [
+        StepRecord(0, "charge", attempts=1, result='"ch_1"', completed=True)
+    ]
+
+
+def test_steps_are_folded_in_position_order() -> None:
+    history = run_events(
+        started(3, 0, "charge"),
+        completed(4, 0, "charge", "ch_1"),
+        started(5, 1, "reserve"),
+        failed(6, 1, "reserve", "ValueError", "no stock"),
+        started(7, 2, "label"),
+    )
+    records = fold_steps(history)
+    assert [(r.position, r.name) for r in records] == [(0, "charge"), (1, "reserve"), (2, "label")]
+    charge, reserve, label = records
+    assert charge.completed and charge.result == '"ch_1"' and charge.settled
+    assert reserve.error is not None
+    assert (reserve.error.error_class, reserve.error.message) == ("ValueError", "no stock")
+    assert reserve.settled and not reserve.completed
+    assert label.attempts == 1 and not label.settled
+
+
+def test_attempts_count_the_highest_started_attempt() -> None:
+    history = run_events(
+        started(3, 0, "charge", attempt=1),
+        started(4, 0, "charge", attempt=2),
+        started(5, 0, "charge", attempt=3),
+    )
+    assert fold_steps(history) == [StepRecord(0, "charge", attempts=3)]
+
+
+def test_unreadable_failure_data_is_a_payload_error_naming_the_event() -> None:
+    broken = Event(4, EventKind.STEP_FAILED, AT, 0, "charge", 1, "not json")
+    with pytest.raises(PayloadError, match=r"event #4 .*'charge'.*'not json'"):
+        fold_steps(run_events(started(3, 0, "charge"), broken))
+
+
+def test_failure_data_without_the_error_fields_is_a_payload_error() -> None:
+    broken = Event(4, EventKind.STEP_FAILED, AT, 0, "charge", 1, json.dumps({"oops": 1}))
+    with pytest.raises(PayloadError, match="unreadable error data"):
+        fold_steps(run_events(started(3, 0, "charge"), broken))
+
+
+# -- next_action --------------------------------------------------------------------------
+
+
+def test_a_fresh_position_executes_attempt_one() -> None:
+    assert next_action([], 0, "charge") == Execute(0, attempt=1)
+    steps = fold_steps(run_events(started(3, 0, "charge"), completed(4, 0, "charge", "ch_1")))
+    assert next_action(steps, 1, "reserve") == Execute(1, attempt=1)
+
+
+def test_a_completed_step_replays_its_result() -> None:
+    steps = fold_steps(run_events(started(3, 0, "charge"), completed(4, 0, "charge", {"id": 7})))
+    action = next_action(steps, 0, "charge")
+    assert isinstance(action, Replay)
+    assert action.record.completed
+    assert json.loads(action.record.result or "") == {"id": 7}
+
+
+def test_a_failed_step_replays_its_error() -> None:
+    steps = fold_steps(
+        run_events(started(3, 0, "charge"), failed(4, 0, "charge", "app.Declined", "card declined"))
+    )
+    action = next_action(steps, 0, "charge")
+    assert isinstance(action, Replay)
+    assert not action.record.completed
+    assert action.record.error is not None
+    assert action.record.error.error_class == "app.Declined"
+    assert action.record.error.message == "card declined"
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 5])
+def test_a_step_started_without_an_outcome_executes_the_next_attempt(attempts: int) -> None:
+    """A crash mid-step leaves it unknown: it runs again, as the following attempt."""
+    history = run_events(*(started(2 + n, 0, "charge", attempt=n) for n in range(1, attempts + 1)))
+    assert next_action(fold_steps(history), 0, "charge") == Execute(0, attempt=attempts + 1)
+
+
+def test_a_different_step_at_a_recorded_position_is_non_determinism() -> None:
+    steps = fold_steps(
+        run_events(
+            started(3, 0, "charge"),
+            completed(4, 0, "charge", "ch_1"),
+            started(5, 1, "reserve"),
+            completed(6, 1, "reserve", None),
+        )
+    )
+    with pytest.raises(NonDeterminismError) as raised:
+        next_action(steps, 1, "create_label")
+    error = raised.value
+    assert (error.position, error.recorded, error.called) == (1, "reserve", "create_label")
+    message = str(error)
+    assert "#1" in message and "'reserve'" in message and "'create_label'" in message
+
+
+def test_non_determinism_is_detected_on_an_unsettled_step_too() -> None:
+    steps = fold_steps(run_events(started(3, 0, "charge")))
+    with pytest.raises(NonDeterminismError, match=r"#0 .*'charge'.*'refund'"):
+        next_action(steps, 0, "refund")

@@ -1,0 +1,96 @@
+"""The one table of run-status transitions."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from durably.core.status import FINAL, TRANSITIONS, RunStatus, check_transition
+
+S = RunStatus
+
+
+def test_every_status_has_a_row() -> None:
+    assert set(TRANSITIONS) == set(RunStatus)
+    for targets in TRANSITIONS.values():
+        assert targets <= set(RunStatus)
+
+
+@pytest.mark.parametrize("terminal", [S.COMPLETED, S.CANCELLED])
+def test_completed_and_cancelled_are_terminal(terminal: RunStatus) -> None:
+    assert TRANSITIONS[terminal] == frozenset()
+    for target in RunStatus:
+        with pytest.raises(ValueError, match=f"cannot move from {terminal} to {target}"):
+            check_transition(terminal, target)
+
+
+def test_a_failed_run_can_only_be_retried() -> None:
+    assert TRANSITIONS[S.FAILED] == {S.PENDING}
+
+
+def test_the_final_states() -> None:
+    assert {S.COMPLETED, S.FAILED, S.CANCELLED} == FINAL
+    assert S.NEEDS_ATTENTION not in FINAL  # parked for a person, not over
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (S.PENDING, S.RUNNING),  # claimed
+        (S.PENDING, S.CANCELLED),
+        (S.RUNNING, S.RUNNING),  # taken over after the lease expired
+        (S.RUNNING, S.PENDING),  # released, or waiting for a due time
+        (S.RUNNING, S.COMPLETED),
+        (S.RUNNING, S.FAILED),
+        (S.RUNNING, S.NEEDS_ATTENTION),
+        (S.RUNNING, S.CANCELLED),
+        (S.NEEDS_ATTENTION, S.PENDING),
+        (S.NEEDS_ATTENTION, S.FAILED),
+        (S.NEEDS_ATTENTION, S.CANCELLED),
+        (S.FAILED, S.PENDING),
+    ],
+)
+def test_allowed_moves(old: RunStatus, new: RunStatus) -> None:
+    check_transition(old, new)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (S.PENDING, S.COMPLETED),  # nothing finishes without having run
+        (S.PENDING, S.FAILED),
+        (S.PENDING, S.NEEDS_ATTENTION),
+        (S.PENDING, S.PENDING),
+        (S.NEEDS_ATTENTION, S.RUNNING),  # a person releases it to pending first
+        (S.NEEDS_ATTENTION, S.COMPLETED),
+        (S.FAILED, S.RUNNING),
+        (S.FAILED, S.COMPLETED),
+        (S.COMPLETED, S.PENDING),
+        (S.CANCELLED, S.PENDING),
+    ],
+)
+def test_forbidden_moves_raise_value_error(old: RunStatus, new: RunStatus) -> None:
+    with pytest.raises(ValueError, match=f"a run cannot move from {old} to {new}"):
+        check_transition(old, new)
+
+
+def test_check_transition_agrees_with_the_table_everywhere() -> None:
+    for old, new in itertools.product(RunStatus, repeat=2):
+        if new in TRANSITIONS[old]:
+            check_transition(old, new)
+        else:
+            with pytest.raises(ValueError):
+                check_transition(old, new)
+
+
+def test_statuses_are_their_stored_strings() -> None:
+    assert [str(status) for status in RunStatus] == [
+        "pending",
+        "running",
+        "completed",
+        "failed",
+        "needs_attention",
+        "cancelled",
+    ]
+    assert RunStatus("needs_attention") is S.NEEDS_ATTENTION
