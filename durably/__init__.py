@@ -16,29 +16,35 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 from durably.app import App, RunHandle
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
-from durably.definitions import Step, Workflow
+from durably.definitions import Step, StepOptions, Workflow, escalate
 from durably.errors import (
     ConfigError,
+    DeadlineExceeded,
     DurablyError,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
+    PoisonPill,
     RunConflict,
     RunNotFound,
     SchemaTooNew,
     StepFailed,
+    StepTimeout,
     StoreError,
     StoreUnavailable,
     Terminal,
+    Throttled,
     UnknownWorkflow,
     WorkflowFailed,
 )
+from durably.retry import Retry
 from durably.runtime.context import idempotency_key
 from durably.runtime.worker import Worker
 
 __all__ = [
     "App",
     "ConfigError",
+    "DeadlineExceeded",
     "DurablyError",
     "ErrorInfo",
     "Event",
@@ -46,6 +52,8 @@ __all__ = [
     "LeaseLost",
     "NonDeterminismError",
     "PayloadError",
+    "PoisonPill",
+    "Retry",
     "RunConflict",
     "RunHandle",
     "RunNotFound",
@@ -53,12 +61,16 @@ __all__ = [
     "SchemaTooNew",
     "Step",
     "StepFailed",
+    "StepOptions",
+    "StepTimeout",
     "StoreError",
     "StoreUnavailable",
     "Terminal",
+    "Throttled",
     "UnknownWorkflow",
     "Worker",
     "Workflow",
     "WorkflowFailed",
+    "escalate",
     "idempotency_key",
 ]

@@ -13,9 +13,10 @@ from durably.clock import Clock, SystemClock
 from durably.codec import NO_HINT, decode, encode_call
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
-from durably.definitions import Step, Workflow
+from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError, RunConflict, RunNotFound, UnknownWorkflow, WorkflowFailed
+from durably.retry import Retry
 from durably.runtime.worker import Worker
 from durably.stores import NewRun, RunRecord, Store, open_store, resolve_url
 
@@ -31,8 +32,19 @@ class App:
     $DURABLY_STORE or ./durably.db. The store is opened on first use.
     """
 
-    def __init__(self, store: str | Store | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        clock: Clock | None = None,
+        default_retry: Retry | None = None,
+        max_recoveries: int = 5,
+        seed: int | None = None,
+    ) -> None:
         self.clock: Clock = clock or SystemClock()
+        self.default_retry = default_retry or Retry()
+        self.max_recoveries = max_recoveries  # takeovers after dead workers before parking
+        self.seed = seed  # for the retry jitter; None: unpredictable
         self._store: Store | None = store if not isinstance(store, str | None) else None
         self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
         self._open_lock = threading.Lock()
@@ -46,16 +58,27 @@ class App:
     def workflow(self, fn: Callable[..., Any], /) -> Workflow: ...
     @overload
     def workflow(
-        self, /, *, name: str | None = None
+        self, /, *, name: str | None = None, deadline: Duration | None = None
     ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
     def workflow(
-        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        deadline: Duration | None = None,
     ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
-        """Register a workflow. Its name (default: the function's) is what runs record."""
+        """Register a workflow. Its name (default: the function's) is what runs record.
+
+        `deadline`: once this long has passed since the run started, it stops, its
+        completed steps are compensated, and it ends `timed_out`.
+        """
+        limit = None if deadline is None else parse_duration(deadline, what="deadline")
 
         def register(fn: Callable[..., Any]) -> Workflow:
-            definition = Workflow(fn, _name_for(fn, name, self._workflows, "workflow"))
+            chosen = _name_for(fn, name, self._workflows, "workflow")
+            definition = Workflow(fn, chosen, deadline=limit)
             self._workflows[definition.name] = definition
             return definition
 
@@ -64,19 +87,51 @@ class App:
     @overload
     def step(self, fn: Callable[..., Any], /) -> Step: ...
     @overload
-    def step(self, /, *, name: str | None = None) -> Callable[[Callable[..., Any]], Step]: ...
+    def step(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        key: Callable[..., str] | None = None,
+        dependency: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Step]: ...
 
     def step(
-        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        key: Callable[..., str] | None = None,
+        dependency: str | None = None,
     ) -> Step | Callable[[Callable[..., Any]], Step]:
-        """Register a step: a call whose outcome is checkpointed and never re-run once recorded."""
+        """Register a step: a call whose outcome is checkpointed and never re-run once recorded.
+
+        `retry`: its Retry policy (default: the app's). `timeout`: per attempt; a timed-out
+        attempt is unknown and is reconciled before the next one. `key`: derive the
+        idempotency key from the step's arguments (default: run id, position and name).
+        `dependency`: the service it calls, for circuit breakers and limits.
+        """
+        options = StepOptions(
+            retry=retry,
+            timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
+            key=key,
+            dependency=dependency,
+        )
 
         def register(fn: Callable[..., Any]) -> Step:
-            definition = Step(fn, _name_for(fn, name, self._steps, "step"))
+            definition = Step(fn, _name_for(fn, name, self._steps, "step"), options)
             self._steps[definition.name] = definition
             return definition
 
         return register if fn is None else register(fn)
+
+    def step_named(self, name: str) -> Step | None:
+        return self._steps.get(name)
 
     def workflow_names(self) -> list[str]:
         return list(self._workflows)

@@ -5,21 +5,28 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from durably.codec import return_hint
-from durably.runtime.context import current_execution
+from durably.errors import DurablyError
+from durably.retry import Retry
+from durably.runtime.context import Escalated, current_execution
 
-__all__ = ["Step", "Workflow"]
+__all__ = ["Step", "StepOptions", "Workflow", "escalate"]
 
 
 class Workflow:
     """A function registered as a workflow. Calling it directly just calls the function."""
 
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str, *, deadline: timedelta | None = None
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name
+        self.deadline = deadline
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
 
@@ -30,6 +37,14 @@ class Workflow:
         return f"<durably workflow {self.name!r}>"
 
 
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    retry: Retry | None = None  # None: the app's default
+    timeout: timedelta | None = None  # per attempt
+    key: Callable[..., str] | None = None  # idempotency key from the step's arguments
+    dependency: str | None = None  # the outside service it calls, for breakers and limits
+
+
 class Step:
     """A function registered as a step.
 
@@ -37,12 +52,17 @@ class Step:
     the value. Outside any workflow it is a plain call of the function.
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str, options: StepOptions | None = None
+    ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name
+        self.options = options or StepOptions()
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
+        self.compensate_fn: Callable[..., Any] | None = None
+        self.reconcile_fn: Callable[..., Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         execution = current_execution()
@@ -52,5 +72,36 @@ class Step:
             return execution.call_step(self, args, kwargs)
         return execution.call_step_blocking(self, args, kwargs)
 
+    def compensation(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register the undo of this step: called with the step's arguments and its result."""
+        self.compensate_fn = fn
+        return fn
+
+    def reconcile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register "did it already happen?": called with the step's arguments before an
+        attempt that follows an unknown one (timed out, or its worker died). Return the
+        result if the effect happened (the body is not run), or None to run the body."""
+        self.reconcile_fn = fn
+        return fn
+
     def __repr__(self) -> str:
         return f"<durably step {self.name!r}>"
+
+
+def _ask_a_person(reason: str) -> Any:
+    raise Escalated(reason)
+
+
+_ESCALATION = Step(_ask_a_person, "durably.escalate")
+
+
+def escalate(reason: str) -> Any:
+    """Park the run for a person, with `reason`; returns the answer they give.
+
+    The run waits in the dead-letter list (needs_attention). `app.skip_step(run_id,
+    result=answer)` resumes it with `escalate(...)` returning `answer`; `app.fail(run_id)`
+    compensates and fails it. Await it in an async workflow, like a step.
+    """
+    if current_execution() is None:
+        raise DurablyError("durably.escalate() can only be called inside a workflow")
+    return _ESCALATION(reason)

@@ -11,27 +11,38 @@ DurablyError
 ├── UnknownWorkflow             no workflow is registered under that name
 ├── NonDeterminismError         replay called another step than the history records
 ├── LeaseLost                   this worker no longer owns the run
-├── StepFailed                  a step failed; what a workflow sees, live and on replay
+├── StepFailed                  a step failed for good; what a workflow sees, live and on replay
+├── StepTimeout · DeadlineExceeded · PoisonPill
 └── WorkflowFailed              .error_class and .message of the run's failure
 
-Terminal is raised by users: the step fails at once, without retry.
+Raised by users in steps:
+Terminal                        the step fails at once, without retry
+Throttled(retry_after=...)      retry, but not before retry_after
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from durably.durations import Duration, parse_duration
+
 __all__ = [
     "ConfigError",
+    "DeadlineExceeded",
     "DurablyError",
     "LeaseLost",
     "NonDeterminismError",
     "PayloadError",
+    "PoisonPill",
     "RunConflict",
     "RunNotFound",
     "SchemaTooNew",
     "StepFailed",
+    "StepTimeout",
     "StoreError",
     "StoreUnavailable",
     "Terminal",
+    "Throttled",
     "UnknownWorkflow",
     "WorkflowFailed",
 ]
@@ -92,13 +103,31 @@ class LeaseLost(DurablyError):
 
 
 class StepFailed(DurablyError):
-    """A step failed. The workflow sees this both live and when the history is replayed."""
+    """A step failed for good. The workflow sees this both live and on replay.
 
-    def __init__(self, step: str, error_class: str, message: str) -> None:
-        super().__init__(f"step {step!r} failed with {error_class}: {message}")
+    `reason` is "terminal" (retrying cannot help), "attempts exhausted", "budget exhausted"
+    or "escalated". Left uncaught, a terminal failure fails the run (after compensation);
+    the others park it in the dead-letter list for a person.
+    """
+
+    def __init__(self, step: str, error_class: str, message: str, reason: str = "terminal") -> None:
+        super().__init__(f"step {step!r} failed ({reason}) with {error_class}: {message}")
         self.step = step
         self.error_class = error_class
         self.message = message
+        self.reason = reason
+
+
+class StepTimeout(DurablyError):
+    """A step attempt ran past its timeout. Whether its effect happened is unknown."""
+
+
+class DeadlineExceeded(DurablyError):
+    """The workflow's deadline passed before it finished."""
+
+
+class PoisonPill(DurablyError):
+    """Workers kept dying while running this run; it is parked instead of killing more."""
 
 
 class WorkflowFailed(DurablyError):
@@ -114,3 +143,11 @@ class WorkflowFailed(DurablyError):
 
 class Terminal(Exception):
     """Raise (or subclass) in a step to fail it at once: retrying cannot help."""
+
+
+class Throttled(Exception):
+    """Raise in a step when a service says "slow down": retried no sooner than `retry_after`."""
+
+    def __init__(self, message: str = "throttled", *, retry_after: Duration = "1s") -> None:
+        super().__init__(message)
+        self.retry_after: timedelta = parse_duration(retry_after, what="retry_after")

@@ -28,7 +28,7 @@ def _postgres_reachable() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-_POSTGRES_PROBLEM: str | None | bool = False  # False: not probed yet
+_POSTGRES_PROBLEM: str | bool | None = False  # False: not probed yet
 
 
 def require_postgres() -> None:

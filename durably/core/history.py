@@ -14,11 +14,20 @@ class EventKind(StrEnum):
     CLAIMED = "claimed"  # a worker took the lease (data: owner, epoch, previous owner)
     STEP_STARTED = "step_started"  # before the body runs (data: idempotency key, input)
     STEP_COMPLETED = "step_completed"  # data: the result as JSON
-    STEP_FAILED = "step_failed"  # the step's final outcome is failure (data: ErrorInfo)
+    STEP_ATTEMPT_FAILED = "attempt_failed"  # another attempt follows (error, retry_at, unknown)
+    STEP_RECONCILED = "step_reconciled"  # after an unknown attempt (data: found)
+    STEP_FAILED = "step_failed"  # the step's final outcome is failure (data: error, reason)
+    STEP_SKIPPED = "step_skipped"  # a person gave the step's result (data: the result)
+    COMPENSATING = "compensating"  # the run failed; undo completed steps (data: the error)
+    COMPENSATION_STARTED = "compensation_started"
+    COMPENSATION_COMPLETED = "compensation_completed"
+    COMPENSATION_ATTEMPT_FAILED = "compensation_attempt_failed"
+    COMPENSATION_FAILED = "compensation_failed"
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
-    RUN_PARKED = "run_parked"  # needs a person (non-determinism, unreadable history)
-    RELEASED = "released"  # a stopping worker handed the run back
+    RUN_PARKED = "run_parked"  # needs a person (data: error, reason)
+    RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
+    RELEASED = "released"  # a stopping worker handed the run back, or a retry waits
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.errors import NonDeterminismError, PayloadError
 
-__all__ = ["Execute", "Replay", "StepRecord", "fold_steps", "next_action"]
+__all__ = [
+    "Execute",
+    "Replay",
+    "RunPhase",
+    "StepRecord",
+    "error_data",
+    "fold_run",
+    "fold_steps",
+    "next_action",
+    "read_error",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,10 +29,14 @@ class StepRecord:
 
     position: int
     name: str
-    attempts: int = 0  # attempts started
+    attempts: int = 0  # attempts started (since the last manual retry)
+    first_started_at: datetime | None = None  # of the current series of attempts
+    started: str | None = None  # data of the latest step_started event (key, input)
     result: str | None = None  # JSON of the result, once completed
     error: ErrorInfo | None = None  # the final failure, once failed
+    failure_reason: str = "terminal"  # why it failed: terminal, attempts exhausted, ...
     completed: bool = False
+    in_flight: bool = False  # an attempt started and has no outcome: it is unknown
 
     @property
     def settled(self) -> bool:
@@ -41,22 +56,73 @@ class Execute:
 
     position: int
     attempt: int
+    unknown: bool = False  # the previous attempt may have happened: reconcile first
+    first_started_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPhase:
+    """Where a run's history says it is, beyond its steps."""
+
+    steps: list[StepRecord]
+    compensating: ErrorInfo | None  # set once the run began compensating, with its failure
+    final_status: str | None  # the status the run ends in once compensated
+    compensated: frozenset[int]  # positions whose compensation completed
+    compensation_attempts: dict[int, int]  # position -> attempts started
+    recoveries: int  # claims that took the run over from a worker whose lease expired
+
+
+def fold_run(events: Iterable[Event]) -> RunPhase:
+    events = list(events)
+    compensating: ErrorInfo | None = None
+    final_status: str | None = None
+    compensated: set[int] = set()
+    attempts: dict[int, int] = {}
+    recoveries = 0
+    for event in events:
+        if event.kind is EventKind.COMPENSATING:
+            compensating = read_error(event)
+            final_status = str(_field(event, "then") or "failed")
+        elif event.kind is EventKind.COMPENSATION_STARTED and event.position is not None:
+            attempts[event.position] = attempts.get(event.position, 0) + 1
+        elif event.kind is EventKind.COMPENSATION_COMPLETED and event.position is not None:
+            compensated.add(event.position)
+        elif event.kind is EventKind.CLAIMED and event.data and "took_over_from" in event.data:
+            recoveries += 1
+        elif event.kind is EventKind.RUN_RETRIED:
+            recoveries = 0
+            attempts.clear()  # compensations that failed get fresh attempts
+            if event.position is not None:  # steps run again: the failure is forgotten
+                compensating = None
+                compensated.clear()
+    return RunPhase(
+        fold_steps(events), compensating, final_status, frozenset(compensated), attempts, recoveries
+    )
+
+
+_STEP_KINDS = frozenset(
+    {
+        EventKind.STEP_STARTED,
+        EventKind.STEP_COMPLETED,
+        EventKind.STEP_ATTEMPT_FAILED,
+        EventKind.STEP_FAILED,
+        EventKind.STEP_SKIPPED,
+        EventKind.STEP_RECONCILED,
+    }
+)
 
 
 def fold_steps(events: Iterable[Event]) -> list[StepRecord]:
     """One record per step position, in position order, from a run's events."""
     steps: dict[int, StepRecord] = {}
     for event in events:
-        if event.position is None or event.name is None:
+        if event.kind is EventKind.RUN_RETRIED:
+            steps = _reopen(steps, event.position or 0)
+            continue
+        if event.kind not in _STEP_KINDS or event.position is None or event.name is None:
             continue
         known = steps.get(event.position) or StepRecord(event.position, event.name)
-        if event.kind is EventKind.STEP_STARTED:
-            known = replace(known, attempts=max(known.attempts, event.attempt or 1))
-        elif event.kind is EventKind.STEP_COMPLETED:
-            known = replace(known, result=event.data, completed=True)
-        elif event.kind is EventKind.STEP_FAILED:
-            known = replace(known, error=_error_of(event))
-        steps[event.position] = known
+        steps[event.position] = _apply(known, event)
     return [steps[position] for position in sorted(steps)]
 
 
@@ -69,15 +135,58 @@ def next_action(steps: Sequence[StepRecord], position: int, name: str) -> Replay
         raise NonDeterminismError(position=position, recorded=recorded.name, called=name)
     if recorded.settled:
         return Replay(recorded)
-    return Execute(position, attempt=recorded.attempts + 1)  # unknown: crashed mid-attempt
+    return Execute(
+        position,
+        attempt=recorded.attempts + 1,
+        unknown=recorded.in_flight,
+        first_started_at=recorded.first_started_at,
+    )
 
 
-def _error_of(event: Event) -> ErrorInfo:
+def _apply(known: StepRecord, event: Event) -> StepRecord:
+    kind = event.kind
+    if kind is EventKind.STEP_STARTED:
+        return replace(
+            known,
+            attempts=known.attempts + 1,
+            first_started_at=known.first_started_at or event.at,
+            started=event.data,
+            in_flight=True,
+        )
+    if kind in (EventKind.STEP_COMPLETED, EventKind.STEP_SKIPPED):
+        return replace(known, result=event.data, completed=True, error=None, in_flight=False)
+    if kind is EventKind.STEP_FAILED:
+        reason = str(_field(event, "reason") or "terminal")
+        return replace(known, error=read_error(event), failure_reason=reason, in_flight=False)
+    if kind is EventKind.STEP_ATTEMPT_FAILED:
+        # a timed-out attempt, or one whose reconcile did not conclude, may still have
+        # happened: it stays unknown, so the next attempt reconciles first
+        return replace(known, in_flight=bool(_field(event, "unknown")))
+    return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again
+
+
+def _field(event: Event, name: str) -> object:
+    try:
+        return json.loads(event.data or "{}").get(name)
+    except (ValueError, AttributeError):
+        return None
+
+
+def _reopen(steps: dict[int, StepRecord], start: int) -> dict[int, StepRecord]:
+    """A manual retry: every step from `start` on runs again, with fresh attempts."""
+    return {position: record for position, record in steps.items() if position < start}
+
+
+def error_data(error: ErrorInfo, **extra: object) -> str:
+    return json.dumps({"error_class": error.error_class, "message": error.message, **extra})
+
+
+def read_error(event: Event) -> ErrorInfo:
     try:
         data = json.loads(event.data or "")
         return ErrorInfo(str(data["error_class"]), str(data["message"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise PayloadError(
-            f"event #{event.seq} ({event.kind}) of step {event.name!r} holds unreadable "
+            f"event #{event.seq} ({event.kind}) of run step {event.name!r} holds unreadable "
             f"error data {event.data!r}: {exc}"
         ) from exc

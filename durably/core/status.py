@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["FINAL", "TRANSITIONS", "RunStatus", "check_transition"]
+__all__ = ["FINAL", "PARKED", "TRANSITIONS", "RunStatus", "check_transition"]
 
 
 class RunStatus(StrEnum):
@@ -13,6 +13,8 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     NEEDS_ATTENTION = "needs_attention"  # parked for a person: nothing runs until they act
+    COMPENSATION_FAILED = "compensation_failed"  # parked: an undo could not be done
+    TIMED_OUT = "timed_out"  # the workflow's deadline passed (completed steps compensated)
     CANCELLED = "cancelled"
 
 
@@ -25,18 +27,22 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
             RunStatus.COMPLETED,
             RunStatus.FAILED,
             RunStatus.NEEDS_ATTENTION,
+            RunStatus.COMPENSATION_FAILED,
+            RunStatus.TIMED_OUT,
             RunStatus.CANCELLED,
         }
     ),
-    RunStatus.NEEDS_ATTENTION: frozenset(
-        {RunStatus.PENDING, RunStatus.FAILED, RunStatus.CANCELLED}
-    ),
+    # a person acts on a parked run: retry / skip / fail (all go back through PENDING)
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.PENDING}),
+    RunStatus.COMPENSATION_FAILED: frozenset({RunStatus.PENDING}),
     RunStatus.FAILED: frozenset({RunStatus.PENDING}),  # a person retries it
+    RunStatus.TIMED_OUT: frozenset(),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),
 }
 
-FINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+FINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.CANCELLED})
+PARKED = frozenset({RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATION_FAILED})  # dead letters
 
 
 def check_transition(old: RunStatus, new: RunStatus) -> None:

@@ -4,29 +4,43 @@ A step's start is committed before its body runs. Its outcome is appended to the
 events and committed together with the next step's start (or the run's end): the code
 between two steps is deterministic and has no side effects, so the outcome is durable
 before anything else can happen in the world. That is one commit per step, not two.
+
+A failed attempt that will be retried writes its due time and hands the run back (the
+wait is durable: any worker picks the run up when it is due, and replays to that step).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from durably.clock import Clock
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.replay import Replay, StepRecord, fold_steps, next_action
+from durably.core.replay import Replay, RunPhase, StepRecord, error_data, fold_run, next_action
 from durably.core.status import RunStatus
-from durably.errors import LeaseLost, NonDeterminismError, PayloadError, StepFailed
-from durably.runtime.context import StepScope, _execution, _step, step_key
+from durably.errors import (
+    DeadlineExceeded,
+    LeaseLost,
+    NonDeterminismError,
+    PayloadError,
+    PoisonPill,
+    StepFailed,
+    StepTimeout,
+)
+from durably.retry import GiveUp, classify, decide
+from durably.runtime.context import Escalated, StepScope, _execution, _step, step_key
 from durably.stores.base import Checkpoint, Claim
 
 if TYPE_CHECKING:
-    from durably.definitions import Step, Workflow
+    from durably.app import App
+    from durably.definitions import Step
     from durably.runtime.committer import Committer
 
 __all__ = ["RunExecution"]
@@ -34,36 +48,48 @@ __all__ = ["RunExecution"]
 log = logging.getLogger("durably.execution")
 
 
+class _Suspend(BaseException):
+    """Unwinds the workflow when the run must wait; BaseException so `except Exception`
+    in user code cannot swallow it."""
+
+    def __init__(self, due: datetime) -> None:
+        self.due = due
+
+
 class RunExecution:
     """One worker's turn at one run, under one lease epoch."""
 
     def __init__(
-        self,
-        claim: Claim,
-        workflow: Workflow,
-        committer: Committer,
-        clock: Clock,
-        loop: asyncio.AbstractEventLoop,
+        self, claim: Claim, app: App, committer: Committer, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.run_id = claim.run_id
         self.epoch = claim.epoch
-        self.is_async = workflow.is_async
         self.lost = False  # the lease is gone: write nothing more
+        self.wake_at: datetime | None = None  # set when the run was handed back to wait
         self._claim = claim
-        self._workflow = workflow
+        self._app = app
+        self._workflow = app.workflow_named(claim.workflow)
+        self.is_async = self._workflow.is_async
         self._committer = committer
-        self._clock = clock
+        self._clock = app.clock
         self._loop = loop
-        self._steps: list[StepRecord] = []
+        seed = None if app.seed is None else f"{app.seed}:{claim.run_id}:{claim.epoch}"
+        self._rng = random.Random(seed)
+        self._events: list[Event] = list(claim.events)
+        self._phase: RunPhase | None = None
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._pending: list[Event] = []
         self._position = 0
+        self._closed = False
 
     async def run(self) -> None:
-        """Drive the run to its end, or until the lease is lost or the worker stops."""
+        """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
         token = _execution.set(self)
         try:
-            await self._run()
+            await self._drive()
+        except _Suspend as wait:
+            self.wake_at = self._due(wait.due)
+            await self._flush(RunStatus.PENDING, available_at=self.wake_at)
         except LeaseLost as exc:
             self.lost = True
             log.warning("run %s: %s", self.run_id, exc)
@@ -72,94 +98,254 @@ class RunExecution:
                 await asyncio.shield(self._release())
             raise
         finally:
+            self._closed = True
             _execution.reset(token)
 
-    async def _run(self) -> None:
-        name = self._workflow.name
+    async def _drive(self) -> None:
         try:
-            self._steps = fold_steps(self._claim.events)
-            args, kwargs = decode_call(
-                self._claim.input, self._workflow.fn, what=f"run {self.run_id!r}"
-            )
+            phase = self._phase = fold_run(self._events)
+            if phase.recoveries > self._app.max_recoveries:
+                raise PoisonPill(
+                    f"{phase.recoveries} workers died or lost their lease while running this "
+                    f"run (limit {self._app.max_recoveries}); parked so it stops taking workers "
+                    "down. Inspect it, then retry it (durably dlq retry) or fail it."
+                )
+            if phase.compensating is not None:
+                await self._compensate(
+                    phase.compensating, RunStatus(phase.final_status or "failed")
+                )
+                return
+            what = f"run {self.run_id!r}"
+            args, kwargs = decode_call(self._claim.input, self._workflow.fn, what=what)
             value = await self._call_workflow(args, kwargs)
-        except (NonDeterminismError, PayloadError) as exc:
-            await self._finish(
-                RunStatus.NEEDS_ATTENTION, EventKind.RUN_PARKED, error=ErrorInfo.of(exc)
+        except (NonDeterminismError, PayloadError, PoisonPill) as exc:
+            await self._park(
+                RunStatus.NEEDS_ATTENTION, ErrorInfo.of(exc), reason=type(exc).__name__
             )
             return
-        except (LeaseLost, asyncio.CancelledError):
+        except StepFailed as exc:
+            if exc.reason != "terminal":  # a person decides: retry, skip, or fail
+                await self._park(RunStatus.NEEDS_ATTENTION, ErrorInfo.of(exc), reason=exc.reason)
+            else:
+                await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
+            return
+        except DeadlineExceeded as exc:
+            await self._compensate(ErrorInfo.of(exc), RunStatus.TIMED_OUT)
+            return
+        except (LeaseLost, asyncio.CancelledError, _Suspend):
             raise
-        except Exception as exc:  # the workflow failed: its own code or a step it did not catch
-            await self._finish(RunStatus.FAILED, EventKind.RUN_FAILED, error=ErrorInfo.of(exc))
+        except Exception as exc:  # the workflow's own code failed (an assert too): no retry
+            await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
             return
         try:
-            result = encode(value, what=f"the result of workflow {name!r}")
+            result = encode(value, what=f"the result of workflow {self._workflow.name!r}")
         except PayloadError as exc:
-            await self._finish(RunStatus.FAILED, EventKind.RUN_FAILED, error=ErrorInfo.of(exc))
+            await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
             return
         await self._finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
 
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if self.is_async:
-            return await self._workflow.fn(*args, **kwargs)
-        return await asyncio.to_thread(self._workflow.fn, *args, **kwargs)
+        call = (
+            self._workflow.fn(*args, **kwargs)
+            if self.is_async
+            else asyncio.to_thread(self._workflow.fn, *args, **kwargs)
+        )
+        deadline = self._deadline()
+        if deadline is None:
+            return await call
+        remaining = (deadline - self._clock.now()).total_seconds()
+        if remaining <= 0:
+            if inspect.iscoroutine(call):
+                call.close()
+            raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
+        async with asyncio.timeout(remaining) as limit:
+            try:
+                return await call
+            except TimeoutError:
+                if not limit.expired():
+                    raise
+        raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
 
     # -- steps --------------------------------------------------------------------------
 
     async def call_step(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from the workflow: replay its recorded outcome or run it for real."""
-        if self.lost:
-            raise LeaseLost(f"run {self.run_id!r} is no longer leased by this worker")
+        if self.lost or self._closed:
+            raise LeaseLost(f"run {self.run_id!r} is no longer executed by this worker")
+        assert self._phase is not None
         position = self._position
         self._position += 1
-        action = next_action(self._steps, position, step.name)
+        action = next_action(self._phase.steps, position, step.name)
         if isinstance(action, Replay):
             return self._replayed(step, action.record)
         try:
             input_json = encode_call(args, kwargs, what=f"step {step.name!r}")
-        except PayloadError as exc:
-            raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
-        key = step_key(self.run_id, position, step.name)
-        scope = StepScope(self.run_id, position, step.name, action.attempt, key)
-        started = json.dumps({"key": scope.key})[:-1] + f', "input": {input_json}}}'
-        self._append(EventKind.STEP_STARTED, position, step.name, action.attempt, started)
-        await self._flush()
-        try:
-            value = await self._run_body(step, args, kwargs, scope)
-            result = encode(value, what=f"the result of step {step.name!r}")
+            key = step.options.key(*args, **kwargs) if step.options.key else None
         except Exception as exc:
-            error = ErrorInfo.of(exc)
-            data = json.dumps({"error_class": error.error_class, "message": error.message})
-            self._append(EventKind.STEP_FAILED, position, step.name, action.attempt, data)
-            raise StepFailed(step.name, error.error_class, error.message) from exc
-        self._append(EventKind.STEP_COMPLETED, position, step.name, action.attempt, result)
-        # The workflow sees what a replay would see: the value after a JSON round trip.
-        return decode(result, step.return_hint, what=f"the result of step {step.name!r}")
+            raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
+        key = str(key) if key is not None else step_key(self.run_id, position, step.name)
+        scope = StepScope(self.run_id, position, step.name, action.attempt, key)
+        data = json.dumps({"key": key})[:-1] + f', "input": {input_json}}}'
+        self._append(EventKind.STEP_STARTED, position, step.name, action.attempt, data)
+        first_started_at = action.first_started_at or self._pending[-1].at
+        await self._flush()
+        unknown = action.unknown
+        try:
+            if unknown and step.reconcile_fn is not None:
+                found = await self._call_user(step.reconcile_fn, args, kwargs, scope, step)
+                self._append(EventKind.STEP_RECONCILED, position, step.name, action.attempt,
+                             json.dumps({"found": found is not None}))  # fmt: skip
+                if found is not None:
+                    return self._completed(step, position, action.attempt, found)
+            unknown = False  # with no reconcile hook the body runs again, same key
+            value = await self._call_user(step.fn, args, kwargs, scope, step)
+        except Exception as exc:
+            self._attempt_failed(step, scope, exc, unknown, first_started_at)
+        return self._completed(step, position, action.attempt, value)
 
     def call_step_blocking(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from a sync workflow, which runs in a thread of its own."""
         future = asyncio.run_coroutine_threadsafe(self.call_step(step, args, kwargs), self._loop)
         return future.result()
 
+    def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
+        what = f"the result of step {step.name!r}"
+        try:
+            result = encode(value, what=what)
+        except PayloadError as exc:
+            error = ErrorInfo.of(exc)
+            self._append(
+                EventKind.STEP_FAILED,
+                position,
+                step.name,
+                attempt,
+                error_data(error, reason="terminal"),
+            )
+            raise StepFailed(step.name, error.error_class, error.message) from None
+        self._append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
+        # The workflow sees what a replay would see: the value after a JSON round trip.
+        return decode(result, step.return_hint, what=what)
+
+    def _attempt_failed(
+        self, step: Step, scope: StepScope, exc: Exception, unknown: bool, first: datetime
+    ) -> None:
+        """Record a failed attempt; raise StepFailed (given up) or _Suspend (retry later)."""
+        policy = step.options.retry or self._app.default_retry
+        error = ErrorInfo.of(exc)
+        unknown = unknown or isinstance(exc, StepTimeout)
+        decision: Any = GiveUp("terminal")
+        if isinstance(exc, Escalated):
+            reason = "escalated"
+        else:
+            now = self._clock.now()
+            decision = decide(policy, classify(exc, policy), attempt=scope.attempt,
+                              first_attempt_at=first, now=now, rng=self._rng)  # fmt: skip
+            reason = decision.reason if isinstance(decision, GiveUp) else ""
+        if reason:
+            data = error_data(error, reason=reason, attempts=scope.attempt)
+            self._append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
+            raise StepFailed(step.name, error.error_class, error.message, reason) from exc
+        due: datetime = decision.due
+        data = error_data(error, retry_at=due.isoformat(), unknown=unknown)
+        self._append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
+        log.info(
+            "run %s: step %s attempt %d failed (%s), retry at %s",
+            *(self.run_id, step.name, scope.attempt, error.error_class, due.isoformat()),
+        )
+        raise _Suspend(due)
+
     def _replayed(self, step: Step, record: StepRecord) -> Any:
         if record.completed:
             assert record.result is not None
-            return decode(
-                record.result, step.return_hint, what=f"the recorded result of step {step.name!r}"
-            )
+            what = f"the recorded result of step {step.name!r}"
+            return decode(record.result, step.return_hint, what=what)
         assert record.error is not None
-        raise StepFailed(step.name, record.error.error_class, record.error.message)
+        raise StepFailed(
+            step.name, record.error.error_class, record.error.message, record.failure_reason
+        )
 
-    async def _run_body(
-        self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
+    async def _call_user(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        scope: StepScope,
+        step: Step,
     ) -> Any:
+        """Call a step body (or its reconcile or compensation hook) within its timeout."""
         token = _step.set(scope)
         try:
-            if step.is_async:
-                return await step.fn(*args, **kwargs)
-            return await asyncio.to_thread(step.fn, *args, **kwargs)
+            if inspect.iscoroutinefunction(fn):
+                call = fn(*args, **kwargs)
+            else:  # a hung sync body is abandoned in its thread after the timeout
+                call = asyncio.to_thread(fn, *args, **kwargs)
+            timeout = step.options.timeout
+            if timeout is None:
+                return await call
+            async with asyncio.timeout(timeout.total_seconds()) as limit:
+                try:
+                    return await call
+                except TimeoutError:
+                    if not limit.expired():
+                        raise
+            raise StepTimeout(f"step {step.name!r} attempt ran past its timeout of {timeout}")
         finally:
             _step.reset(token)
+
+    # -- compensation -------------------------------------------------------------------
+
+    async def _compensate(self, error: ErrorInfo, final: RunStatus) -> None:
+        """Undo completed steps in reverse order, each durably and with retries, then end."""
+        phase = fold_run(self._events)
+        if phase.compensating is None:
+            self._append(EventKind.COMPENSATING, data=error_data(error, then=str(final)))
+        for record in reversed(phase.steps):
+            if record.completed and record.position not in phase.compensated:
+                step = self._app.step_named(record.name)
+                if step is not None and step.compensate_fn is not None:
+                    attempt = phase.compensation_attempts.get(record.position, 0) + 1
+                    if not await self._compensate_step(step, record, attempt):
+                        return
+        kind = EventKind.RUN_FAILED
+        await self._finish(final, kind, error=error)
+
+    async def _compensate_step(self, step: Step, record: StepRecord, attempt: int) -> bool:
+        assert step.compensate_fn is not None
+        started = json.loads(record.started or "{}")
+        what = f"the recorded input of step {step.name!r}"
+        args, kwargs = decode_call(json.dumps(started.get("input", {})), step.fn, what=what)
+        result = decode(record.result or "null", step.return_hint, what=what)
+        key = f"{started.get('key', step_key(self.run_id, record.position, step.name))}:undo"
+        scope = StepScope(self.run_id, record.position, step.name, attempt, key)
+        position, name = record.position, step.name
+        self._append(
+            EventKind.COMPENSATION_STARTED, position, name, attempt, json.dumps({"key": key})
+        )
+        await self._flush()
+        try:
+            await self._call_user(step.compensate_fn, [*args, result], kwargs, scope, step)
+        except Exception as exc:
+            policy = step.options.retry or self._app.default_retry
+            error = ErrorInfo.of(exc)
+            now = self._clock.now()
+            decision = decide(policy, classify(exc, policy), attempt=attempt,
+                              first_attempt_at=now, now=now, rng=self._rng)  # fmt: skip
+            if isinstance(decision, GiveUp):
+                data = error_data(error, reason=decision.reason, attempts=attempt)
+                self._append(EventKind.COMPENSATION_FAILED, position, name, attempt, data)
+                message = (
+                    f"compensation of step {name!r} failed ({decision.reason}): {error.message}"
+                )
+                parked = ErrorInfo(error.error_class, message)
+                await self._park(
+                    RunStatus.COMPENSATION_FAILED, parked, reason="compensation failed"
+                )
+                return False
+            data = error_data(error, retry_at=decision.due.isoformat())
+            self._append(EventKind.COMPENSATION_ATTEMPT_FAILED, position, name, attempt, data)
+            raise _Suspend(decision.due) from exc
+        self._append(EventKind.COMPENSATION_COMPLETED, position, name, attempt)
+        return True
 
     # -- writing ------------------------------------------------------------------------
 
@@ -171,9 +357,9 @@ class RunExecution:
         attempt: int | None = None,
         data: str | None = None,
     ) -> None:
-        self._pending.append(
-            Event(self._next_seq, kind, self._now(), position, name, attempt, data)
-        )
+        event = Event(self._next_seq, kind, self._clock.now(), position, name, attempt, data)
+        self._pending.append(event)
+        self._events.append(event)
         self._next_seq += 1
 
     async def _flush(
@@ -203,23 +389,35 @@ class RunExecution:
         result: str | None = None,
         error: ErrorInfo | None = None,
     ) -> None:
-        data = (
-            None
-            if error is None
-            else json.dumps({"error_class": error.error_class, "message": error.message})
-        )
-        self._append(kind, data=data)
+        self._append(kind, data=None if error is None else error_data(error))
         await self._flush(status, result=result, error=error)
         if error is not None:
             log.info(
                 "run %s ended %s: %s: %s", self.run_id, status, error.error_class, error.message
             )
 
+    async def _park(self, status: RunStatus, error: ErrorInfo, *, reason: str) -> None:
+        """Stop and wait for a person: the run joins the dead-letter list."""
+        self._append(EventKind.RUN_PARKED, data=error_data(error, reason=reason))
+        await self._flush(status, error=error)
+        log.warning(
+            "run %s parked (%s): %s: %s", self.run_id, reason, error.error_class, error.message
+        )
+
     async def _release(self) -> None:
         """Hand the run back (worker stopping): keep what is pending, due again at once."""
         self._append(EventKind.RELEASED)
         with contextlib.suppress(LeaseLost):
-            await self._flush(RunStatus.PENDING, available_at=self._now())
+            await self._flush(RunStatus.PENDING, available_at=self._clock.now())
 
-    def _now(self) -> datetime:
-        return self._clock.now()
+    def _deadline(self) -> datetime | None:
+        if self._workflow.deadline is None or not self._events:
+            return None
+        return self._events[0].at + self._workflow.deadline
+
+    def _due(self, due: datetime) -> datetime:
+        """A wait ends at its due time, or at the deadline if that comes first."""
+        deadline = self._deadline()
+        if deadline is not None and (self._phase is None or self._phase.compensating is None):
+            return min(due, deadline)
+        return due

@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from durably.clock import Clock
@@ -134,8 +134,7 @@ class Worker:
 
     def _launch(self, claim: Claim, committer: Committer) -> None:
         assert self._loop is not None
-        workflow = self.app.workflow_named(claim.workflow)
-        execution = RunExecution(claim, workflow, committer, self._clock, self._loop)
+        execution = RunExecution(claim, self.app, committer, self._loop)
         task = asyncio.create_task(execution.run(), name=f"durably-run-{claim.run_id}")
         self._active[claim.run_id] = (execution, task)
         task.add_done_callback(functools.partial(self._run_done, claim.run_id))
@@ -146,9 +145,18 @@ class Worker:
             error = task.exception()
             if error is not None:
                 log.error("run %s: the worker failed while executing it: %r", run_id, error)
+            elif execution.wake_at is not None:
+                self._wake_at(execution.wake_at)
             elif not execution.lost:
                 self.completed += 1
         self._poke()
+
+    def _wake_at(self, due: datetime) -> None:
+        """Claim a run that waits (a retry's backoff) back as soon as it is due."""
+        assert self._loop is not None
+        delay = max(0.0, (due - self._clock.now()).total_seconds())
+        if delay < 3600:
+            self._loop.call_later(delay, self._poke)
 
     async def _wait_for_work(self) -> None:
         assert self._wake is not None

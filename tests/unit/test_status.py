@@ -80,7 +80,7 @@ def test_check_transition_agrees_with_the_table_everywhere() -> None:
         if new in TRANSITIONS[old]:
             check_transition(old, new)
         else:
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="cannot move"):
                 check_transition(old, new)
 
 

@@ -1,0 +1,130 @@
+"""Helpers for the Store contract tests: runs, events and checkpoints built the way the
+engine builds them, and raw SQL on the database behind a store URL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.status import RunStatus
+from durably.stores import Checkpoint, Claim, NewRun, Store
+from durably.testing import FakeClock
+
+__all__ = [
+    "LEASE",
+    "WORKFLOW",
+    "checkpoint",
+    "claim_only",
+    "claimed_data",
+    "execute_sql",
+    "in_threads",
+    "new_run",
+    "step_events",
+]
+
+T = TypeVar("T")
+
+LEASE = timedelta(seconds=30)
+WORKFLOW = "send_invoice"
+
+
+def new_run(run_id: str, workflow: str = WORKFLOW, input: str = '{"amount": 12}') -> NewRun:
+    return NewRun(id=run_id, workflow=workflow, input=input)
+
+
+def claim_only(
+    store: Store, clock: FakeClock, run_id: str, *, owner: str = "worker-a", workflow: str = WORKFLOW
+) -> Claim:
+    """Claim, as `owner`, what is due of `workflow`; it must be exactly this run."""
+    claims = store.claim(owner, [workflow], now=clock.now(), lease=LEASE, limit=10)
+    assert [claim.run_id for claim in claims] == [run_id]
+    return claims[0]
+
+
+def claimed_data(event: Event) -> dict[str, Any]:
+    assert event.kind == EventKind.CLAIMED
+    assert event.data is not None
+    data: dict[str, Any] = json.loads(event.data)
+    return data
+
+
+def step_events(after: Claim | Sequence[Event], position: int, at: datetime) -> tuple[Event, ...]:
+    """A step_started and step_completed pair, numbered on from the history so far."""
+    history = after.events if isinstance(after, Claim) else after
+    seq = history[-1].seq + 1
+    name = f"step_{position}"
+    return (
+        Event(seq, EventKind.STEP_STARTED, at, position, name, 1, None),
+        Event(seq + 1, EventKind.STEP_COMPLETED, at, position, name, 1, json.dumps(position)),
+    )
+
+
+def checkpoint(
+    claim: Claim,
+    events: tuple[Event, ...] = (),
+    *,
+    epoch: int | None = None,
+    status: RunStatus | None = None,
+    result: str | None = None,
+    error: ErrorInfo | None = None,
+    available_at: datetime | None = None,
+) -> Checkpoint:
+    """A checkpoint of a claimed run, under the claim's epoch unless told otherwise."""
+    return Checkpoint(
+        run_id=claim.run_id,
+        epoch=claim.epoch if epoch is None else epoch,
+        events=events,
+        status=status,
+        result=result,
+        error=error,
+        available_at=available_at,
+    )
+
+
+def execute_sql(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the database behind a store URL (write `?` for parameters)."""
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            rows = db.execute(sql, tuple(params)).fetchall()
+        db.close()
+        return rows
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        cursor = db.execute(sql.replace("?", "%s"), tuple(params))  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
+
+
+def in_threads(count: int, work: Callable[[int], T]) -> list[T]:
+    """Run work(0..count-1) in `count` threads released together; their results in order.
+
+    An exception in any thread is raised here after all have finished.
+    """
+    barrier = threading.Barrier(count)
+    results: dict[int, T] = {}
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = work(index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(index,), name=f"contract-{index}")
+        for index in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]
+    return [results[index] for index in range(count)]

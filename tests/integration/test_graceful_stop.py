@@ -1,0 +1,145 @@
+"""A real worker process told to stop (SIGTERM) finishes or hands back what it holds.
+
+Real time is the point here: a separate process, a real signal, a step that really sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import durably
+from durably.core.history import EventKind
+
+from .conftest import kinds
+from .stop_app import make_app
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "tests.integration.stop_app:app"
+
+
+@pytest.fixture
+def client(sqlite_url: str) -> Iterator[durably.App]:
+    opened = make_app(sqlite_url)
+    yield opened
+    opened.close()
+
+
+def start_worker(sqlite_url: str, log: Path, *options: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DURABLY_STORE": sqlite_url}
+    env.pop("DURABLY_TEST_POSTGRES", None)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "durably", "worker", TARGET, "--concurrency", "4", *options],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_for_step_start(
+    client: durably.App, run_id: str, worker: subprocess.Popen[bytes], log: Path
+) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if EventKind.STEP_STARTED in {event.kind for event in client.history(run_id)}:
+            return
+        if worker.poll() is not None:
+            pytest.fail(f"the worker exited with {worker.returncode}:\n{log.read_text()}")
+        time.sleep(0.05)
+    pytest.fail(f"the worker never started the step:\n{log.read_text()}")
+
+
+def stop(worker: subprocess.Popen[bytes], log: Path, *, within: float) -> float:
+    """SIGTERM the worker; return how long it took to exit (0 expected)."""
+    began = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    try:
+        code = worker.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+        pytest.fail(f"the worker did not exit within {within}s of SIGTERM:\n{log.read_text()}")
+    assert code == 0, log.read_text()
+    return time.monotonic() - began
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sigterm_lets_a_short_step_finish(
+    client: durably.App, sqlite_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    handle = client.start("sleepy", 1.0, id="short")
+    log = tmp_path / "worker.log"
+    worker = start_worker(sqlite_url, log, "--stop-grace", "10s")
+    processes.append(worker)
+    wait_for_step_start(client, handle.id, worker, log)
+
+    took = stop(worker, log, within=10)
+
+    assert took < 8
+    run = client.get_run(handle.id)
+    assert run.status is durably.RunStatus.COMPLETED, log.read_text()
+    assert run.lease_owner is None
+    assert handle.result(timeout=0) == "slept 1.0s"
+
+
+def test_sigterm_hands_back_a_step_that_outlasts_the_grace(
+    client: durably.App, sqlite_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    handle = client.start("sleepy", 600.0, id="long")
+    log = tmp_path / "worker.log"
+    worker = start_worker(sqlite_url, log, "--stop-grace", "1s", "--lease", "30s")
+    processes.append(worker)
+    wait_for_step_start(client, handle.id, worker, log)
+
+    took = stop(worker, log, within=10)
+
+    assert took < 8
+    run = client.get_run(handle.id)
+    assert run.status is durably.RunStatus.PENDING, log.read_text()
+    assert run.lease_owner is None
+    history = client.history(handle.id)
+    assert kinds(history)[-2:] == ["step_started", "released"]
+    assert run.available_at is not None
+    assert run.available_at <= datetime.now(UTC)  # due again at once, for the next worker
+
+
+def test_either_way_the_run_is_never_left_running_with_a_live_lease(
+    client: durably.App, sqlite_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    handles = [
+        client.start("sleepy", seconds, id=f"mix-{n}")
+        for n, seconds in enumerate([0.2, 600.0, 0.5, 600.0])
+    ]
+    log = tmp_path / "worker.log"
+    worker = start_worker(sqlite_url, log, "--stop-grace", "2s")
+    processes.append(worker)
+    for handle in handles:
+        wait_for_step_start(client, handle.id, worker, log)
+
+    stop(worker, log, within=10)
+
+    for handle in handles:
+        run = client.get_run(handle.id)
+        assert run.status in (durably.RunStatus.COMPLETED, durably.RunStatus.PENDING), run
+        assert run.lease_owner is None
+    statuses = sorted(str(client.get_run(h.id).status) for h in handles)
+    assert statuses == ["completed", "completed", "pending", "pending"]
