@@ -9,8 +9,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from durably import operations
 from durably.clock import Clock, SystemClock
-from durably.codec import NO_HINT, decode, encode_call
+from durably.codec import NO_HINT, decode, encode, encode_call
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.definitions import Step, StepOptions, Workflow
@@ -160,8 +161,7 @@ class App:
         if not created:
             _check_same_start(record, definition.name, payload)
         else:
-            for listener in list(self._listeners):
-                listener()
+            self._notify()
         return RunHandle(self, run_id)
 
     def handle(self, run_id: str) -> RunHandle:
@@ -184,6 +184,30 @@ class App:
         self.get_run(run_id)
         return self.store.history(run_id)
 
+    # -- a person's actions on parked runs (the dead-letter list) ----------------------
+
+    def dead_letters(self, *, limit: int = 100) -> list[operations.DeadLetter]:
+        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
+        return operations.dead_letters(self.store, limit=limit)
+
+    def retry(self, run_id: str, *, from_step: int | None = None, by: str = "app") -> None:
+        """Fresh attempts for a parked run, with the same idempotency keys."""
+        operations.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
+        self._notify()
+
+    def skip_step(self, run_id: str, *, result: Any = None, by: str = "app") -> None:
+        """Record `result` for the failed step (or answer an escalation); the run goes on."""
+        result_json = encode(result, what="the result given for the skipped step")
+        operations.skip_step(
+            self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
+        )
+        self._notify()
+
+    def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
+        """Give up on a parked run: its completed steps are compensated, then it fails."""
+        operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""
         return Worker(self, **options)
@@ -191,6 +215,10 @@ class App:
     def run_until_idle(self, **options: Any) -> int:
         """Execute due runs in this process until none is left; return how many ended."""
         return Worker(self, **options).run_until_idle()
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener` whenever this app starts a run; returns the unsubscribe call."""

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 import click
 
+from durably import operations
 from durably.app import App
+from durably.clock import SystemClock
 from durably.core.status import RunStatus
 from durably.errors import DurablyError
-from durably.stores import open_store
+from durably.stores import Store, open_store
 from durably.timeline import describe_run, timeline
 
 __all__ = ["main"]
@@ -92,6 +96,88 @@ def runs_show(store_url: str | None, run_id: str) -> None:
         cells = f"{row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
         click.echo(f"{cells} {took:>8}  {row.detail}")
     store.close()
+
+
+@cli.group()
+def dlq() -> None:
+    """The dead-letter list: runs parked for a person, and what a person can do with them."""
+
+
+@dlq.command("list")
+@_STORE
+@click.option("--limit", default=50, show_default=True)
+def dlq_list(store_url: str | None, limit: int) -> None:
+    """Parked runs, newest first, with the step and error that stopped them."""
+    store = open_store(store_url)
+    letters = operations.dead_letters(store, limit=limit)
+    click.echo(f"{'RUN':<36} {'STATUS':<20} {'STEP':<18} {'TRIES':>5}  ERROR")
+    for letter in letters:
+        error = (
+            "" if letter.error is None else f"{letter.error.error_class}: {letter.error.message}"
+        )
+        step = letter.step or ""
+        click.echo(
+            f"{letter.run_id:<36} {letter.status:<20} {step:<18} {letter.attempts:>5}  {error[:90]}"
+        )
+    if not letters:
+        click.echo("(no dead letters)")
+    store.close()
+
+
+@dlq.command("show")
+@_STORE
+@click.argument("run_id")
+@click.pass_context
+def dlq_show(ctx: click.Context, store_url: str | None, run_id: str) -> None:
+    """The parked run's state and timeline (same as `durably runs show`)."""
+    ctx.invoke(runs_show, store_url=store_url, run_id=run_id)
+
+
+@dlq.command("retry")
+@_STORE
+@click.argument("run_id")
+@click.option(
+    "--from-step", type=int, default=None, help="Run every step from this position again."
+)
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
+def dlq_retry(store_url: str | None, run_id: str, from_step: int | None, by: str) -> None:
+    """Fresh attempts for a parked run, with the same idempotency keys."""
+    with _store(store_url) as store:
+        operations.retry(store, run_id, now=SystemClock().now(), by=by, from_step=from_step)
+    click.echo(f"run {run_id} is pending again; a worker will pick it up")
+
+
+@dlq.command("skip")
+@_STORE
+@click.argument("run_id")
+@click.option("--result", "result_json", default="null", help="The step's result, as JSON.")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
+def dlq_skip(store_url: str | None, run_id: str, result_json: str, by: str) -> None:
+    """Record a result for the failed step (or answer an escalation); the run goes on."""
+    with _store(store_url) as store:
+        operations.skip_step(store, run_id, now=SystemClock().now(), by=by, result_json=result_json)
+    click.echo(f"run {run_id} goes on with that result")
+
+
+@dlq.command("fail")
+@_STORE
+@click.argument("run_id")
+@click.option("--reason", required=True, help="Why (recorded in the run's history).")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
+def dlq_fail(store_url: str | None, run_id: str, reason: str, by: str) -> None:
+    """Give up: compensate the run's completed steps, then end it failed."""
+    with _store(store_url) as store:
+        operations.fail(store, run_id, now=SystemClock().now(), by=by, reason=reason)
+    click.echo(f"run {run_id} will be compensated and failed")
+
+
+@contextlib.contextmanager
+def _store(url: str | None) -> Iterator[Store]:
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 @cli.command()

@@ -12,7 +12,7 @@ DurablyError
 ├── NonDeterminismError         replay called another step than the history records
 ├── LeaseLost                   this worker no longer owns the run
 ├── StepFailed                  a step failed for good; what a workflow sees, live and on replay
-├── StepTimeout · DeadlineExceeded · PoisonPill
+├── StepTimeout · DeadlineExceeded · PoisonPill · Escalated
 └── WorkflowFailed              .error_class and .message of the run's failure
 
 Raised by users in steps:
@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "DeadlineExceeded",
     "DurablyError",
+    "Escalated",
     "LeaseLost",
     "NonDeterminismError",
     "PayloadError",
@@ -116,6 +117,10 @@ class StepFailed(DurablyError):
         self.error_class = error_class
         self.message = message
         self.reason = reason
+
+
+class Escalated(DurablyError):
+    """A workflow asked for a person (durably.escalate); the run waits for their answer."""
 
 
 class StepTimeout(DurablyError):

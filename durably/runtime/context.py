@@ -11,7 +11,7 @@ from durably.errors import DurablyError
 if TYPE_CHECKING:
     from durably.runtime.execution import RunExecution
 
-__all__ = ["Escalated", "StepScope", "current_execution", "idempotency_key", "step_key"]
+__all__ = ["StepScope", "current_execution", "idempotency_key", "step_key"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,10 +25,6 @@ class StepScope:
 
 _execution: ContextVar[RunExecution | None] = ContextVar("durably_execution", default=None)
 _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
-
-
-class Escalated(Exception):
-    """Raised by durably.escalate's step: parks the run until a person gives an answer."""
 
 
 def current_execution() -> RunExecution | None:

@@ -97,6 +97,18 @@ class Store(Protocol):
         """Lease up to `limit` due runs of these workflows (pending, or with an expired lease)."""
         ...
 
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        """Lease one run if its status is one of `statuses` (a person acting on a parked run)."""
+        ...
+
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         """Extend these leases; return the run ids whose lease is still held."""
         ...

@@ -39,12 +39,17 @@ _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-_CLAIM = """
-WITH picked AS (
-    SELECT id, status AS previous_status, lease_owner AS previous_owner FROM durably_runs
+_PICK_DUE = """
     WHERE available_at <= %(now)s AND workflow = ANY(%(workflows)s)
     ORDER BY available_at LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED"""
+_PICK_ONE = """
+    WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
+    FOR UPDATE"""
+_LEASE = """
+WITH picked AS (
+    SELECT id, status AS previous_status, lease_owner AS previous_owner FROM durably_runs
+    {pick}
 )
 UPDATE durably_runs AS r SET
     status = 'running', lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
@@ -142,31 +147,27 @@ class PostgresStore:
             "owner": owner,
         }
         with self._transaction() as db:
-            taken = db.execute(_CLAIM, params).fetchall()
-            if not taken:
-                return []
-            with db.cursor() as cursor:
-                cursor.executemany(
-                    _INSERT_EVENT,
-                    [
-                        (
-                            run_id,
-                            count,
-                            EventKind.CLAIMED,
-                            at,
-                            None,
-                            None,
-                            None,
-                            claimed_data(owner, epoch, previous_status, previous_owner),
-                        )
-                        for run_id, _, _, epoch, count, previous_status, previous_owner in taken
-                    ],
-                )
-            histories = self._histories(db, [row[0] for row in taken])
-        return [
-            Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
-            for run_id, workflow, input_, epoch, *_ in taken
-        ]
+            return self._lease(db, _PICK_DUE, params)
+
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        params = {
+            "now": ts(now),
+            "expires": ts(now + lease),
+            "run_id": run_id,
+            "statuses": [str(status) for status in statuses],
+            "owner": owner,
+        }
+        with self._transaction() as db:
+            taken = self._lease(db, _PICK_ONE, params)
+        return taken[0] if taken else None
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         if not leases:
@@ -278,6 +279,26 @@ class PostgresStore:
                     (str(version),),
                 )
 
+    def _lease(self, db: psycopg.Connection[Any], pick: str, params: dict[str, Any]) -> list[Claim]:
+        """Give the picked runs a new lease epoch and record each claim in its history."""
+        taken = db.execute(_LEASE.format(pick=pick), params).fetchall()
+        if not taken:
+            return []
+        owner, at = params["owner"], params["now"]
+        with db.cursor() as cursor:
+            cursor.executemany(
+                _INSERT_EVENT,
+                [
+                    _claimed_row(run_id, count, at, owner, epoch, previous_status, previous_owner)
+                    for run_id, _, _, epoch, count, previous_status, previous_owner in taken
+                ],
+            )
+        histories = self._histories(db, [row[0] for row in taken])
+        return [
+            Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
+            for run_id, workflow, input_, epoch, *_ in taken
+        ]
+
     @staticmethod
     def _histories(db: psycopg.Connection[Any], run_ids: list[str]) -> dict[str, list[Event]]:
         histories: dict[str, list[Event]] = {}
@@ -289,6 +310,19 @@ class PostgresStore:
         for run_id, *event in rows:
             histories.setdefault(run_id, []).append(event_of(event))
         return histories
+
+
+def _claimed_row(
+    run_id: str,
+    seq: int,
+    at: float,
+    owner: str,
+    epoch: int,
+    previous_status: str,
+    previous_owner: str | None,
+) -> tuple[Any, ...]:
+    data = claimed_data(owner, epoch, previous_status, previous_owner)
+    return (run_id, seq, EventKind.CLAIMED, at, None, None, None, data)
 
 
 def redact(url: str) -> str:

@@ -115,25 +115,37 @@ class SQLiteStore:
                 " ORDER BY available_at LIMIT ?",
                 (at, *names, limit),
             ).fetchall()
-            taken: list[tuple[str, str, str, int, int]] = []
-            for run_id, previous_status, previous_owner in picked:
-                workflow, input_, epoch, count = db.execute(
-                    "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
-                    " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
-                    " event_count = event_count + 1 WHERE id = ?"
-                    " RETURNING workflow, input, lease_epoch, event_count",
-                    (owner, expires, at, run_id),
-                ).fetchone()
-                data = claimed_data(owner, epoch, previous_status, previous_owner)
-                db.execute(
-                    _INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data)
-                )
-                taken.append((run_id, workflow, input_, epoch, count))
+            taken = [
+                self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
+                for run_id, previous_status, previous_owner in picked
+            ]
             histories = self._histories(db, [run_id for run_id, *_ in taken])
         return [
             Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
             for run_id, workflow, input_, epoch, _ in taken
         ]
+
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        at, expires = ts(now), ts(now + lease)
+        wanted = [str(status) for status in statuses]
+        with self._write() as db:
+            row = db.execute(
+                f"SELECT status FROM durably_runs WHERE id = ? AND status IN ({_marks(wanted)})",
+                (run_id, *wanted),
+            ).fetchone()
+            if row is None:
+                return None
+            taken = self._lease(db, run_id, row[0], None, owner, at, expires)
+            histories = self._histories(db, [run_id])
+        return Claim(*taken[:4], tuple(histories.get(run_id, ())))
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         expires = ts(now + lease)
@@ -274,6 +286,28 @@ class SQLiteStore:
                     " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     (str(version),),
                 )
+
+    @staticmethod
+    def _lease(
+        db: sqlite3.Connection,
+        run_id: str,
+        previous_status: str,
+        previous_owner: str | None,
+        owner: str,
+        at: float,
+        expires: float,
+    ) -> tuple[str, str, str, int, int]:
+        """Give the run a new lease epoch and record the claim in its history."""
+        workflow, input_, epoch, count = db.execute(
+            "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
+            " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
+            " event_count = event_count + 1 WHERE id = ?"
+            " RETURNING workflow, input, lease_epoch, event_count",
+            (owner, expires, at, run_id),
+        ).fetchone()
+        data = claimed_data(owner, epoch, previous_status, previous_owner)
+        db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
+        return run_id, workflow, input_, epoch, count
 
     @staticmethod
     def _histories(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[Event]]:

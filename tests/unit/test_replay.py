@@ -111,6 +111,7 @@ def test_a_fresh_position_executes_attempt_one() -> None:
     first = next_action([], 0, "charge")
     assert isinstance(first, Execute)
     assert (first.position, first.attempt) == (0, 1)
+    assert not first.unknown
     steps = fold_steps(run_events(started(3, 0, "charge"), completed(4, 0, "charge", "ch_1")))
     second = next_action(steps, 1, "reserve")
     assert isinstance(second, Execute)
@@ -144,6 +145,7 @@ def test_a_step_started_without_an_outcome_executes_the_next_attempt(attempts: i
     action = next_action(fold_steps(history), 0, "charge")
     assert isinstance(action, Execute)
     assert (action.position, action.attempt) == (0, attempts + 1)
+    assert action.unknown  # it may have happened: reconcile before running it again
 
 
 def test_a_different_step_at_a_recorded_position_is_non_determinism() -> None:

@@ -17,21 +17,32 @@ def test_every_status_has_a_row() -> None:
         assert targets <= set(RunStatus)
 
 
-@pytest.mark.parametrize("terminal", [S.COMPLETED, S.CANCELLED])
-def test_completed_and_cancelled_are_terminal(terminal: RunStatus) -> None:
+@pytest.mark.parametrize("terminal", [S.COMPLETED, S.CANCELLED, S.TIMED_OUT])
+def test_completed_cancelled_and_timed_out_are_terminal(terminal: RunStatus) -> None:
     assert TRANSITIONS[terminal] == frozenset()
     for target in RunStatus:
         with pytest.raises(ValueError, match=f"cannot move from {terminal} to {target}"):
             check_transition(terminal, target)
 
 
-def test_a_failed_run_can_only_be_retried() -> None:
-    assert TRANSITIONS[S.FAILED] == {S.PENDING}
+@pytest.mark.parametrize("stopped", [S.FAILED, S.NEEDS_ATTENTION, S.COMPENSATION_FAILED])
+def test_failed_and_parked_runs_only_go_back_to_pending(stopped: RunStatus) -> None:
+    """A person retries, skips or fails it: every such action goes back through pending."""
+    assert TRANSITIONS[stopped] == {S.PENDING}
 
 
 def test_the_final_states() -> None:
-    assert {S.COMPLETED, S.FAILED, S.CANCELLED} == FINAL
+    assert {S.COMPLETED, S.FAILED, S.TIMED_OUT, S.CANCELLED} == FINAL
     assert S.NEEDS_ATTENTION not in FINAL  # parked for a person, not over
+    assert S.RUNNING not in FINAL
+    assert S.PENDING not in FINAL
+
+
+def test_only_a_running_run_reaches_an_outcome() -> None:
+    outcomes = {S.COMPLETED, S.FAILED, S.NEEDS_ATTENTION, S.TIMED_OUT}
+    for old, targets in TRANSITIONS.items():
+        if old is not S.RUNNING:
+            assert not (targets & outcomes), old
 
 
 @pytest.mark.parametrize(
@@ -46,8 +57,6 @@ def test_the_final_states() -> None:
         (S.RUNNING, S.NEEDS_ATTENTION),
         (S.RUNNING, S.CANCELLED),
         (S.NEEDS_ATTENTION, S.PENDING),
-        (S.NEEDS_ATTENTION, S.FAILED),
-        (S.NEEDS_ATTENTION, S.CANCELLED),
         (S.FAILED, S.PENDING),
     ],
 )
@@ -67,6 +76,7 @@ def test_allowed_moves(old: RunStatus, new: RunStatus) -> None:
         (S.FAILED, S.RUNNING),
         (S.FAILED, S.COMPLETED),
         (S.COMPLETED, S.PENDING),
+        (S.COMPLETED, S.FAILED),
         (S.CANCELLED, S.PENDING),
     ],
 )
@@ -85,12 +95,7 @@ def test_check_transition_agrees_with_the_table_everywhere() -> None:
 
 
 def test_statuses_are_their_stored_strings() -> None:
-    assert [str(status) for status in RunStatus] == [
-        "pending",
-        "running",
-        "completed",
-        "failed",
-        "needs_attention",
-        "cancelled",
-    ]
-    assert RunStatus("needs_attention") is S.NEEDS_ATTENTION
+    for status in RunStatus:
+        assert str(status) == status.value
+        assert RunStatus(status.value) is status
+    assert S.NEEDS_ATTENTION == "needs_attention"

@@ -1,0 +1,189 @@
+"""What a person does with a run that needs one: the dead-letter list and its actions.
+
+Each action leases the parked run like a worker would (so it is fenced against any worker),
+appends an event saying who did what, and hands the run back to the workers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.replay import StepRecord, error_data, fold_run
+from durably.core.status import PARKED, RunStatus
+from durably.errors import DurablyError, RunNotFound
+from durably.stores.base import Checkpoint, Claim, RunRecord, Store
+
+__all__ = ["DeadLetter", "dead_letters", "fail", "retry", "skip_step"]
+
+_ACTION_LEASE = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    run_id: str
+    workflow: str
+    status: RunStatus
+    error: ErrorInfo | None
+    step: str | None  # the step that failed, if a step did
+    attempts: int
+    parked_at: datetime
+
+
+def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
+    """Runs parked for a person, newest first."""
+    runs = [run for status in PARKED for run in store.runs(status=status, limit=limit)]
+    runs.sort(key=lambda run: run.updated_at, reverse=True)
+    return [_dead_letter(run, store.history(run.id)) for run in runs[:limit]]
+
+
+def retry(
+    store: Store, run_id: str, *, now: datetime, by: str, from_step: int | None = None
+) -> None:
+    """Fresh attempts for a parked run: its failed step (or every step from `from_step`) runs
+    again with the same idempotency keys; a failed compensation is tried again."""
+    claim = _take(store, run_id, now=now, by=by, action="retry")
+    phase = fold_run(claim.events)
+    if phase.compensating is not None and from_step is None:
+        position = None  # retry the compensations
+    else:
+        position = from_step if from_step is not None else _stopped_at(phase.steps)
+    data = json.dumps({"by": by, "from_step": position})
+    _hand_back(
+        store,
+        claim,
+        now,
+        Event(_next(claim), EventKind.RUN_RETRIED, now, position, None, None, data),
+    )
+
+
+def skip_step(
+    store: Store, run_id: str, *, now: datetime, by: str, result_json: str = "null"
+) -> None:
+    """Give the failed step (or an escalation) a result by hand; the workflow goes on with it."""
+    claim = _take(
+        store, run_id, now=now, by=by, action="skip a step of", statuses={RunStatus.NEEDS_ATTENTION}
+    )
+    failed = [record for record in fold_run(claim.events).steps if record.error is not None]
+    if not failed:
+        _give_back_untouched(store, claim, now)
+        raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
+    try:
+        json.loads(result_json)
+    except ValueError as exc:
+        _give_back_untouched(store, claim, now)
+        raise DurablyError(f"the result to record is not JSON: {exc}") from None
+    step = failed[-1]
+    event = Event(
+        _next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, result_json
+    )
+    _hand_back(store, claim, now, event)
+
+
+def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> None:
+    """Give up on a parked run: compensate its completed steps, then end it `failed`."""
+    claim = _take(store, run_id, now=now, by=by, action="fail")
+    phase = fold_run(claim.events)
+    error = ErrorInfo("durably.FailedByPerson", f"{reason} (by {by})")
+    if phase.compensating is not None:  # its compensation already failed: end it as is
+        event = Event(_next(claim), EventKind.RUN_FAILED, now, None, None, None, error_data(error))
+        _commit(store, claim, now, event, status=RunStatus.FAILED, error=error)
+        return
+    data = error_data(error, then=str(RunStatus.FAILED))
+    _hand_back(
+        store, claim, now, Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
+    )
+
+
+def _take(
+    store: Store,
+    run_id: str,
+    *,
+    now: datetime,
+    by: str,
+    action: str,
+    statuses: frozenset[RunStatus] | set[RunStatus] = PARKED,
+) -> Claim:
+    claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=_ACTION_LEASE)
+    if claim is not None:
+        return claim
+    run = store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
+    allowed = " or ".join(sorted(statuses))
+    raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
+
+
+def _hand_back(store: Store, claim: Claim, now: datetime, event: Event) -> None:
+    _commit(store, claim, now, event, status=RunStatus.PENDING, available_at=now)
+
+
+def _give_back_untouched(store: Store, claim: Claim, now: datetime) -> None:
+    """Undo a take without changing the run: park it again as it was."""
+    record = store.get_run(claim.run_id)
+    status = RunStatus.NEEDS_ATTENTION if record is None else _previous_status(claim)
+    event = Event(
+        _next(claim),
+        EventKind.RUN_PARKED,
+        now,
+        None,
+        None,
+        None,
+        json.dumps({"reason": "unchanged"}),
+    )
+    _commit(store, claim, now, event, status=status, error=None if record is None else record.error)
+
+
+def _commit(
+    store: Store,
+    claim: Claim,
+    now: datetime,
+    event: Event,
+    *,
+    status: RunStatus,
+    error: ErrorInfo | None = None,
+    available_at: datetime | None = None,
+) -> None:
+    checkpoint = Checkpoint(claim.run_id, claim.epoch, (event,), status, None, error, available_at)
+    if not store.commit([checkpoint], now=now)[0]:
+        raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
+
+
+def _previous_status(claim: Claim) -> RunStatus:
+    for event in reversed(claim.events):
+        if (
+            event.kind is EventKind.RUN_PARKED
+            and event.data
+            and "compensation failed" in event.data
+        ):
+            return RunStatus.COMPENSATION_FAILED
+        if event.kind is EventKind.RUN_PARKED:
+            return RunStatus.NEEDS_ATTENTION
+    return RunStatus.NEEDS_ATTENTION
+
+
+def _next(claim: Claim) -> int:
+    return claim.events[-1].seq + 1
+
+
+def _stopped_at(steps: list[StepRecord]) -> int:
+    """Where the workflow stopped: its failed step, or after its last step."""
+    failed = [record.position for record in steps if record.error is not None]
+    return failed[-1] if failed else len(steps)
+
+
+def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
+    steps = fold_run(events).steps
+    failed = [record for record in steps if record.error is not None]
+    step = failed[-1] if failed else None
+    return DeadLetter(
+        run_id=run.id,
+        workflow=run.workflow,
+        status=run.status,
+        error=run.error,
+        step=None if step is None else step.name,
+        attempts=0 if step is None else step.attempts,
+        parked_at=run.updated_at,
+    )
