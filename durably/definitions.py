@@ -10,9 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 from durably.codec import return_hint
-from durably.errors import DurablyError
+from durably.errors import DurablyError, Escalated
 from durably.retry import Retry
-from durably.runtime.context import Escalated, current_execution
+from durably.runtime.context import current_execution
 
 __all__ = ["Step", "StepOptions", "Workflow", "escalate"]
 

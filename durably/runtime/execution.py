@@ -27,6 +27,7 @@ from durably.core.replay import Replay, RunPhase, StepRecord, error_data, fold_r
 from durably.core.status import RunStatus
 from durably.errors import (
     DeadlineExceeded,
+    Escalated,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -35,7 +36,7 @@ from durably.errors import (
     StepTimeout,
 )
 from durably.retry import GiveUp, classify, decide
-from durably.runtime.context import Escalated, StepScope, _execution, _step, step_key
+from durably.runtime.context import StepScope, _execution, _step, step_key
 from durably.stores.base import Checkpoint, Claim
 
 if TYPE_CHECKING:
