@@ -34,6 +34,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -437,7 +438,7 @@ def write_json(
         "store": store,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
-        "durably": _package_version(),
+        "durably": {"version": _package_version(), **source_revision()},
         "machine": machine(),
         "durability": settings,
         "sizes": {
@@ -464,7 +465,36 @@ def machine() -> dict[str, Any]:
         "arch": platform.machine(),
         "cpu": _cpu_model() or platform.processor(),
         "cpus": os.cpu_count(),
+        "load_average": _load_average(),  # other work on the machine makes figures noisy
     }
+
+
+def source_revision() -> dict[str, Any]:
+    """The git commit of the durably measured, and whether its tree had local changes."""
+    package = Path(durably.__file__).parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    changes = git("status", "--porcelain", "--", ".")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "local_changes": None if changes is None else bool(changes),
+    }
+
+
+def busy_note() -> str | None:
+    """A warning when other work keeps the machine busy (the figures will be noisy)."""
+    load, cpus = _load_average(), os.cpu_count() or 1
+    if load is None or load[0] < 0.5 * cpus:
+        return None
+    return f"the machine is busy (load average {load[0]:.1f} on {cpus} CPUs): figures may be noisy"
 
 
 def filesystem_of(path: str) -> str:
@@ -480,6 +510,13 @@ def filesystem_of(path: str) -> str:
         if real == point or real.startswith(point.rstrip("/") + "/")
     ]
     return max(inside, key=lambda mount: len(mount[0]))[1] if inside else "unknown"
+
+
+def _load_average() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
 
 
 def _cpu_model() -> str:
@@ -537,6 +574,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     figures: list[Figure] = []
     notes: list[str] = []
+    if busy := busy_note():
+        notes.append(busy)
+        print(busy, file=sys.stderr)
     for name in args.stores:
         if name == "postgres" and (problem := postgres_problem(args.postgres_url)):
             notes.append(f"PostgreSQL rows skipped: {args.postgres_url} is unreachable ({problem})")

@@ -17,6 +17,7 @@ from durably.core.status import FINAL, RunStatus
 from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError, RunConflict, RunNotFound, UnknownWorkflow, WorkflowFailed
+from durably.resilience import Dependency
 from durably.retry import Retry
 from durably.runtime.worker import Worker
 from durably.stores import NewRun, RunRecord, Store, open_store, resolve_url
@@ -52,6 +53,7 @@ class App:
         self._workflows: dict[str, Workflow] = {}
         self._steps: dict[str, Step] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._dependencies: dict[str, Dependency] = {}
 
     # -- definitions --------------------------------------------------------------------
 
@@ -130,6 +132,15 @@ class App:
             return definition
 
         return register if fn is None else register(fn)
+
+    def dependency(self, name: str, policy: Dependency) -> None:
+        """Protect calls to the service `name` (steps with dependency=name): a circuit
+        breaker shared by all workers, and optional rate and concurrency limits."""
+        self._dependencies[name] = policy
+
+    def dependency_policy(self, name: str) -> Dependency:
+        """The policy for `name`; a dependency nobody configured gets a default breaker."""
+        return self._dependencies.setdefault(name, Dependency())
 
     def step_named(self, name: str) -> Step | None:
         return self._steps.get(name)

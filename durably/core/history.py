@@ -17,6 +17,7 @@ class EventKind(StrEnum):
     STEP_ATTEMPT_FAILED = "attempt_failed"  # another attempt follows (error, retry_at, unknown)
     STEP_RECONCILED = "step_reconciled"  # after an unknown attempt (data: found)
     STEP_FAILED = "step_failed"  # the step's final outcome is failure (data: error, reason)
+    STEP_WAITING = "step_waiting"  # no attempt: a breaker or limit said wait (data: until)
     STEP_SKIPPED = "step_skipped"  # a person gave the step's result (data: the result)
     COMPENSATING = "compensating"  # the run failed; undo completed steps (data: the error)
     COMPENSATION_STARTED = "compensation_started"

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durably.codec import decode, decode_call, encode, encode_call
@@ -35,6 +36,7 @@ from durably.errors import (
     StepFailed,
     StepTimeout,
 )
+from durably.resilience.gates import Wait, entering, leaving
 from durably.retry import GiveUp, classify, decide
 from durably.runtime.context import StepScope, _execution, _step, step_key
 from durably.stores.base import Checkpoint, Claim
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["RunExecution"]
 
 log = logging.getLogger("durably.execution")
+
+_DEFAULT_HOLD = timedelta(minutes=5)  # a concurrency slot's lease when a step has no timeout
 
 
 class _Suspend(BaseException):
@@ -185,12 +189,14 @@ class RunExecution:
         except Exception as exc:
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
         key = str(key) if key is not None else step_key(self.run_id, position, step.name)
+        await self._enter_gate(step, position)
         scope = StepScope(self.run_id, position, step.name, action.attempt, key)
         data = json.dumps({"key": key})[:-1] + f', "input": {input_json}}}'
         self._append(EventKind.STEP_STARTED, position, step.name, action.attempt, data)
         first_started_at = action.first_started_at or self._pending[-1].at
         await self._flush()
         unknown = action.unknown
+        failed_for_breaker = False
         try:
             if unknown and step.reconcile_fn is not None:
                 found = await self._call_user(step.reconcile_fn, args, kwargs, scope, step)
@@ -201,8 +207,44 @@ class RunExecution:
             unknown = False  # with no reconcile hook the body runs again, same key
             value = await self._call_user(step.fn, args, kwargs, scope, step)
         except Exception as exc:
+            policy = step.options.retry or self._app.default_retry
+            failed_for_breaker = classify(exc, policy).retryable  # a business "no" is not
             self._attempt_failed(step, scope, exc, unknown, first_started_at)
+        finally:
+            await self._leave_gate(step, position, failed=failed_for_breaker)
         return self._completed(step, position, action.attempt, value)
+
+    async def _enter_gate(self, step: Step, position: int) -> None:
+        """Before an attempt at a protected dependency: take a slot and a token, or wait
+        (durably: the run is handed back until then, and no attempt is spent)."""
+        name = step.options.dependency
+        if name is None:
+            return
+        change = entering(
+            self._app.dependency_policy(name),
+            holder=f"{self.run_id}:{position}",
+            now=self._clock.now(),
+            hold=step.options.timeout or _DEFAULT_HOLD,
+        )
+        answer = await self._committer.call(
+            functools.partial(self._app.store.update_gate, name, change)
+        )
+        if isinstance(answer, Wait):
+            data = {"waiting": answer.reason, "dependency": name, "until": answer.until.isoformat()}
+            self._append(EventKind.STEP_WAITING, position, step.name, None, json.dumps(data))
+            raise _Suspend(answer.until)
+
+    async def _leave_gate(self, step: Step, position: int, *, failed: bool) -> None:
+        name = step.options.dependency
+        if name is None:
+            return
+        change = leaving(
+            self._app.dependency_policy(name),
+            holder=f"{self.run_id}:{position}",
+            now=self._clock.now(),
+            failed=failed,
+        )
+        await self._committer.call(functools.partial(self._app.store.update_gate, name, change))
 
     def call_step_blocking(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from a sync workflow, which runs in a thread of its own."""

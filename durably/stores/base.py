@@ -6,15 +6,17 @@ run carries the lease epoch and is refused when the epoch is stale (fencing).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from durably.core.history import ErrorInfo, Event
 from durably.core.status import RunStatus
 
 __all__ = ["Checkpoint", "Claim", "Lease", "NewRun", "RunRecord", "Store"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,15 @@ class Store(Protocol):
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         """Apply checkpoints in one transaction; False where the epoch was stale."""
+        ...
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        """Under the gate's lock: pass its state (None if new) to `change`, store the new
+        state it returns, and return its answer."""
+        ...
+
+    def gates(self) -> dict[str, str]:
+        """Every gate's state, by name."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...

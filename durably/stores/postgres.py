@@ -8,10 +8,10 @@ all runs and one pipelined insert of their events.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -34,6 +34,8 @@ from durably.stores.rows import (
 from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
 
 __all__ = ["PostgresStore", "redact"]
+
+T = TypeVar("T")
 
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
@@ -206,6 +208,23 @@ class PostgresStore:
                 with db.cursor() as cursor:
                     cursor.executemany(_INSERT_EVENT, events)
         return [checkpoint.run_id in fenced_in for checkpoint in checkpoints]
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT INTO durably_gates (name, state) VALUES (%s, '') ON CONFLICT DO NOTHING",
+                (name,),
+            )
+            row = db.execute(
+                "SELECT state FROM durably_gates WHERE name = %s FOR UPDATE", (name,)
+            ).fetchone()
+            state, answer = change(row[0] if row and row[0] else None)
+            db.execute("UPDATE durably_gates SET state = %s WHERE name = %s", (state, name))
+        return answer
+
+    def gates(self) -> dict[str, str]:
+        with self._transaction() as db:
+            return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
 
     # -- reading ------------------------------------------------------------------------
 

@@ -47,7 +47,13 @@ _V1 = [
     " WHERE kind = 'step_completed'",
 ]
 
-_VERSIONS: list[list[str]] = [_V1]
+_V2 = [
+    # Shared state of circuit breakers and limits, one JSON document per dependency,
+    # changed under the row's lock (see durably.resilience).
+    "CREATE TABLE durably_gates (name TEXT PRIMARY KEY, state TEXT NOT NULL)",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2]
 LATEST_VERSION = len(_VERSIONS)
 
 _DIALECTS = {

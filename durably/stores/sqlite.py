@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
@@ -31,6 +32,8 @@ from durably.stores.rows import (
 from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
 
 __all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _INSERT_EVENT = (
@@ -173,6 +176,21 @@ class SQLiteStore:
                     )
                 results.append(fenced_in)
         return results
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        with self._write() as db:
+            row = db.execute("SELECT state FROM durably_gates WHERE name = ?", (name,)).fetchone()
+            state, answer = change(None if row is None else row[0])
+            db.execute(
+                "INSERT INTO durably_gates (name, state) VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET state = excluded.state",
+                (name, state),
+            )
+        return answer
+
+    def gates(self) -> dict[str, str]:
+        with self._read() as db:
+            return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
 
     # -- reading ------------------------------------------------------------------------
 

@@ -19,9 +19,12 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import durably
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
 
 __all__ = ["OPERATIONS", "WORKFLOW", "Ledger", "app", "build_app", "expected_result"]
 
@@ -75,7 +78,7 @@ class Ledger:
     def __init__(self, url: str | None = None) -> None:
         self._url = url
         self._lock = threading.Lock()
-        self._pool: Any = None  # psycopg_pool.ConnectionPool, created on first PostgreSQL use
+        self._pool: ConnectionPool | None = None  # created on first PostgreSQL use
 
     @property
     def url(self) -> str:
@@ -139,9 +142,10 @@ class Ledger:
     def _query(self, sql: str) -> Sequence[tuple[Any, ...]]:
         if self.is_postgres:
             with self._postgres().connection() as db:
-                return db.execute(sql).fetchall()
+                return db.execute(sql).fetchall()  # type: ignore[arg-type]  # a literal
         with self._sqlite() as db:
-            return db.execute(sql).fetchall()
+            rows: list[tuple[Any, ...]] = db.execute(sql).fetchall()
+            return rows
 
     @contextlib.contextmanager
     def _sqlite(self) -> Iterator[sqlite3.Connection]:
@@ -151,7 +155,7 @@ class Ledger:
         finally:
             db.close()
 
-    def _postgres(self) -> Any:
+    def _postgres(self) -> ConnectionPool:
         with self._lock:
             if self._pool is None:
                 from psycopg_pool import ConnectionPool
@@ -201,7 +205,8 @@ def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> dura
         value = await triple(value)
         value = await flip_bits(value)
         value = await subtract(value)
-        return await square_mod(value)
+        result: int = await square_mod(value)
+        return result
 
     return app
 

@@ -258,3 +258,33 @@ def test_runs_are_executed_on_the_apps_clock(app: durably.App, clock: FakeClock)
     assert history[0].at == started_at
     assert {event.at for event in history[1:]} == {started_at + timedelta(hours=1)}
     assert handle.result(timeout=0) is None
+
+
+def test_the_idempotency_key_is_the_same_for_every_attempt(
+    app: durably.App, clock: FakeClock
+) -> None:
+    keys: list[str] = []
+
+    @app.step
+    async def flaky() -> str:
+        keys.append(durably.idempotency_key())
+        if len(keys) == 1:
+            raise ConnectionError("reset by peer")  # transient: retried later
+        return "ok"
+
+    @app.workflow
+    async def retries() -> str:
+        return await flaky()
+
+    handle = app.start(retries, id="retries-1")
+    app.run_until_idle()
+    assert len(keys) == 1
+    assert handle.status() is not durably.RunStatus.COMPLETED
+    clock.advance("10m")  # past any backoff of the default retry policy
+    app.run_until_idle()
+
+    assert handle.result(timeout=0) == "ok"
+    assert len(keys) == 2
+    assert keys[0] == keys[1]
+    started = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_STARTED]
+    assert [(e.attempt, started_key(e)) for e in started] == [(1, keys[0]), (2, keys[0])]
