@@ -21,6 +21,7 @@ from durably.resilience import Dependency
 from durably.retry import Retry
 from durably.runtime.worker import Worker
 from durably.stores import NewRun, RunRecord, Store, open_store, resolve_url
+from durably.testing import Faults
 
 __all__ = ["App", "RunHandle"]
 
@@ -42,11 +43,13 @@ class App:
         default_retry: Retry | None = None,
         max_recoveries: int = 5,
         seed: int | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.default_retry = default_retry or Retry()
         self.max_recoveries = max_recoveries  # takeovers after dead workers before parking
         self.seed = seed  # for the retry jitter; None: unpredictable
+        self.faults = faults  # injected failures, for tests and the demo
         self._store: Store | None = store if not isinstance(store, str | None) else None
         self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
         self._open_lock = threading.Lock()

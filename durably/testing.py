@@ -1,13 +1,17 @@
-"""Helpers for testing code that uses durably: a fake clock that only moves when told."""
+"""Helpers for testing code that uses durably: a fake clock that only moves when told, and
+fault injection into steps."""
 
 from __future__ import annotations
 
+import os
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from durably.durations import Duration, parse_duration
+from durably.errors import StepTimeout
 
-__all__ = ["FakeClock"]
+__all__ = ["FakeClock", "Faults"]
 
 
 class FakeClock:
@@ -36,3 +40,66 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"<FakeClock {self._now.isoformat()}>"
+
+
+@dataclass
+class _Plan:
+    action: str  # "fail", "time_out", "crash"
+    remaining: int
+    error: Exception | None = None
+
+
+class Faults:
+    """Fault injection for tests and demos, by step name or dependency name.
+
+    faults = Faults()
+    faults.fail("charge", times=2, error=ConnectionError("reset"))  # next 2 attempts
+    faults.time_out("payments")                # next attempt at that dependency times out
+    faults.crash_after("charge")               # the worker process dies after the body,
+                                               # before the checkpoint (os._exit)
+    app = durably.App(url, faults=faults)
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[str, list[_Plan]] = {}
+        self._lock = threading.Lock()
+        self.injected: dict[str, int] = {}  # action -> how many were injected
+
+    def fail(self, target: str, *, times: int = 1, error: Exception | None = None) -> Faults:
+        return self._plan(target, _Plan("fail", times, error or ConnectionError("injected fault")))
+
+    def time_out(self, target: str, *, times: int = 1) -> Faults:
+        return self._plan(target, _Plan("time_out", times))
+
+    def crash_after(self, target: str, *, times: int = 1) -> Faults:
+        return self._plan(target, _Plan("crash", times))
+
+    def before(self, step: str, dependency: str | None) -> None:
+        """Called by the engine before a step body runs."""
+        plan = self._take(step, dependency, ("fail", "time_out"))
+        if plan is None:
+            return
+        if plan.action == "time_out":
+            raise StepTimeout(f"step {step!r}: injected timeout")
+        assert plan.error is not None
+        raise plan.error
+
+    def after(self, step: str, dependency: str | None) -> None:
+        """Called by the engine after a step body returned, before its checkpoint."""
+        if self._take(step, dependency, ("crash",)) is not None:
+            os._exit(137)  # like SIGKILL: no cleanup, no checkpoint
+
+    def _plan(self, target: str, plan: _Plan) -> Faults:
+        with self._lock:
+            self._plans.setdefault(target, []).append(plan)
+        return self
+
+    def _take(self, step: str, dependency: str | None, actions: tuple[str, ...]) -> _Plan | None:
+        with self._lock:
+            for target in (step, dependency):
+                for plan in self._plans.get(target or "", []):
+                    if plan.action in actions and plan.remaining > 0:
+                        plan.remaining -= 1
+                        self.injected[plan.action] = self.injected.get(plan.action, 0) + 1
+                        return plan
+        return None

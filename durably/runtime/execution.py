@@ -205,7 +205,7 @@ class RunExecution:
                 if found is not None:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
-            value = await self._call_user(step.fn, args, kwargs, scope, step)
+            value = await self._call_body(step, args, kwargs, scope)
         except Exception as exc:
             policy = step.options.retry or self._app.default_retry
             failed_for_breaker = classify(exc, policy).retryable  # a business "no" is not
@@ -213,6 +213,17 @@ class RunExecution:
         finally:
             await self._leave_gate(step, position, failed=failed_for_breaker)
         return self._completed(step, position, action.attempt, value)
+
+    async def _call_body(
+        self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
+    ) -> Any:
+        faults = self._app.faults
+        if faults is not None:
+            faults.before(step.name, step.options.dependency)
+        value = await self._call_user(step.fn, args, kwargs, scope, step)
+        if faults is not None:
+            faults.after(step.name, step.options.dependency)
+        return value
 
     async def _enter_gate(self, step: Step, position: int) -> None:
         """Before an attempt at a protected dependency: take a slot and a token, or wait

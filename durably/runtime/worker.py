@@ -100,6 +100,7 @@ class Worker:
             while not self._stopping:
                 claims = await self._claim(committer)
                 if until_idle and not claims and not self._active:
+                    await self._warn_unknown(committer)
                     break
                 if claims and len(self._active) < self.concurrency:
                     continue  # more may be due right now

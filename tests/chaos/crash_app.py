@@ -133,16 +133,16 @@ class Ledger:
         placeholder = "%s" if self.is_postgres else "?"
         statement = sql.format(placeholder)
         if self.is_postgres:
-            with self._postgres().connection() as db:
-                db.execute(statement, params)  # the pool's block commits
+            with self._postgres().connection() as pg:
+                pg.execute(statement, params)  # the pool's block commits
         else:
             with self._sqlite() as db, db:  # the inner `db` commits the transaction
                 db.execute(statement, params)
 
     def _query(self, sql: str) -> Sequence[tuple[Any, ...]]:
         if self.is_postgres:
-            with self._postgres().connection() as db:
-                return db.execute(sql).fetchall()  # type: ignore[arg-type]  # a literal
+            with self._postgres().connection() as pg:
+                return pg.execute(sql).fetchall()
         with self._sqlite() as db:
             rows: list[tuple[Any, ...]] = db.execute(sql).fetchall()
             return rows
