@@ -85,7 +85,7 @@ class RunExecution:
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._pending: list[Event] = []
         self._position = 0
-        self._closed = False
+        self.closed = False
 
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
@@ -103,7 +103,7 @@ class RunExecution:
                 await asyncio.shield(self._release())
             raise
         finally:
-            self._closed = True
+            self.closed = True
             _execution.reset(token)
 
     async def _drive(self) -> None:
@@ -163,19 +163,20 @@ class RunExecution:
             if inspect.iscoroutine(call):
                 call.close()
             raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
-        async with asyncio.timeout(remaining) as limit:
-            try:
+        limit = asyncio.timeout(remaining)
+        try:
+            async with limit:
                 return await call
-            except TimeoutError:
-                if not limit.expired():
-                    raise
+        except TimeoutError:
+            if not limit.expired():
+                raise  # the workflow's own TimeoutError
         raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
 
     # -- steps --------------------------------------------------------------------------
 
     async def call_step(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from the workflow: replay its recorded outcome or run it for real."""
-        if self.lost or self._closed:
+        if self.lost or self.closed:
             raise LeaseLost(f"run {self.run_id!r} is no longer executed by this worker")
         assert self._phase is not None
         position = self._position
@@ -336,12 +337,13 @@ class RunExecution:
             timeout = step.options.timeout
             if timeout is None:
                 return await call
-            async with asyncio.timeout(timeout.total_seconds()) as limit:
-                try:
+            limit = asyncio.timeout(timeout.total_seconds())
+            try:
+                async with limit:
                     return await call
-                except TimeoutError:
-                    if not limit.expired():
-                        raise
+            except TimeoutError:
+                if not limit.expired():
+                    raise  # the body's own TimeoutError
             raise StepTimeout(f"step {step.name!r} attempt ran past its timeout of {timeout}")
         finally:
             _step.reset(token)

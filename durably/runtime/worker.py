@@ -178,7 +178,9 @@ class Worker:
             )
             kept = await committer.call(renew)
             for execution in held:
-                if execution.run_id not in kept:
+                # a run that ended while the renewal was under way is simply gone
+                gone = execution.closed or execution.run_id not in self._active
+                if execution.run_id not in kept and not gone:
                     log.warning(
                         "run %s: lease lost to another worker; abandoning it", execution.run_id
                     )

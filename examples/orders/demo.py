@@ -17,7 +17,8 @@ from pathlib import Path
 import click
 
 import durably
-from durably.core.status import FINAL, RunStatus
+from durably.core.history import EventKind
+from durably.core.status import FINAL, PARKED, RunStatus
 from examples.orders.services import Services
 
 __all__ = ["run_demo"]
@@ -51,6 +52,9 @@ def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None)
             finished = _count_finished(app)
             bar.update(finished - done)
             done = finished
+            for worker in workers:
+                if worker.poll() is not None:  # a worker must never die on its own
+                    raise click.ClickException(f"a worker exited with code {worker.returncode}")
             if not killed and done >= orders * 0.3:
                 workers[0].send_signal(signal.SIGKILL)
                 workers[0].wait()
@@ -66,39 +70,52 @@ def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None)
 def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "durably", "worker", "examples.orders.workflows:app",
                "--concurrency", "16", "--lease", _LEASE, "--poll", "50ms"]  # fmt: skip
-    return subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    log = open(Path(env["DEMO_SERVICES"]).with_name("workers.log"), "ab")  # noqa: SIM115
+    return subprocess.Popen(command, env=env, stderr=log)
 
 
 def _count_finished(app: durably.App) -> int:
-    return sum(len(app.runs(status=status, limit=1_000_000)) for status in FINAL)
+    return sum(len(app.runs(status=status, limit=1_000_000)) for status in FINAL | PARKED)
 
 
 def _report(app: durably.App, services: Services, orders: int, killed: bool) -> None:
-    completed = len(app.runs(status=RunStatus.COMPLETED, limit=1_000_000))
+    by_status: dict[str, int] = {}
+    retried: dict[str, int] = {}
+    taken_over = reconciled = 0
+    dependencies = {name: step.options.dependency for name, step in app._steps.items()}
+    for run in app.runs(limit=1_000_000):
+        by_status[run.status] = by_status.get(run.status, 0) + 1
+        for event in app.history(run.id):
+            if event.kind is EventKind.STEP_ATTEMPT_FAILED and event.name:
+                service = dependencies.get(event.name) or event.name
+                retried[service] = retried.get(service, 0) + 1
+            elif event.kind is EventKind.CLAIMED and event.data and "took_over_from" in event.data:
+                taken_over += 1
+            elif event.kind is EventKind.STEP_RECONCILED and event.data and "true" in event.data:
+                reconciled += 1
     effects = services.report()
-    taken_over = [
-        run.id
-        for run in app.runs(limit=1_000_000)
-        if any(
-            e.kind == "claimed" and e.data and "took_over_from" in e.data
-            for e in app.history(run.id)
-        )
-    ]
-    rows = [
+    letters = app.dead_letters(limit=1_000)
+    rows: list[tuple[str, object]] = [
         ("orders", orders),
-        ("completed", completed),
-        ("worker killed with SIGKILL", "yes" if killed else "no"),
-        ("runs taken over from the killed worker", len(taken_over)),
-        ("service calls", effects["calls"]),
-        ("effects applied (one per step)", effects["effects"]),
-        ("step bodies run again after the kill", effects["calls"] - effects["effects"]),
+        ("completed", by_status.get(RunStatus.COMPLETED, 0)),
+        (
+            "compensated (out of stock: charge refunded, run failed)",
+            by_status.get(RunStatus.FAILED, 0),
+        ),
+        ("dead-lettered (waiting for a person)", len(letters)),
+        *[(f"attempts retried at {service}", count) for service, count in sorted(retried.items())],
+        ("charges found by reconcile after a timeout", reconciled),
+        ("worker killed with SIGKILL mid-run", "yes" if killed else "no"),
+        ("runs taken over from the killed worker", taken_over),
         ("charges", effects["charges"]),
+        ("refunds", effects["refunds"]),
         ("duplicate charges", effects["duplicate_charges"]),
     ]
     click.echo("")
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         click.echo(f"  {label:<{width}}  {value}")
-    if taken_over:
-        command = f"durably runs show {taken_over[0]} --store {app.store.url}"
-        click.echo(f"\nSee how one run was taken over:\n  {command}")
+    if letters:
+        where = f"{letters[0].run_id} --store {app.store.url}"
+        click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
+        click.echo(f"Retry it:               durably dlq retry {where}")

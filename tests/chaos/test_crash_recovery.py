@@ -42,7 +42,8 @@ LEASE = "2s"
 STEPS = 5
 POLL = 0.1  # seconds between looks at the store
 DEADLINE = 120.0  # seconds for every run to end, from the first worker's start
-KILL_GAP = 0.4  # seconds between kills at least, so a kill does not hit a worker still importing
+KILL_GAP = 0.4  # seconds between kills at least: spread in time, not only over progress
+SETTLED = FINAL | {RunStatus.NEEDS_ATTENTION}  # nothing more happens to such a run by itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ def _run_with_kills(
     while True:
         now = time.monotonic()
         records = app.store.runs(limit=runs + 1)
-        finished = sum(record.status in FINAL for record in records)
+        finished = sum(record.status in SETTLED for record in records)
         if finished == runs:
             outcome.elapsed = now - started
             return
@@ -153,7 +154,8 @@ def _run_with_kills(
             plan.pop(0)
             pid = workers.kill_one(rng)
             held = sum(_owner_pid(record) == pid for record in records)
-            outcome.kills.append(Kill(pid, now - started, finished, held))
+            outcome.kills.append(Kill(pid, round(now - started, 2), finished, held))
+            print(f"  SIGKILL {outcome.kills[-1]}")
             last_kill = now
             workers.spawn()
         workers.replace_exited()
@@ -185,9 +187,11 @@ def _check(
         if (problem := _history_problem(records[run_id], events))
     }
     assert not broken, f"broken histories: {_some(broken.items())}"
-    steps = _step_facts(histories)
-    _check_ledger(ledger, steps, len(seeds), outcome)
-    _report(histories, outcome, workers)
+    _print_takeovers(histories, outcome)
+    _check_ledger(ledger, _step_facts(histories), len(seeds), outcome)
+    assert not workers.exited, f"workers exited though nobody killed them: {workers.exited}"
+    errors = workers.error_lines()
+    assert not errors, f"a worker logged errors: {errors[:5]}"
 
 
 def _history_problem(record: RunRecord, events: Sequence[Event]) -> str | None:
@@ -271,7 +275,7 @@ def _check_ledger(ledger: Ledger, steps: StepFacts, runs: int, outcome: Outcome)
     )
 
 
-def _report(histories: dict[str, list[Event]], outcome: Outcome, workers: Workers) -> None:
+def _print_takeovers(histories: dict[str, list[Event]], outcome: Outcome) -> None:
     killed = {kill.pid for kill in outcome.kills}
     takeovers: Counter[str] = Counter()
     for events in histories.values():
@@ -279,16 +283,8 @@ def _report(histories: dict[str, list[Event]], outcome: Outcome, workers: Worker
             data = json.loads(event.data or "{}") if event.kind is EventKind.CLAIMED else {}
             if "took_over_from" in data:
                 victim = _pid_of(data["took_over_from"])
-                takeovers["from killed workers" if victim in killed else "from live workers"] += 1
-    for kill in outcome.kills:
-        print(
-            f"  SIGKILL pid {kill.pid} at {kill.at:5.2f}s, {kill.finished} runs finished, "
-            f"{kill.held} runs leased to it"
-        )
+                takeovers["from killed workers" if victim in killed else "from others"] += 1
     print(f"runs taken over: {dict(takeovers)}; all runs ended in {outcome.elapsed:.1f}s")
-    assert not workers.exited, f"workers exited though nobody killed them: {workers.exited}"
-    errors = workers.error_lines()
-    assert not errors, f"a worker logged errors: {errors[:5]}"
 
 
 # -- worker processes -----------------------------------------------------------------------
@@ -375,7 +371,7 @@ class Workers:
 
 
 def _stuck_report(store_url: str, records: Sequence[RunRecord], deadline: float) -> str:
-    unfinished = [record for record in records if record.status not in FINAL]
+    unfinished = [record for record in records if record.status not in SETTLED]
     listed = ", ".join(f"{r.id}: {r.status} (owner {r.lease_owner})" for r in unfinished[:20])
     shown = "\n".join(_runs_show(store_url, record.id) for record in unfinished[:3])
     return (

@@ -38,7 +38,12 @@ def new_run(run_id: str, workflow: str = WORKFLOW, input: str = '{"amount": 12}'
 
 
 def claim_only(
-    store: Store, clock: FakeClock, run_id: str, *, owner: str = "worker-a", workflow: str = WORKFLOW
+    store: Store,
+    clock: FakeClock,
+    run_id: str,
+    *,
+    owner: str = "worker-a",
+    workflow: str = WORKFLOW,
 ) -> Claim:
     """Claim, as `owner`, what is due of `workflow`; it must be exactly this run."""
     claims = store.claim(owner, [workflow], now=clock.now(), lease=LEASE, limit=10)
@@ -68,16 +73,15 @@ def checkpoint(
     claim: Claim,
     events: tuple[Event, ...] = (),
     *,
-    epoch: int | None = None,
     status: RunStatus | None = None,
     result: str | None = None,
     error: ErrorInfo | None = None,
     available_at: datetime | None = None,
 ) -> Checkpoint:
-    """A checkpoint of a claimed run, under the claim's epoch unless told otherwise."""
+    """A checkpoint of a claimed run, under the claim's lease epoch."""
     return Checkpoint(
         run_id=claim.run_id,
-        epoch=claim.epoch if epoch is None else epoch,
+        epoch=claim.epoch,
         events=events,
         status=status,
         result=result,
@@ -100,10 +104,14 @@ def execute_sql(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple
         return cursor.fetchall() if cursor.description else []
 
 
-def in_threads(count: int, work: Callable[[int], T]) -> list[T]:
+def in_threads(
+    count: int, work: Callable[[int], T], *, ready: Callable[[int], object] | None = None
+) -> list[T]:
     """Run work(0..count-1) in `count` threads released together; their results in order.
 
-    An exception in any thread is raised here after all have finished.
+    Each thread first calls ready(index), if given, so that set-up such as opening a
+    connection does not stagger the start. An exception in any thread is raised here
+    after all have finished.
     """
     barrier = threading.Barrier(count)
     results: dict[int, T] = {}
@@ -111,10 +119,13 @@ def in_threads(count: int, work: Callable[[int], T]) -> list[T]:
 
     def run(index: int) -> None:
         try:
+            if ready is not None:
+                ready(index)
             barrier.wait(timeout=30)
             results[index] = work(index)
         except BaseException as exc:
             errors.append(exc)
+            barrier.abort()  # the others stop waiting for this one
 
     threads = [
         threading.Thread(target=run, args=(index,), name=f"contract-{index}")

@@ -56,7 +56,8 @@ def test_a_checkpoint_under_the_current_epoch_appends_its_events(
 
     assert store.history("r1") == [*claim.events, *steps]
     run = store.get_run("r1")
-    assert run is not None and leased is not None
+    assert run is not None
+    assert leased is not None
     assert run.event_count == steps[-1].seq
     assert run.updated_at == clock.now()
     assert (run.status, run.lease_owner, run.lease_epoch) == (RunStatus.RUNNING, "worker-a", 1)
@@ -141,7 +142,9 @@ def test_a_stale_epoch_after_a_takeover_writes_nothing(store: Store, clock: Fake
 def test_a_batch_commits_only_its_fresh_checkpoints(store: Store, clock: FakeClock) -> None:
     for run_id, workflow in (("fresh1", "y"), ("stale", "x"), ("fresh2", "y")):
         store.create_run(new_run(run_id, workflow=workflow), now=clock.now())
-    claims = {c.run_id: c for c in store.claim("a", ["x", "y"], now=clock.now(), lease=LEASE, limit=10)}
+    claims = {
+        c.run_id: c for c in store.claim("a", ["x", "y"], now=clock.now(), lease=LEASE, limit=10)
+    }
     clock.advance(LEASE + timedelta(seconds=1))
     assert store.renew(
         [claims["fresh1"].lease, claims["fresh2"].lease], now=clock.now(), lease=LEASE
@@ -153,7 +156,9 @@ def test_a_batch_commits_only_its_fresh_checkpoints(store: Store, clock: FakeClo
         for run_id in claims
     }
     batch = [
-        checkpoint(claims[run_id], (done[run_id],), status=RunStatus.COMPLETED, result=f'"{run_id}"')
+        checkpoint(
+            claims[run_id], (done[run_id],), status=RunStatus.COMPLETED, result=f'"{run_id}"'
+        )
         for run_id in ("fresh1", "stale", "fresh2")
     ]
 
@@ -203,9 +208,9 @@ def test_a_second_outcome_for_one_step_is_refused_by_the_database(
     store.create_run(new_run("r1"), now=clock.now())
     store.create_run(new_run("r2", workflow="other"), now=clock.now())
     first, second = _taken_over(store, clock, "r1")
-    assert store.commit([checkpoint(first, step_events(first, 0, clock.now()))], now=clock.now()) == [
-        False
-    ]
+    assert store.commit(
+        [checkpoint(first, step_events(first, 0, clock.now()))], now=clock.now()
+    ) == [False]
     other = claim_only(store, clock, "r2", owner="worker-b", workflow="other")
     completed = step_events(second, 0, clock.now())
     assert store.commit([checkpoint(second, completed)], now=clock.now()) == [True]

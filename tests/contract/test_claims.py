@@ -26,9 +26,7 @@ from .support import (
 )
 
 
-def test_a_claim_leases_the_run_and_records_a_claimed_event(
-    store: Store, clock: FakeClock
-) -> None:
+def test_a_claim_leases_the_run_and_records_a_claimed_event(store: Store, clock: FakeClock) -> None:
     created, _ = store.create_run(new_run("r1", input='{"amount": 12}'), now=clock.now())
     clock.advance("1s")
     now = clock.now()
@@ -187,7 +185,9 @@ def test_renew_returns_only_the_leases_still_held(store: Store, clock: FakeClock
     store.create_run(new_run("lost", workflow="x"), now=clock.now())
     store.create_run(new_run("kept", workflow="y"), now=clock.now())
     store.create_run(new_run("done", workflow="y"), now=clock.now())
-    claims = {c.run_id: c for c in store.claim("a", ["x", "y"], now=clock.now(), lease=LEASE, limit=10)}
+    claims = {
+        c.run_id: c for c in store.claim("a", ["x", "y"], now=clock.now(), lease=LEASE, limit=10)
+    }
     finished = checkpoint(claims["done"], status=RunStatus.COMPLETED, result="1")
     assert store.commit([finished], now=clock.now()) == [True]
     clock.advance(LEASE + timedelta(seconds=1))
@@ -243,7 +243,8 @@ def test_concurrent_claimers_claim_every_run_exactly_once(
                 claimed.extend((c.run_id, owner, c.epoch) for c in batch)
 
     try:
-        in_threads(claimers, claim_until_empty)
+        # Each thread connects before the start, so that all claim from the first moment.
+        in_threads(claimers, claim_until_empty, ready=lambda index: stores[index].get_run("-"))
     finally:
         for opened in stores:
             if opened is not store:

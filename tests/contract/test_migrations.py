@@ -3,6 +3,8 @@ schema from a newer durably, and a store that cannot be reached."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -42,7 +44,9 @@ def test_opening_a_store_again_is_idempotent(
 
 def test_a_schema_from_a_newer_durably_is_refused(store: Store, store_url: str) -> None:
     newer = LATEST_VERSION + 1
-    execute_sql(store_url, "UPDATE durably_meta SET value = ? WHERE key = 'schema_version'", [str(newer)])
+    execute_sql(
+        store_url, "UPDATE durably_meta SET value = ? WHERE key = 'schema_version'", [str(newer)]
+    )
 
     with pytest.raises(SchemaTooNew) as raised:
         open_store(store_url)
@@ -59,14 +63,38 @@ def test_concurrent_first_opens_of_a_fresh_database_all_succeed(
 ) -> None:
     stores = in_threads(6, lambda _: open_store(store_url))
     try:
-        outcomes = [
-            opened.create_run(new_run("r1"), now=clock.now())[1] for opened in stores
-        ]
+        outcomes = [opened.create_run(new_run("r1"), now=clock.now())[1] for opened in stores]
         assert outcomes == [True] + [False] * 5
         assert execute_sql(store_url, _VERSION_SQL) == [(str(LATEST_VERSION),)]
     finally:
         for opened in stores:
             opened.close()
+
+
+def test_a_sqlite_file_locked_before_it_is_in_wal_mode_is_waited_for(sqlite_url: str) -> None:
+    """A second opener waits (busy timeout) for a writer that holds a fresh file's lock,
+    as a concurrent first open does while it switches the file to WAL and migrates it."""
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    outcome: list[Store | Exception] = []
+
+    def open_it() -> None:
+        try:
+            outcome.append(open_store(sqlite_url))
+        except Exception as exc:
+            outcome.append(exc)
+
+    opener = threading.Thread(target=open_it, name="second-opener")
+    opener.start()
+    opener.join(timeout=0.5)  # real time is the point: it must still be waiting here
+    other.execute("COMMIT")
+    other.close()
+    opener.join(timeout=30)
+
+    assert len(outcome) == 1
+    opened = outcome[0]
+    assert not isinstance(opened, Exception), f"the second open failed: {opened!r}"
+    opened.close()
 
 
 def test_an_unreachable_postgres_raises_store_unavailable_quickly() -> None:

@@ -1,0 +1,123 @@
+"""Fixtures and helpers for the failure-handling tests: an App on each real store, a fake
+clock, and a way to move through backoffs without sleeping."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+import durably
+from durably.core.history import Event, EventKind
+from durably.stores import Checkpoint, Claim, Store
+from durably.testing import FakeClock
+
+DEAD_LEASE = timedelta(seconds=5)  # the lease of a worker that is about to die
+
+
+@pytest.fixture
+def app(store_url: str, clock: FakeClock) -> Iterator[durably.App]:
+    opened = durably.App(store_url, clock=clock, seed=1)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def store(app: durably.App) -> Store:
+    """The app's own store, for the low-level moves a dying worker makes."""
+    return app.store
+
+
+def settle(app: durably.App, clock: FakeClock, *, rounds: int = 100) -> int:
+    """Drain, then jump the fake clock to the next due time, until no run waits any more.
+
+    Returns how many runs were taken to an end (any final or parked state)."""
+    ended = 0
+    for _ in range(rounds):
+        ended += app.run_until_idle()
+        due = next_due(app)
+        if due is None:
+            return ended
+        clock.set(max(clock.now(), due))
+    raise AssertionError(f"runs still waiting after {rounds} rounds: {app.runs(limit=10)}")
+
+
+def next_due(app: durably.App) -> datetime | None:
+    """The earliest due time of a pending run, if any."""
+    pending = app.runs(status=durably.RunStatus.PENDING, limit=10_000)
+    due = [run.available_at for run in pending if run.available_at is not None]
+    return min(due, default=None)
+
+
+def events(app: durably.App, run_id: str, kind: EventKind | None = None) -> list[Event]:
+    history = app.history(run_id)
+    return history if kind is None else [event for event in history if event.kind is kind]
+
+
+def data(event: Event) -> dict[str, Any]:
+    loaded = json.loads(event.data or "{}")
+    assert isinstance(loaded, dict), event
+    return loaded
+
+
+def kinds(history: Sequence[Event]) -> list[str]:
+    return [str(event.kind) for event in history]
+
+
+def step_events(history: Sequence[Event]) -> list[tuple[str, int | None, str | None, int | None]]:
+    """(kind, position, name, attempt) of every event about a step, in order."""
+    return [(str(e.kind), e.position, e.name, e.attempt) for e in history if e.position is not None]
+
+
+def keys_started(history: Sequence[Event]) -> list[str]:
+    """The idempotency key of every step attempt, in order."""
+    return [data(e)["key"] for e in history if e.kind is EventKind.STEP_STARTED]
+
+
+def seconds(delta: timedelta) -> float:
+    return delta.total_seconds()
+
+
+def retry_delays(history: Sequence[Event]) -> list[float]:
+    """Seconds between each failed attempt and the due time it set."""
+    failed = [e for e in history if e.kind is EventKind.STEP_ATTEMPT_FAILED]
+    return [seconds(datetime.fromisoformat(data(e)["retry_at"]) - e.at) for e in failed]
+
+
+def dying_worker(
+    store: Store,
+    clock: FakeClock,
+    workflows: Sequence[str],
+    *,
+    owner: str = "dying-worker",
+    record: Sequence[tuple[EventKind, int, str, int, str | None]] = (),
+) -> Claim:
+    """Claim the due run of `workflows` as a worker that then dies: it commits `record`
+    (kind, position, name, attempt, data) and never writes again. Its lease is DEAD_LEASE;
+    advance the clock past it to let another worker take the run over."""
+    [claim] = store.claim(owner, list(workflows), now=clock.now(), lease=DEAD_LEASE, limit=1)
+    seq = max(event.seq for event in claim.events) + 1
+    at = clock.now()
+    written = tuple(
+        Event(seq + n, kind, at, position, name, attempt, payload)
+        for n, (kind, position, name, attempt, payload) in enumerate(record)
+    )
+    if written:
+        assert store.commit([Checkpoint(claim.run_id, claim.epoch, written)], now=at) == [True]
+    return claim
+
+
+def sql_rows(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    """Rows of one query run straight on the store's database (`?` placeholders)."""
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            return list(db.execute(sql, params).fetchall())
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as db:
+        return list(db.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]

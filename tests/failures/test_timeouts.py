@@ -1,0 +1,284 @@
+"""Timeouts: an attempt that runs past its timeout is unknown and retried; a workflow that
+passes its deadline is compensated and ends `timed_out`.
+
+Per-attempt timeouts are real time (that is the point of them), kept to tenths of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+import durably
+from durably import Retry, RunStatus
+from durably.core.history import EventKind
+from durably.runtime.context import step_key
+from durably.testing import FakeClock
+
+from .conftest import data, events, keys_started, settle, step_events
+
+QUICK_RETRY = Retry(attempts=3, initial="1s", jitter="none")
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Set at the end of the test, so a hung thread a test leaves behind ends with it."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_an_async_step_past_its_timeout_is_unknown_and_retried(
+    app: durably.App, clock: FakeClock
+) -> None:
+    calls: list[str] = []
+
+    @app.step(timeout="100ms", retry=QUICK_RETRY)
+    async def fetch(x: int) -> int:
+        calls.append(durably.idempotency_key())
+        if len(calls) == 1:
+            await asyncio.sleep(30)  # the service hangs
+        return x + 1
+
+    @app.workflow
+    async def flow(x: int) -> int:
+        result: int = await fetch(x)
+        return result
+
+    handle = app.start(flow, 1, id="flow-1")
+    began = time.monotonic()
+    assert app.run_until_idle() == 0
+    assert time.monotonic() - began < 5  # abandoned after its timeout, not after 30 s
+
+    [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
+    detail = data(failed)
+    assert detail["error_class"] == "durably.errors.StepTimeout"
+    assert "timeout" in detail["message"]
+    assert detail["unknown"] is True  # it may have happened: the next attempt reconciles
+    assert app.get_run(handle.id).status is RunStatus.PENDING
+
+    settle(app, clock)
+    assert handle.result(timeout=0) == 2
+    key = step_key("flow-1", 0, "fetch")
+    assert calls == [key, key]
+    assert keys_started(app.history(handle.id)) == [key, key]
+    assert step_events(app.history(handle.id)) == [
+        ("step_started", 0, "fetch", 1),
+        ("attempt_failed", 0, "fetch", 1),
+        ("step_started", 0, "fetch", 2),  # no reconcile hook: the body runs again
+        ("step_completed", 0, "fetch", 2),
+    ]
+
+
+def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
+    app: durably.App, clock: FakeClock, release: threading.Event
+) -> None:
+    calls: list[int] = []
+
+    @app.step(timeout="100ms", retry=QUICK_RETRY)
+    def lookup(x: int) -> int:
+        calls.append(x)
+        if len(calls) == 1:
+            release.wait(3)  # a blocking call that never returns in time
+        return x * 3
+
+    @app.workflow
+    async def flow(x: int) -> int:
+        result: int = await lookup(x)
+        return result
+
+    handle = app.start(flow, 2)
+    began = time.monotonic()
+    assert app.run_until_idle() == 0
+    assert time.monotonic() - began < 2, "the drain waited for the hung thread"
+
+    [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
+    assert data(failed)["error_class"] == "durably.errors.StepTimeout"
+    assert data(failed)["unknown"] is True
+
+    settle(app, clock)
+    assert handle.result(timeout=0) == 6
+    assert calls == [2, 2]
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
+    app: durably.App, clock: FakeClock, release: threading.Event, sync: bool
+) -> None:
+    hanging = threading.Event()  # set while the hung attempt is in flight
+    seen_while_hanging: list[bool] = []
+
+    def stuck_sync() -> str:
+        hanging.set()
+        try:
+            release.wait(3)
+        finally:
+            hanging.clear()
+        return "late"
+
+    async def stuck_async() -> str:
+        hanging.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            hanging.clear()
+        return "late"
+
+    stuck = app.step(name="stuck", timeout="200ms", retry=QUICK_RETRY)(
+        stuck_sync if sync else stuck_async
+    )
+
+    @app.workflow
+    async def slow_flow() -> str:
+        result: str = await stuck()
+        return result
+
+    @app.step
+    async def hop(x: int) -> int:
+        if x == 0:  # let the hung run go first
+            for _ in range(200):
+                if hanging.is_set():
+                    break
+                await asyncio.sleep(0.005)
+        seen_while_hanging.append(hanging.is_set())
+        return x + 1
+
+    @app.workflow
+    async def fast_flow() -> int:
+        x = 0
+        for _ in range(3):
+            x = await hop(x)
+        return x
+
+    stuck_run = app.start(slow_flow)
+    fast_run = app.start(fast_flow)
+    began = time.monotonic()
+    assert app.run_until_idle() == 1  # the fast run ended in the same drain
+    assert time.monotonic() - began < 2
+
+    assert fast_run.result(timeout=0) == 3
+    assert seen_while_hanging == [True, True, True]  # it went on while the other hung
+    assert stuck_run.status() is RunStatus.PENDING
+    [failed] = events(app, stuck_run.id, EventKind.STEP_ATTEMPT_FAILED)
+    assert data(failed)["unknown"] is True
+
+
+def order_with_deadline(
+    app: durably.App, undone: list[str], charges: list[int], *, deadline: str
+) -> durably.Workflow:
+    """reserve (undone by release), then charge, which the service keeps failing."""
+
+    @app.step
+    async def reserve(x: int) -> str:
+        return f"reservation-{x}"
+
+    @reserve.compensation
+    async def release_it(x: int, reservation: str) -> None:
+        undone.append(reservation)
+
+    @app.step(retry=Retry(attempts=10, initial="2h", max_delay="3h", jitter="none"))
+    async def charge(x: int) -> str:
+        charges.append(x)
+        raise ConnectionError("payment service down")
+
+    @app.workflow(deadline=deadline)
+    async def order(x: int) -> str:
+        await reserve(x)
+        result: str = await charge(x)
+        return result
+
+    return order
+
+
+def test_a_passed_deadline_compensates_and_ends_timed_out(
+    app: durably.App, clock: FakeClock
+) -> None:
+    undone: list[str] = []
+    charges: list[int] = []
+    workflow = order_with_deadline(app, undone, charges, deadline="1h")
+    handle = app.start(workflow, 9)
+    start = clock.now()
+
+    app.run_until_idle()
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.PENDING
+    assert run.available_at == start + timedelta(hours=1)  # the wait ends at the deadline
+    clock.advance("59m")
+    assert app.run_until_idle() == 0
+    assert undone == []
+
+    clock.advance("1m")
+    assert app.run_until_idle() == 1
+    assert charges == [9]  # no new attempt after the deadline
+    assert undone == ["reservation-9"]
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.TIMED_OUT
+    assert run.error is not None
+    assert run.error.error_class == "durably.errors.DeadlineExceeded"
+    with pytest.raises(durably.WorkflowFailed) as failed:
+        handle.result(timeout=0)
+    assert failed.value.status == "timed_out"
+    [compensating] = events(app, handle.id, EventKind.COMPENSATING)
+    assert data(compensating)["then"] == "timed_out"
+    assert [e.kind for e in app.history(handle.id)][-3:] == [
+        EventKind.COMPENSATION_STARTED,
+        EventKind.COMPENSATION_COMPLETED,
+        EventKind.RUN_FAILED,
+    ]
+    assert app.dead_letters() == []
+
+
+def test_a_run_first_claimed_after_its_deadline_runs_no_step(
+    app: durably.App, clock: FakeClock
+) -> None:
+    undone: list[str] = []
+    charges: list[int] = []
+    workflow = order_with_deadline(app, undone, charges, deadline="1h")
+    handle = app.start(workflow, 3)
+    clock.advance("2h")  # every worker was down for two hours
+
+    assert app.run_until_idle() == 1
+    assert (charges, undone) == ([], [])
+    assert handle.status() is RunStatus.TIMED_OUT
+    assert events(app, handle.id, EventKind.STEP_STARTED) == []
+
+
+def test_a_deadline_that_passes_while_a_step_is_in_flight_stops_the_run(
+    app: durably.App, clock: FakeClock
+) -> None:
+    undone: list[str] = []
+
+    @app.step
+    async def reserve(x: int) -> str:
+        return f"reservation-{x}"
+
+    @reserve.compensation
+    async def release_it(x: int, reservation: str) -> None:
+        undone.append(reservation)
+
+    @app.step
+    async def wait_for_stock(x: int) -> str:
+        await asyncio.sleep(30)
+        return "in stock"
+
+    @app.workflow(deadline="200ms")
+    async def order(x: int) -> str:
+        await reserve(x)
+        result: str = await wait_for_stock(x)
+        return result
+
+    handle = app.start(order, 4)
+    began = time.monotonic()
+    assert app.run_until_idle() == 1
+    assert time.monotonic() - began < 5
+
+    assert undone == ["reservation-4"]
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.TIMED_OUT
+    assert run.error is not None
+    assert run.error.error_class == "durably.errors.DeadlineExceeded"
