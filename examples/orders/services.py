@@ -114,7 +114,10 @@ class Services:
 
     def report(self) -> dict[str, int]:
         with self._db() as db:
-            one = lambda sql: int(db.execute(sql).fetchone()[0])  # noqa: E731
+
+            def one(sql: str) -> int:
+                return int(db.execute(sql).fetchone()[0])
+
             return {
                 "calls": one("SELECT count(*) FROM calls"),
                 "charges": one("SELECT count(*) FROM effects WHERE service = 'payments'"),

@@ -89,8 +89,15 @@ def test_checkpoints_follow_one_another(store: Store, clock: FakeClock) -> None:
             ErrorInfo("durably.errors.NonDeterminismError", "step #0 changed"),
             EventKind.RUN_PARKED,
         ),
+        (
+            RunStatus.COMPENSATION_FAILED,
+            None,
+            ErrorInfo("RuntimeError", "refund refused"),
+            EventKind.COMPENSATION_FAILED,
+        ),
+        (RunStatus.TIMED_OUT, None, ErrorInfo("TimeoutError", "deadline"), EventKind.RUN_FAILED),
     ],
-    ids=["completed", "failed", "needs_attention"],
+    ids=["completed", "failed", "needs_attention", "compensation_failed", "timed_out"],
 )
 def test_a_final_status_ends_the_lease_and_the_run_is_never_claimed_again(
     store: Store,
