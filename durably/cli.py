@@ -184,9 +184,19 @@ def _store(url: str | None) -> Iterator[Store]:
 @click.option("--orders", default=200, show_default=True, help="How many orders to fulfil.")
 @click.option("--store", "store_url", default=None, help="Store URL (default: a fresh demo.db).")
 def demo(orders: int, store_url: str | None) -> None:
-    """Fulfil orders through flaky fake services, kill a worker mid-run, and report."""
-    from examples.orders.demo import run_demo
+    """Fulfil orders through flaky fake services, kill a worker mid-run, and report.
 
+    The services fail on purpose: connection resets, throttling, a charge whose answer comes
+    after the step's timeout, items out of stock, a mailer that rejects some orders.
+    """
+    sys.path.insert(0, os.getcwd())
+    try:
+        from examples.orders.demo import run_demo
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the demo lives in the durably repository's examples/ folder ({exc}); "
+            "run `make demo` or `durably demo` from the repository's root"
+        ) from None
     run_demo(orders=orders, store_url=store_url)
 
 
