@@ -95,6 +95,15 @@ class PostgresStore:
             timeout=connect_timeout.total_seconds(),
             name="durably",
         )
+        try:  # one plain connection first: a refused one is reported at once, with why
+            psycopg.connect(
+                url, connect_timeout=max(1, int(connect_timeout.total_seconds()))
+            ).close()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"cannot reach the PostgreSQL store at {self.url}: {redact(str(exc).strip())}; "
+                "is the server running and the URL right?"
+            ) from None
         try:
             self._pool.open(wait=True, timeout=connect_timeout.total_seconds())
         except PoolTimeout as exc:
@@ -346,4 +355,5 @@ def _claimed_row(
 
 def redact(url: str) -> str:
     """The URL with its password replaced by ***, safe for logs and errors."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return re.sub(r"(password=)[^&\s]*", r"\1***", url)

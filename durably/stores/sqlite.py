@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -254,12 +255,27 @@ class SQLiteStore:
                 isolation_level=None,  # transactions are begun explicitly
                 check_same_thread=False,  # only so close() can close every thread's one
             )
-            db.execute("PRAGMA journal_mode = WAL")
+            self._enable_wal(db)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
         return db
+
+    def _enable_wal(self, db: sqlite3.Connection) -> None:
+        """Switch to WAL. SQLite answers "locked" at once, without its busy handler, while
+        another connection writes to a file not yet in WAL mode: wait like the handler would."""
+        deadline = time.monotonic() + self._busy_timeout.total_seconds()
+        pause = 0.001
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

@@ -61,14 +61,20 @@ def test_a_schema_from_a_newer_durably_is_refused(store: Store, store_url: str) 
 def test_concurrent_first_opens_of_a_fresh_database_all_succeed(
     store_url: str, clock: FakeClock
 ) -> None:
-    stores = in_threads(6, lambda _: open_store(store_url))
+    opened: list[Store] = []
+
+    def open_it(_: int) -> None:
+        store = open_store(store_url)
+        opened.append(store)
+
     try:
-        outcomes = [opened.create_run(new_run("r1"), now=clock.now())[1] for opened in stores]
+        in_threads(6, open_it)
+        outcomes = [store.create_run(new_run("r1"), now=clock.now())[1] for store in opened]
         assert outcomes == [True] + [False] * 5
         assert execute_sql(store_url, _VERSION_SQL) == [(str(LATEST_VERSION),)]
     finally:
-        for opened in stores:
-            opened.close()
+        for store in opened:
+            store.close()
 
 
 def test_a_sqlite_file_locked_before_it_is_in_wal_mode_is_waited_for(sqlite_url: str) -> None:

@@ -28,6 +28,14 @@ def app(store_url: str, clock: FakeClock) -> Iterator[durably.App]:
 
 
 @pytest.fixture
+def other_app(store_url: str, clock: FakeClock) -> Iterator[durably.App]:
+    """A second worker process on the same store, with its own copy of the code."""
+    opened = durably.App(store_url, clock=clock, seed=2)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def store(app: durably.App) -> Store:
     """The app's own store, for the low-level moves a dying worker makes."""
     return app.store

@@ -95,11 +95,12 @@ def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
     handle = app.start(flow, 2)
     began = time.monotonic()
     assert app.run_until_idle() == 0
-    assert time.monotonic() - began < 2, "the drain waited for the hung thread"
+    took = time.monotonic() - began
 
     [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
     assert data(failed)["error_class"] == "durably.errors.StepTimeout"
     assert data(failed)["unknown"] is True
+    assert took < 2, f"the drain waited {took:.1f}s for the abandoned thread to end"
 
     settle(app, clock)
     assert handle.result(timeout=0) == 6
@@ -159,13 +160,14 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
     fast_run = app.start(fast_flow)
     began = time.monotonic()
     assert app.run_until_idle() == 1  # the fast run ended in the same drain
-    assert time.monotonic() - began < 2
+    took = time.monotonic() - began
 
     assert fast_run.result(timeout=0) == 3
     assert seen_while_hanging == [True, True, True]  # it went on while the other hung
     assert stuck_run.status() is RunStatus.PENDING
     [failed] = events(app, stuck_run.id, EventKind.STEP_ATTEMPT_FAILED)
     assert data(failed)["unknown"] is True
+    assert took < 2, f"the drain waited {took:.1f}s for the abandoned thread to end"
 
 
 def order_with_deadline(

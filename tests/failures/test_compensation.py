@@ -1,0 +1,294 @@
+"""Compensation: when a run fails for good, the completed steps are undone in reverse order,
+each undo durable and retried, exactly as a step is."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+
+import durably
+from durably import Retry, RunStatus, Terminal
+from durably.core.history import Event, EventKind
+from durably.runtime.context import step_key
+from durably.stores import Store
+from durably.testing import FakeClock
+
+from .conftest import DEAD_LEASE, data, dying_worker, events, settle
+
+RUN = "order-1"
+
+
+@dataclass
+class World:
+    """What the steps and their undos did to the outside world, in order."""
+
+    log: list[tuple[object, ...]] = field(default_factory=list)
+    refund_failures: int = 0  # the next refunds that fail with a retryable error
+    refund_error: Exception = field(default_factory=lambda: ConnectionError("bank unreachable"))
+
+
+def order_app(app: durably.App, world: World) -> None:
+    """`order(sku, amount)`: reserve, charge, book a courier (each undoable), then confirm,
+    which the shop refuses for good (Terminal)."""
+
+    @app.step
+    async def reserve(sku: str, qty: int) -> str:
+        return f"res-{sku}-{qty}"
+
+    @reserve.compensation
+    async def unreserve(sku: str, qty: int, reservation: str) -> None:
+        world.log.append(("unreserve", sku, qty, reservation, durably.idempotency_key()))
+
+    @app.step(retry=Retry(attempts=3, initial="10s", jitter="none"))
+    def charge(amount: int) -> dict[str, int]:  # a sync step, a structured result
+        return {"charge_id": 7, "amount": amount}
+
+    @charge.compensation
+    def refund(amount: int, charged: dict[str, int]) -> None:
+        world.log.append(("refund", amount, charged, durably.idempotency_key()))
+        if world.refund_failures:
+            world.refund_failures -= 1
+            raise world.refund_error
+
+    @app.step
+    async def book_courier(sku: str) -> str:
+        return f"courier-for-{sku}"
+
+    @book_courier.compensation
+    async def cancel_courier(sku: str, booking: str) -> None:
+        world.log.append(("cancel_courier", sku, booking))
+
+    @app.step
+    async def confirm(sku: str) -> None:
+        raise Terminal(f"{sku} is discontinued")
+
+    @confirm.compensation
+    async def unconfirm(sku: str, result: None) -> None:
+        world.log.append(("unconfirm", sku))  # never: confirm did not complete
+
+    @app.workflow
+    async def order(sku: str, amount: int) -> str:
+        await reserve(sku, qty=2)
+        await charge(amount)
+        booking: str = await book_courier(sku)
+        await confirm(sku)
+        return booking
+
+
+def compensations(history: list[Event], kind: EventKind) -> list[int | None]:
+    return [event.position for event in history if event.kind is kind]
+
+
+def test_completed_steps_are_undone_in_reverse_order_with_their_input_and_result(
+    app: durably.App, clock: FakeClock
+) -> None:
+    world = World()
+    order_app(app, world)
+    handle = app.start("order", "lamp", 120, id=RUN)
+
+    assert app.run_until_idle() == 1
+
+    assert world.log == [
+        ("cancel_courier", "lamp", "courier-for-lamp"),
+        ("refund", 120, {"charge_id": 7, "amount": 120}, f"{step_key(RUN, 1, 'charge')}:undo"),
+        ("unreserve", "lamp", 2, "res-lamp-2", f"{step_key(RUN, 0, 'reserve')}:undo"),
+    ]
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert run.error.error_class == "durably.errors.StepFailed"
+    assert "lamp is discontinued" in run.error.message
+    history = app.history(handle.id)
+    [compensating] = [e for e in history if e.kind is EventKind.COMPENSATING]
+    assert data(compensating)["then"] == "failed"
+    assert "lamp is discontinued" in data(compensating)["message"]
+    assert compensations(history, EventKind.COMPENSATION_STARTED) == [2, 1, 0]
+    assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 1, 0]
+    assert history[-1].kind is EventKind.RUN_FAILED
+    assert app.dead_letters() == []
+
+
+def test_steps_without_a_compensation_are_skipped(app: durably.App) -> None:
+    undone: list[str] = []
+
+    @app.step
+    async def a() -> str:
+        return "a"
+
+    @a.compensation
+    async def undo_a(result: str) -> None:
+        undone.append(result)
+
+    @app.step
+    async def b() -> str:  # nothing to undo: a read, say
+        return "b"
+
+    @app.step
+    async def c() -> str:
+        return "c"
+
+    @c.compensation
+    async def undo_c(result: str) -> None:
+        undone.append(result)
+
+    @app.workflow
+    async def flow() -> None:
+        await a()
+        await b()
+        await c()
+        raise ValueError("the workflow's own check failed")  # fails the run, no retry
+
+    handle = app.start(flow)
+    app.run_until_idle()
+
+    assert undone == ["c", "a"]
+    history = app.history(handle.id)
+    assert compensations(history, EventKind.COMPENSATION_STARTED) == [2, 0]
+    assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 0]
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert (run.error.error_class, run.error.message) == (
+        "ValueError",
+        "the workflow's own check failed",
+    )
+
+
+def test_a_compensation_that_fails_transiently_is_retried_durably(
+    app: durably.App, clock: FakeClock
+) -> None:
+    world = World(refund_failures=1)
+    order_app(app, world)
+    handle = app.start("order", "desk", 300, id=RUN)
+    start = clock.now()
+
+    assert app.run_until_idle() == 0  # waiting to retry the refund
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.PENDING
+    assert run.available_at == start + timedelta(seconds=10)  # the charge step's policy
+    [failed] = events(app, handle.id, EventKind.COMPENSATION_ATTEMPT_FAILED)
+    assert (failed.position, failed.attempt) == (1, 1)
+    assert data(failed)["error_class"] == "ConnectionError"
+    assert data(failed)["retry_at"] == (start + timedelta(seconds=10)).isoformat()
+    assert [entry[0] for entry in world.log] == ["cancel_courier", "refund"]
+
+    clock.advance("9s")
+    assert app.run_until_idle() == 0
+    assert len(world.log) == 2
+
+    clock.advance("1s")
+    assert app.run_until_idle() == 1
+    assert [entry[0] for entry in world.log] == ["cancel_courier", "refund", "refund", "unreserve"]
+    assert world.log[1][3] == world.log[2][3]  # the same idempotency key for the retry
+    history = app.history(handle.id)
+    started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
+    assert started == [(2, 1), (1, 1), (1, 2), (0, 1)]
+    assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 1, 0]
+    assert handle.status() is RunStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts", "reason"),
+    [(ConnectionError("bank unreachable"), 3, "attempts exhausted"), (Terminal("no"), 1, "terminal")],
+    ids=["exhausted", "terminal"],
+)
+def test_a_compensation_that_cannot_be_done_parks_the_run(
+    app: durably.App, clock: FakeClock, error: Exception, attempts: int, reason: str
+) -> None:
+    world = World(refund_failures=100, refund_error=error)
+    order_app(app, world)
+    handle = app.start("order", "chair", 80, id=RUN)
+
+    settle(app, clock)
+
+    assert [entry[0] for entry in world.log] == ["cancel_courier", *["refund"] * attempts]
+    run = app.get_run(handle.id)
+    assert run.status is RunStatus.COMPENSATION_FAILED
+    assert run.lease_owner is None
+    assert run.error is not None
+    assert "compensation of step 'charge' failed" in run.error.message
+    history = app.history(handle.id)
+    [failed] = [e for e in history if e.kind is EventKind.COMPENSATION_FAILED]
+    assert (failed.position, failed.attempt) == (1, attempts)
+    assert data(failed)["reason"] == reason
+    assert history[-1].kind is EventKind.RUN_PARKED
+    [letter] = app.dead_letters()
+    assert (letter.run_id, letter.status) == (RUN, RunStatus.COMPENSATION_FAILED)
+
+    # A person fixes the bank connection and retries: the undo is tried again, then the rest.
+    world.refund_failures = 0
+    app.retry(RUN)
+    settle(app, clock)
+    assert [entry[0] for entry in world.log][-2:] == ["refund", "unreserve"]
+    assert handle.status() is RunStatus.FAILED
+    done = Counter(compensations(app.history(RUN), EventKind.COMPENSATION_COMPLETED))
+    assert done == {2: 1, 1: 1, 0: 1}
+
+
+def test_compensation_goes_on_in_a_new_worker_after_the_first_went_away(
+    store_url: str, clock: FakeClock
+) -> None:
+    """The first worker's refund fails once and the process ends; a new process (a new App
+    on the same store) finishes the compensation: nothing is undone twice."""
+    first_world = World(refund_failures=1)
+    first = durably.App(store_url, clock=clock, seed=1)
+    order_app(first, first_world)
+    first.start("order", "sofa", 900, id=RUN)
+    assert first.run_until_idle() == 0
+    first.close()
+    assert [entry[0] for entry in first_world.log] == ["cancel_courier", "refund"]
+
+    second_world = World()
+    second = durably.App(store_url, clock=clock, seed=2)
+    order_app(second, second_world)
+    try:
+        settle(second, clock)
+        assert [entry[0] for entry in second_world.log] == ["refund", "unreserve"]
+        assert second.get_run(RUN).status is RunStatus.FAILED
+        history = second.history(RUN)
+        done = Counter(compensations(history, EventKind.COMPENSATION_COMPLETED))
+        assert done == {2: 1, 1: 1, 0: 1}
+    finally:
+        second.close()
+
+
+def test_compensation_survives_a_worker_dying_mid_undo(
+    app: durably.App, store: Store, clock: FakeClock, other_app: durably.App
+) -> None:
+    """A worker takes the waiting run, starts the refund again and dies before recording its
+    outcome. Another worker takes it over once the lease expires and finishes the job."""
+    world = World(refund_failures=1)
+    order_app(app, world)
+    app.start("order", "bed", 500, id=RUN)
+    assert app.run_until_idle() == 0
+    clock.advance("10s")  # the refund's retry is due
+
+    key = f"{step_key(RUN, 1, 'charge')}:undo"
+    dying_worker(
+        store,
+        clock,
+        ["order"],
+        record=[(EventKind.COMPENSATION_STARTED, 1, "charge", 2, json.dumps({"key": key}))],
+    )
+    other_world = World()
+    order_app(other_app, other_world)
+    assert other_app.run_until_idle() == 0  # its lease still holds
+    assert other_world.log == []
+    clock.advance(DEAD_LEASE + timedelta(seconds=1))
+    settle(other_app, clock)
+
+    assert [entry[0] for entry in other_world.log] == ["refund", "unreserve"]
+    assert other_world.log[0][3] == key  # the same key as the attempt that may have happened
+    history = other_app.history(RUN)
+    assert other_app.get_run(RUN).status is RunStatus.FAILED
+    done = Counter(compensations(history, EventKind.COMPENSATION_COMPLETED))
+    assert done == {2: 1, 1: 1, 0: 1}
+    started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
+    assert started == [(2, 1), (1, 1), (1, 2), (1, 3), (0, 1)]
+    takeovers = [e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")]
+    assert len(takeovers) == 1
+
