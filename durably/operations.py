@@ -42,8 +42,11 @@ def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
 def retry(
     store: Store, run_id: str, *, now: datetime, by: str, from_step: int | None = None
 ) -> None:
-    """Fresh attempts for a parked run: its failed step (or every step from `from_step`) runs
-    again with the same idempotency keys; a failed compensation is tried again."""
+    """Fresh attempts for a parked run: its failed step runs again with the same idempotency
+    key (or every step from `from_step`, which must not have completed); a failed
+    compensation is tried again."""
+    if from_step is not None:
+        _check_reopenable(store, run_id, from_step)
     claim = _take(store, run_id, now=now, by=by, action="retry")
     phase = fold_run(claim.events)
     if phase.compensating is not None and from_step is None:
@@ -95,6 +98,21 @@ def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> N
     _hand_back(
         store, claim, now, Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
     )
+
+
+def _check_reopenable(store: Store, run_id: str, from_step: int) -> None:
+    completed = [
+        record
+        for record in fold_run(store.history(run_id)).steps
+        if record.position >= from_step and record.completed
+    ]
+    if completed:
+        first = completed[0]
+        raise DurablyError(
+            f"cannot retry run {run_id!r} from step #{from_step}: step #{first.position} "
+            f"({first.name!r}) completed, and a completed step never runs again (its recorded "
+            "result stands); retry from a later step, or without from_step"
+        )
 
 
 def _take(

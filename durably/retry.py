@@ -91,10 +91,10 @@ class GiveUp:
 
 def classify(error: BaseException, policy: Retry) -> Classification:
     """Is another attempt worth making after `error`?"""
-    if isinstance(error, Throttled):
-        return Classification(True, error.retry_after)
     if isinstance(error, (Terminal, *policy.no_retry_on)):
         return Classification(False)
+    if isinstance(error, Throttled):
+        return Classification(True, error.retry_after)
     if policy.retry_on:
         return Classification(isinstance(error, tuple(policy.retry_on)))
     return Classification(not isinstance(error, NEVER_RETRIED))

@@ -117,7 +117,8 @@ def fold_steps(events: Iterable[Event]) -> list[StepRecord]:
     steps: dict[int, StepRecord] = {}
     for event in events:
         if event.kind is EventKind.RUN_RETRIED:
-            steps = _reopen(steps, event.position or 0)
+            if event.position is not None:  # None: a retry of the compensations only
+                steps = _reopen(steps, event.position)
             continue
         if event.kind not in _STEP_KINDS or event.position is None or event.name is None:
             continue

@@ -9,7 +9,6 @@ checkpoints into one transaction and one fsync.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import queue
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from durably.clock import Clock
 from durably.errors import StoreUnavailable
+from durably.runtime.threads import settle_threadsafe
 from durably.stores.base import Checkpoint, Store
 
 __all__ = ["Committer"]
@@ -154,17 +154,7 @@ class Committer:
         self, future: asyncio.Future[Any], *, value: Any = None, error: BaseException | None = None
     ) -> None:
         assert self._loop is not None
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-            self._loop.call_soon_threadsafe(_settle_future, future, value, error)
-
-
-def _settle_future(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
+        settle_threadsafe(self._loop, future, value, error)
 
 
 def _without_repeats(commits: list[_Commit]) -> list[list[_Commit]]:

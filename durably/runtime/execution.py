@@ -39,6 +39,7 @@ from durably.errors import (
 from durably.resilience.gates import Wait, entering, leaving
 from durably.retry import GiveUp, classify, decide
 from durably.runtime.context import StepScope, _execution, _step, step_key
+from durably.runtime.threads import in_daemon_thread
 from durably.stores.base import Checkpoint, Claim
 
 if TYPE_CHECKING:
@@ -59,6 +60,15 @@ class _Suspend(BaseException):
 
     def __init__(self, due: datetime) -> None:
         self.due = due
+
+
+class _CheckpointFailed(BaseException):
+    """A checkpoint could not be committed. Not the workflow's failure: the execution stops
+    and the run's lease runs out, so a worker tries it again from its durable history."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"a checkpoint could not be committed: {cause!r}")
+        self.cause = cause
 
 
 class RunExecution:
@@ -98,6 +108,8 @@ class RunExecution:
         except LeaseLost as exc:
             self.lost = True
             log.warning("run %s: %s", self.run_id, exc)
+        except _CheckpointFailed as exc:
+            log.error("run %s: %s; it is retried when its lease expires", self.run_id, exc)
         except asyncio.CancelledError:
             if not self.lost:
                 await asyncio.shield(self._release())
@@ -137,7 +149,7 @@ class RunExecution:
         except DeadlineExceeded as exc:
             await self._compensate(ErrorInfo.of(exc), RunStatus.TIMED_OUT)
             return
-        except (LeaseLost, asyncio.CancelledError, _Suspend):
+        except (LeaseLost, asyncio.CancelledError, _Suspend, _CheckpointFailed):
             raise
         except Exception as exc:  # the workflow's own code failed (an assert too): no retry
             await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
@@ -330,11 +342,13 @@ class RunExecution:
         """Call a step body (or its reconcile or compensation hook) within its timeout."""
         token = _step.set(scope)
         try:
+            timeout = step.options.timeout
             if inspect.iscoroutinefunction(fn):
                 call = fn(*args, **kwargs)
-            else:  # a hung sync body is abandoned in its thread after the timeout
+            elif timeout is None:
                 call = asyncio.to_thread(fn, *args, **kwargs)
-            timeout = step.options.timeout
+            else:  # a thread nobody joins: a hung body can be abandoned after the timeout
+                call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
             if timeout is None:
                 return await call
             limit = asyncio.timeout(timeout.total_seconds())
@@ -370,6 +384,9 @@ class RunExecution:
         started = json.loads(record.started or "{}")
         what = f"the recorded input of step {step.name!r}"
         args, kwargs = decode_call(json.dumps(started.get("input", {})), step.fn, what=what)
+        # the undo takes the step's parameters, however they were passed, then the result
+        bound = inspect.signature(step.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
         result = decode(record.result or "null", step.return_hint, what=what)
         key = f"{started.get('key', step_key(self.run_id, record.position, step.name))}:undo"
         scope = StepScope(self.run_id, record.position, step.name, attempt, key)
@@ -379,7 +396,8 @@ class RunExecution:
         )
         await self._flush()
         try:
-            await self._call_user(step.compensate_fn, [*args, result], kwargs, scope, step)
+            undo = step.compensate_fn
+            await self._call_user(undo, [*bound.args, result], bound.kwargs, scope, step)
         except Exception as exc:
             policy = step.options.retry or self._app.default_retry
             error = ErrorInfo.of(exc)
@@ -430,7 +448,12 @@ class RunExecution:
         checkpoint = Checkpoint(
             self.run_id, self.epoch, events, status, result, error, available_at
         )
-        if not await self._committer.commit(checkpoint):
+        try:
+            committed = await self._committer.commit(checkpoint)
+        except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
+            self.lost = True
+            raise _CheckpointFailed(exc) from exc
+        if not committed:
             self.lost = True
             raise LeaseLost(
                 f"run {self.run_id!r}: lease epoch {self.epoch} was taken over by another worker; "

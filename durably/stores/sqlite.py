@@ -142,12 +142,13 @@ class SQLiteStore:
         wanted = [str(status) for status in statuses]
         with self._write() as db:
             row = db.execute(
-                f"SELECT status FROM durably_runs WHERE id = ? AND status IN ({_marks(wanted)})",
+                "SELECT status, lease_owner FROM durably_runs"
+                f" WHERE id = ? AND status IN ({_marks(wanted)})",
                 (run_id, *wanted),
             ).fetchone()
             if row is None:
                 return None
-            taken = self._lease(db, run_id, row[0], None, owner, at, expires)
+            taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
             histories = self._histories(db, [run_id])
         return Claim(*taken[:4], tuple(histories.get(run_id, ())))
 
