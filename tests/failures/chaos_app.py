@@ -51,7 +51,9 @@ class Ledger:
     def apply(self, key: str, value: str) -> str:
         """Apply a keyed effect once; return the value that holds for the key."""
         with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
-            db.execute("INSERT INTO effects VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value))
+            db.execute(
+                "INSERT INTO effects VALUES (?, ?) ON CONFLICT (key) DO NOTHING", (key, value)
+            )
         return self.effect(key) or value
 
     def effect(self, key: str) -> str | None:
@@ -61,11 +63,15 @@ class Ledger:
 
     def calls(self) -> list[tuple[str, str]]:
         with closing(sqlite3.connect(self.path, timeout=30)) as db:
-            return [(str(what), str(key)) for what, key in db.execute("SELECT what, key FROM calls")]
+            return [
+                (str(what), str(key)) for what, key in db.execute("SELECT what, key FROM calls")
+            ]
 
     def effects(self) -> dict[str, str]:
         with closing(sqlite3.connect(self.path, timeout=30)) as db:
-            return {str(key): str(value) for key, value in db.execute("SELECT key, value FROM effects")}
+            return {
+                str(key): str(value) for key, value in db.execute("SELECT key, value FROM effects")
+            }
 
 
 def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> durably.App:

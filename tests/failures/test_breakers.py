@@ -4,6 +4,7 @@ the engine using it through the store, shared by every worker."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -116,7 +117,9 @@ def test_a_failed_probe_opens_the_breaker_for_another_cooldown() -> None:
     enter(BREAKER, state, holder="probe:0", now=at(40), hold=HOLD)
     leave(BREAKER, state, holder="probe:0", now=at(41), failed=True)
     assert state.breaker == "open"
-    assert enter(BREAKER, state, holder="r:0", now=at(42), hold=HOLD) == Wait(at(71), "breaker open")
+    assert enter(BREAKER, state, holder="r:0", now=at(42), hold=HOLD) == Wait(
+        at(71), "breaker open"
+    )
     assert enter(BREAKER, state, holder="r:0", now=at(71), hold=HOLD) == Enter(probe=True)
 
 
@@ -361,7 +364,7 @@ def test_a_rate_limit_spaces_attempts_out(app: durably.App, clock: FakeClock) ->
     settle(app, clock)
 
     assert len(sent) == 4
-    gaps = [(b - a).total_seconds() for a, b in zip(sent, sent[1:], strict=False)]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(sent)]
     assert all(gap >= 1.0 for gap in gaps), gaps
     waits = [e for run in app.runs() for e in events(app, run.id, EventKind.STEP_WAITING)]
     assert waits

@@ -41,13 +41,25 @@ class Workers:
         self.env = {**os.environ, "DURABLY_STORE": store_url, "FAILURES_LEDGER": ledger.path}
         for name in ("FAILURES_CRASH_AFTER", "FAILURES_LATE_CHARGE", "FAILURES_HANG_UNDO"):
             self.env.pop(name, None)
-        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+        )
         self.logs = logs
         self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def spawn(self, **faults: str) -> subprocess.Popen[bytes]:
         log = self.logs / f"worker-{len(self.started)}.log"
-        command = [sys.executable, "-m", "durably", "worker", TARGET, "--lease", "2s", "--poll", "50ms"]
+        command = [
+            sys.executable,
+            "-m",
+            "durably",
+            "worker",
+            TARGET,
+            "--lease",
+            "2s",
+            "--poll",
+            "50ms",
+        ]
         with log.open("wb") as out:
             process = subprocess.Popen(
                 command, cwd=REPO, env={**self.env, **faults}, stdout=out, stderr=subprocess.STDOUT
@@ -167,9 +179,7 @@ def test_a_worker_killed_mid_refund_leaves_each_undo_done_once(
     history = client.history(handle.id)
     done = Counter(e.position for e in history if e.kind is EventKind.COMPENSATION_COMPLETED)
     assert done == {1: 1, 0: 1}  # each compensation completed exactly once
-    started = [
-        (e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED
-    ]
+    started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
     assert started == [(1, 1), (1, 2), (0, 1)]
     calls = Counter(ledger.calls())
     assert calls[("refund", refund_key)] == 2  # at least once: again after the kill

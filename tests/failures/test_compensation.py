@@ -193,7 +193,10 @@ def test_a_compensation_that_fails_transiently_is_retried_durably(
 
 @pytest.mark.parametrize(
     ("error", "attempts", "reason"),
-    [(ConnectionError("bank unreachable"), 3, "attempts exhausted"), (Terminal("no"), 1, "terminal")],
+    [
+        (ConnectionError("bank unreachable"), 3, "attempts exhausted"),
+        (Terminal("no"), 1, "terminal"),
+    ],
     ids=["exhausted", "terminal"],
 )
 def test_a_compensation_that_cannot_be_done_parks_the_run(
@@ -289,6 +292,7 @@ def test_compensation_survives_a_worker_dying_mid_undo(
     assert done == {2: 1, 1: 1, 0: 1}
     started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
     assert started == [(2, 1), (1, 1), (1, 2), (1, 3), (0, 1)]
-    takeovers = [e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")]
+    takeovers = [
+        e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")
+    ]
     assert len(takeovers) == 1
-

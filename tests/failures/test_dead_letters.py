@@ -128,7 +128,9 @@ def test_retry_gives_fresh_attempts_with_the_same_key(app: durably.App, clock: F
     [retried] = [e for e in history if e.kind is EventKind.RUN_RETRIED]
     assert data(retried) == {"by": "alice", "from_step": 1}
     after = history[history.index(retried) :]
-    charge_attempts = [e.attempt for e in after if e.kind is EventKind.STEP_STARTED and e.name == "charge"]
+    charge_attempts = [
+        e.attempt for e in after if e.kind is EventKind.STEP_STARTED and e.name == "charge"
+    ]
     assert charge_attempts == [1, 2, 3]
     assert shop.undone == []
 
@@ -323,7 +325,9 @@ def poison(app: durably.App, store: Store, clock: FakeClock, *, takeovers: int) 
 
     run_id = "fragile-1"
     app.start(fragile, 1, id=run_id)
-    started = json.dumps({"key": step_key(run_id, 0, "explode"), "input": {"args": [1], "kwargs": {}}})
+    started = json.dumps(
+        {"key": step_key(run_id, 0, "explode"), "input": {"args": [1], "kwargs": {}}}
+    )
     for n in range(takeovers):
         record = [(EventKind.STEP_STARTED, 0, "explode", n + 1, started)]
         dying_worker(store, clock, ["fragile"], owner=f"dying-{n}", record=record)
@@ -343,7 +347,9 @@ def test_a_run_that_keeps_killing_workers_is_parked_as_a_poison_pill(
     assert run.error.error_class == "durably.errors.PoisonPill"
     assert f"{app.max_recoveries + 1} workers died" in run.error.message
     history = app.history(run_id)
-    takeovers = [e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")]
+    takeovers = [
+        e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")
+    ]
     assert len(takeovers) == app.max_recoveries + 1
     assert history[-1].kind is EventKind.RUN_PARKED
     assert [e for e in history if e.kind is EventKind.STEP_COMPLETED] == []  # nothing ran

@@ -265,7 +265,9 @@ class CardDeclined(Terminal):
 
 
 @pytest.mark.parametrize(
-    "error", [Terminal("card declined"), CardDeclined("card declined")], ids=["Terminal", "subclass"]
+    "error",
+    [Terminal("card declined"), CardDeclined("card declined")],
+    ids=["Terminal", "subclass"],
 )
 def test_terminal_fails_fast_with_one_attempt_and_compensates(
     app: durably.App, clock: FakeClock, error: Exception
@@ -318,7 +320,9 @@ def test_throttled_waits_at_least_retry_after(
 ) -> None:
     service = Flaky(times=1, error=Throttled("slow down", retry_after="30s"))
     workflow = one_step_app(
-        app, service, retry=Retry(attempts=3, initial="1s", jitter=jitter)  # type: ignore[arg-type]
+        app,
+        service,
+        retry=Retry(attempts=3, initial="1s", jitter=jitter),  # type: ignore[arg-type]
     )
     handle = app.start(workflow, 4)
     start = clock.now()
@@ -361,7 +365,10 @@ def test_retry_on_and_no_retry_on_choose_what_is_retried(
 ) -> None:
     service = Flaky(times=1, error=error)
     policy = Retry(
-        attempts=3, jitter="none", retry_on=(ConnectionError, OSError), no_retry_on=(FileNotFoundError,)
+        attempts=3,
+        jitter="none",
+        retry_on=(ConnectionError, OSError),
+        no_retry_on=(FileNotFoundError,),
     )
     workflow = one_step_app(app, service, retry=policy)
     handle = app.start(workflow, 1)
@@ -511,7 +518,10 @@ def test_a_retry_wait_survives_the_worker(store_url: str, clock: FakeClock) -> N
     second = build("second")
     try:
         run = second.get_run(handle.id)
-        assert (run.status, run.available_at) == (RunStatus.PENDING, started + timedelta(seconds=20))
+        assert (run.status, run.available_at) == (
+            RunStatus.PENDING,
+            started + timedelta(seconds=20),
+        )
         clock.advance("19s")
         assert second.run_until_idle() == 0
         assert [who for who, _ in calls] == ["first"]
