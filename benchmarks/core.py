@@ -19,6 +19,7 @@ the median of --repeat repetitions (default 3), each on a fresh store.
     python -m benchmarks.core                       # both stores, full sizes (make bench)
     python -m benchmarks.core --quick --repeat 5    # smaller workloads
     python -m benchmarks.core --stores sqlite
+    python -m benchmarks.core --postgres-url postgresql://user@host:5432/db
 
 The table goes to stdout (progress to stderr); the figures, machine, Python version, date and
 durability settings to benchmarks/results/core-<store>-latest.json. Without a reachable
@@ -31,10 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,11 +41,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import durably
+from benchmarks.environment import busy_note, filesystem_of, load_average, run_context
 
 __all__ = ["main"]
 
@@ -431,15 +430,18 @@ def print_table(figures: Sequence[Figure]) -> None:
 
 
 def write_json(
-    store: str, figures: Sequence[Figure], settings: dict[str, Any], sizes: Sizes, repeat: int
+    store: str,
+    context: dict[str, Any],
+    figures: Sequence[Figure],
+    settings: dict[str, Any],
+    sizes: Sizes,
+    repeat: int,
 ) -> Path:
     report = {
         "benchmark": "core",
         "store": store,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "durably": {"version": _package_version(), **source_revision()},
-        "machine": machine(),
+        **context,
+        "load_average_after": load_average(),
         "durability": settings,
         "sizes": {
             "w1": str(sizes.w1),
@@ -457,85 +459,6 @@ def write_json(
     partial.write_text(json.dumps(report, indent=2) + "\n")
     partial.replace(path)
     return path
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "arch": platform.machine(),
-        "cpu": _cpu_model() or platform.processor(),
-        "cpus": os.cpu_count(),
-        "load_average": _load_average(),  # other work on the machine makes figures noisy
-    }
-
-
-def source_revision() -> dict[str, Any]:
-    """The git commit of the durably measured, and whether its tree had local changes."""
-    package = Path(durably.__file__).parent
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    changes = git("status", "--porcelain", "--", ".")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "local_changes": None if changes is None else bool(changes),
-    }
-
-
-def busy_note() -> str | None:
-    """A warning when other work keeps the machine busy (the figures will be noisy)."""
-    load, cpus = _load_average(), os.cpu_count() or 1
-    if load is None or load[0] < 0.5 * cpus:
-        return None
-    return f"the machine is busy (load average {load[0]:.1f} on {cpus} CPUs): figures may be noisy"
-
-
-def filesystem_of(path: str) -> str:
-    """The type of the filesystem `path` lives on (Linux), e.g. ext4 or tmpfs."""
-    try:
-        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return "unknown"
-    real = os.path.realpath(path)
-    inside = [
-        (point, kind)
-        for point, kind in mounts
-        if real == point or real.startswith(point.rstrip("/") + "/")
-    ]
-    return max(inside, key=lambda mount: len(mount[0]))[1] if inside else "unknown"
-
-
-def _load_average() -> tuple[float, float, float] | None:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next(
-        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), ""
-    )
-
-
-def _package_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("durably")
-    except PackageNotFoundError:
-        return None
 
 
 def _number(value: float) -> str:
@@ -572,6 +495,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    context = run_context()
     figures: list[Figure] = []
     notes: list[str] = []
     if busy := busy_note():
@@ -584,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         backend = sqlite_backend() if name == "sqlite" else postgres_backend(args.postgres_url)
         store_figures = measure_store(backend, sizes, args.repeat)
-        path = write_json(name, store_figures, backend.settings(), sizes, args.repeat)
+        settings = backend.settings()
+        path = write_json(name, context, store_figures, settings, sizes, args.repeat)
         notes.append(f"{name}: results written to {path}")
         figures += store_figures
     print()

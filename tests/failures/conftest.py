@@ -128,4 +128,4 @@ def sql_rows(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[An
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as db:
-        return list(db.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
+        return list(db.execute(sql.replace("?", "%s"), params).fetchall())

@@ -3,6 +3,7 @@ each undo durable and retried, exactly as a step is."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -189,6 +190,36 @@ def test_a_compensation_that_fails_transiently_is_retried_durably(
     assert started == [(2, 1), (1, 1), (1, 2), (0, 1)]
     assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 1, 0]
     assert handle.status() is RunStatus.FAILED
+
+
+def test_a_compensation_past_its_timeout_is_retried(app: durably.App, clock: FakeClock) -> None:
+    """An undo runs under its step's timeout; one that hangs is abandoned and tried again."""
+    undo_calls: list[str] = []
+
+    @app.step(timeout="100ms", retry=Retry(attempts=3, initial="1s", jitter="none"))
+    async def book(room: str) -> str:
+        return f"booking-{room}"
+
+    @book.compensation
+    async def unbook(room: str, booking: str) -> None:
+        undo_calls.append(booking)
+        if len(undo_calls) == 1:
+            await asyncio.sleep(30)  # the hotel's API hangs
+
+    @app.workflow
+    async def trip(room: str) -> None:
+        await book(room)
+        raise ValueError("no flights")
+
+    handle = app.start(trip, "12")
+    settle(app, clock)
+
+    assert undo_calls == ["booking-12", "booking-12"]
+    assert handle.status() is RunStatus.FAILED
+    [failed] = events(app, handle.id, EventKind.COMPENSATION_ATTEMPT_FAILED)
+    assert data(failed)["error_class"] == "durably.errors.StepTimeout"
+    done = Counter(compensations(app.history(handle.id), EventKind.COMPENSATION_COMPLETED))
+    assert done == {0: 1}
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,10 @@ from durably.testing import FakeClock
 
 from .conftest import data, events, keys_started, retry_delays, settle, step_events
 
-NO_JITTER = {"initial": "1s", "backoff": 2.0, "max_delay": "60s", "jitter": "none"}
+
+def exact(attempts: int) -> Retry:
+    """A policy without jitter: waits of exactly 1 s, 2 s, 4 s ..."""
+    return Retry(attempts=attempts, initial="1s", backoff=2.0, max_delay="60s", jitter="none")
 
 
 class Flaky:
@@ -38,10 +41,10 @@ class Flaky:
         return x * 2
 
 
-def one_step_app(app: durably.App, service: Flaky, **options: object) -> durably.Workflow:
-    """`double(x)`: one step `call` that asks `service`."""
+def one_step_app(app: durably.App, service: Flaky, retry: Retry | None = None) -> durably.Workflow:
+    """`double(x)`: one step `call` that asks `service` (retry=None: the app's policy)."""
 
-    @app.step(**options)  # type: ignore[call-overload]
+    @app.step(retry=retry)
     async def call(x: int) -> int:
         return service(x)
 
@@ -58,7 +61,7 @@ def test_a_transient_failure_is_retried_until_the_step_succeeds(
     app: durably.App, clock: FakeClock, failures: int
 ) -> None:
     service = Flaky(failures)
-    workflow = one_step_app(app, service, retry=Retry(attempts=5, **NO_JITTER))
+    workflow = one_step_app(app, service, retry=exact(5))
     handle = app.start(workflow, 21, id="run-1")
 
     settle(app, clock)
@@ -83,6 +86,30 @@ def test_a_transient_failure_is_retried_until_the_step_succeeds(
         assert detail["message"] == "connection reset by peer"
         assert detail["unknown"] is False
         assert datetime.fromisoformat(detail["retry_at"]) > event.at
+
+
+def test_a_custom_idempotency_key_is_the_same_for_every_attempt(
+    app: durably.App, clock: FakeClock
+) -> None:
+    seen: list[str] = []
+
+    @app.step(key=lambda order, amount: f"charge-{order}", retry=exact(3))
+    async def charge(order: str, amount: int) -> str:
+        seen.append(durably.idempotency_key())
+        if len(seen) < 3:
+            raise ConnectionError("reset")
+        return "ok"
+
+    @app.workflow
+    async def pay(order: str) -> str:
+        result: str = await charge(order, 10)
+        return result
+
+    handle = app.start(pay, "o-17")
+    settle(app, clock)
+    assert handle.result(timeout=0) == "ok"
+    assert seen == ["charge-o-17"] * 3
+    assert keys_started(app.history(handle.id)) == ["charge-o-17"] * 3
 
 
 def test_each_attempt_starts_when_its_retry_is_due_and_not_before(
@@ -179,7 +206,7 @@ def test_exhausted_attempts_park_the_run_as_a_dead_letter(
 
     service = Flaky(times=100)
 
-    @app.step(retry=Retry(attempts=3, **NO_JITTER))
+    @app.step(retry=exact(3))
     async def charge(x: int) -> int:
         return service(x)
 
@@ -221,7 +248,7 @@ def test_a_workflow_that_catches_an_exhausted_step_goes_on(
 ) -> None:
     service = Flaky(times=100)
 
-    @app.step(retry=Retry(attempts=2, **NO_JITTER))
+    @app.step(retry=exact(2))
     async def call(x: int) -> int:
         return service(x)
 
@@ -284,7 +311,7 @@ def test_terminal_fails_fast_with_one_attempt_and_compensates(
 
     service = Flaky(times=100, error=error)
 
-    @app.step(retry=Retry(attempts=5, **NO_JITTER))
+    @app.step(retry=exact(5))
     async def charge(x: int) -> int:
         return service(x)
 
