@@ -21,6 +21,7 @@ from durably.errors import (
     ConfigError,
     DeadlineExceeded,
     DurablyError,
+    Escalated,
     LeaseLost,
     NonDeterminismError,
     PayloadError,
@@ -37,16 +38,23 @@ from durably.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
+from durably.operations import DeadLetter
+from durably.resilience import Breaker, Dependency
 from durably.retry import Retry
 from durably.runtime.context import idempotency_key
 from durably.runtime.worker import Worker
+from durably.stores import RunRecord
 
 __all__ = [
     "App",
+    "Breaker",
     "ConfigError",
+    "DeadLetter",
     "DeadlineExceeded",
+    "Dependency",
     "DurablyError",
     "ErrorInfo",
+    "Escalated",
     "Event",
     "EventKind",
     "LeaseLost",
@@ -57,6 +65,7 @@ __all__ = [
     "RunConflict",
     "RunHandle",
     "RunNotFound",
+    "RunRecord",
     "RunStatus",
     "SchemaTooNew",
     "Step",

@@ -182,7 +182,12 @@ def _store(url: str | None) -> Iterator[Store]:
 
 @cli.command()
 @click.option("--orders", default=200, show_default=True, help="How many orders to fulfil.")
-@click.option("--store", "store_url", default=None, help="Store URL (default: a fresh demo.db).")
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="Store URL (default: ./demo/durably.db, emptied first).",
+)
 def demo(orders: int, store_url: str | None) -> None:
     """Fulfil orders through flaky fake services, kill a worker mid-run, and report.
 

@@ -28,7 +28,7 @@ class EventKind(StrEnum):
     RUN_FAILED = "run_failed"
     RUN_PARKED = "run_parked"  # needs a person (data: error, reason)
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
-    RELEASED = "released"  # a stopping worker handed the run back, or a retry waits
+    RELEASED = "released"  # a stopping worker handed the run back
 
 
 @dataclass(frozen=True, slots=True)

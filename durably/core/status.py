@@ -32,10 +32,11 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
             RunStatus.CANCELLED,
         }
     ),
-    # a person acts on a parked run: retry / skip / fail (all go back through PENDING)
-    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.PENDING}),
-    RunStatus.COMPENSATION_FAILED: frozenset({RunStatus.PENDING}),
-    RunStatus.FAILED: frozenset({RunStatus.PENDING}),  # a person retries it
+    # a person acts on a parked run (retry, skip, fail): it is leased for the action, then
+    # handed back to the workers as pending
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.RUNNING}),
+    RunStatus.COMPENSATION_FAILED: frozenset({RunStatus.RUNNING}),
+    RunStatus.FAILED: frozenset(),
     RunStatus.TIMED_OUT: frozenset(),
     RunStatus.COMPLETED: frozenset(),
     RunStatus.CANCELLED: frozenset(),

@@ -162,10 +162,14 @@ class RunExecution:
         await self._finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
 
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        # A sync workflow gets a thread of its own, not one of the loop's pool: it blocks
+        # while its steps run, and those may need the pool's threads.
         call = (
             self._workflow.fn(*args, **kwargs)
             if self.is_async
-            else asyncio.to_thread(self._workflow.fn, *args, **kwargs)
+            else in_daemon_thread(
+                self._workflow.fn, args, kwargs, name=f"durably-run-{self.run_id}"
+            )
         )
         deadline = self._deadline()
         if deadline is None:
@@ -345,9 +349,8 @@ class RunExecution:
             timeout = step.options.timeout
             if inspect.iscoroutinefunction(fn):
                 call = fn(*args, **kwargs)
-            elif timeout is None:
-                call = asyncio.to_thread(fn, *args, **kwargs)
-            else:  # a thread nobody joins: a hung body can be abandoned after the timeout
+            else:  # a thread nobody joins: a hung body is abandoned after its timeout, and a
+                # stopping worker does not wait for it (its run is handed back)
                 call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
             if timeout is None:
                 return await call

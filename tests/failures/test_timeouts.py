@@ -78,11 +78,11 @@ def test_an_async_step_past_its_timeout_is_unknown_and_retried(
 def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
     app: durably.App, clock: FakeClock, release: threading.Event
 ) -> None:
-    calls: list[int] = []
+    calls: list[str] = []
 
     @app.step(timeout="100ms", retry=QUICK_RETRY)
     def lookup(x: int) -> int:
-        calls.append(x)
+        calls.append(durably.idempotency_key())  # the step's context reaches its thread
         if len(calls) == 1:
             release.wait(3)  # a blocking call that never returns in time
         return x * 3
@@ -92,7 +92,7 @@ def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
         result: int = await lookup(x)
         return result
 
-    handle = app.start(flow, 2)
+    handle = app.start(flow, 2, id="flow-2")
     began = time.monotonic()
     assert app.run_until_idle() == 0
     took = time.monotonic() - began
@@ -104,7 +104,7 @@ def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
 
     settle(app, clock)
     assert handle.result(timeout=0) == 6
-    assert calls == [2, 2]
+    assert calls == [step_key("flow-2", 0, "lookup")] * 2
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
@@ -285,3 +285,48 @@ def test_a_deadline_that_passes_while_a_step_is_in_flight_stops_the_run(
     assert run.status is RunStatus.TIMED_OUT
     assert run.error is not None
     assert run.error.error_class == "durably.errors.DeadlineExceeded"
+
+
+def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
+    app: durably.App, clock: FakeClock
+) -> None:
+    """The deadline passes while a sync workflow's thread waits for a step. The run goes on
+    to compensate; the abandoned thread must not start the next step behind its back."""
+    log: list[str] = []
+
+    @app.step
+    def reserve() -> str:
+        log.append("reserve")
+        return "reservation"
+
+    @reserve.compensation
+    async def release(reservation: str) -> None:
+        log.append("release")
+        await asyncio.sleep(0.5)  # an undo that takes a while
+
+    @app.step
+    def slow_check() -> str:
+        time.sleep(0.3)  # still running when the deadline passes
+        return "checked"
+
+    @app.step
+    def charge() -> str:
+        log.append("charge")  # a side effect the run has given up on
+        return "charged"
+
+    @app.workflow(deadline="150ms")
+    def order() -> str:
+        reserve()
+        slow_check()
+        result: str = charge()
+        return result
+
+    handle = app.start(order)
+    app.run_until_idle()
+
+    assert handle.status() is RunStatus.TIMED_OUT
+    assert "charge" not in log, log
+    history = app.history(handle.id)
+    [compensating] = [e for e in history if e.kind is EventKind.COMPENSATING]
+    after = history[history.index(compensating) :]
+    assert [e for e in after if e.kind is EventKind.STEP_STARTED] == []

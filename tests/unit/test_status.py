@@ -17,18 +17,18 @@ def test_every_status_has_a_row() -> None:
         assert targets <= set(RunStatus)
 
 
-@pytest.mark.parametrize("terminal", [S.COMPLETED, S.CANCELLED, S.TIMED_OUT])
-def test_completed_cancelled_and_timed_out_are_terminal(terminal: RunStatus) -> None:
+@pytest.mark.parametrize("terminal", [S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT])
+def test_completed_failed_cancelled_and_timed_out_are_terminal(terminal: RunStatus) -> None:
     assert TRANSITIONS[terminal] == frozenset()
     for target in RunStatus:
         with pytest.raises(ValueError, match=f"cannot move from {terminal} to {target}"):
             check_transition(terminal, target)
 
 
-@pytest.mark.parametrize("stopped", [S.FAILED, S.NEEDS_ATTENTION, S.COMPENSATION_FAILED])
-def test_failed_and_parked_runs_only_go_back_to_pending(stopped: RunStatus) -> None:
-    """A person retries, skips or fails it: every such action goes back through pending."""
-    assert TRANSITIONS[stopped] == {S.PENDING}
+@pytest.mark.parametrize("stopped", [S.NEEDS_ATTENTION, S.COMPENSATION_FAILED])
+def test_parked_runs_only_move_when_a_person_takes_them(stopped: RunStatus) -> None:
+    """A person retries, skips or fails it: the action leases the run, then hands it back."""
+    assert TRANSITIONS[stopped] == {S.RUNNING}
 
 
 def test_the_final_states() -> None:
@@ -56,8 +56,8 @@ def test_only_a_running_run_reaches_an_outcome() -> None:
         (S.RUNNING, S.FAILED),
         (S.RUNNING, S.NEEDS_ATTENTION),
         (S.RUNNING, S.CANCELLED),
-        (S.NEEDS_ATTENTION, S.PENDING),
-        (S.FAILED, S.PENDING),
+        (S.NEEDS_ATTENTION, S.RUNNING),  # a person takes it to act on it
+        (S.COMPENSATION_FAILED, S.RUNNING),
     ],
 )
 def test_allowed_moves(old: RunStatus, new: RunStatus) -> None:
@@ -71,7 +71,8 @@ def test_allowed_moves(old: RunStatus, new: RunStatus) -> None:
         (S.PENDING, S.FAILED),
         (S.PENDING, S.NEEDS_ATTENTION),
         (S.PENDING, S.PENDING),
-        (S.NEEDS_ATTENTION, S.RUNNING),  # a person releases it to pending first
+        (S.NEEDS_ATTENTION, S.PENDING),  # a person's action goes through a lease
+        (S.FAILED, S.PENDING),  # failed is final
         (S.NEEDS_ATTENTION, S.COMPLETED),
         (S.FAILED, S.RUNNING),
         (S.FAILED, S.COMPLETED),
