@@ -13,14 +13,14 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from durably.clock import Clock
 from durably.errors import StoreUnavailable
-from durably.runtime.threads import settle_threadsafe
+from durably.runtime.threads import Outcome, settle_all_threadsafe, settle_threadsafe
 from durably.stores.base import Checkpoint, Store
 
 __all__ = ["Committer"]
@@ -118,13 +118,12 @@ class Committer:
             try:
                 results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller
-                for item in group:
-                    self._settle(item.future, error=exc)
+                self._settle_all([(item.future, None, exc) for item in group])
                 continue
             self.batches += 1
             self.checkpoints += len(group)
-            for item, ok in zip(group, results, strict=True):
-                self._settle(item.future, value=ok)
+            outcomes = [(item.future, ok, None) for item, ok in zip(group, results, strict=True)]
+            self._settle_all(outcomes)
 
     def _commit_now(self, checkpoints: list[Checkpoint]) -> list[bool]:
         return self._store.commit(checkpoints, now=self._clock.now())
@@ -155,6 +154,10 @@ class Committer:
     ) -> None:
         assert self._loop is not None
         settle_threadsafe(self._loop, future, value, error)
+
+    def _settle_all(self, outcomes: Sequence[Outcome]) -> None:
+        assert self._loop is not None
+        settle_all_threadsafe(self._loop, outcomes)
 
 
 def _without_repeats(commits: list[_Commit]) -> list[list[_Commit]]:

@@ -9,7 +9,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["in_daemon_thread", "settle_threadsafe"]
+__all__ = ["Outcome", "in_daemon_thread", "settle_all_threadsafe", "settle_threadsafe"]
+
+
+Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]  # future, value, error
 
 
 def settle_threadsafe(
@@ -19,8 +22,13 @@ def settle_threadsafe(
     error: BaseException | None = None,
 ) -> None:
     """Resolve `future` from another thread; nothing happens if nobody waits any more."""
+    settle_all_threadsafe(loop, [(future, value, error)])
+
+
+def settle_all_threadsafe(loop: asyncio.AbstractEventLoop, outcomes: Sequence[Outcome]) -> None:
+    """Resolve many futures with one wake-up of the loop (one self-pipe write, not N)."""
     with contextlib.suppress(RuntimeError):  # the loop is closed
-        loop.call_soon_threadsafe(_settle, future, value, error)
+        loop.call_soon_threadsafe(_settle_all, outcomes)
 
 
 def in_daemon_thread(
@@ -47,10 +55,11 @@ def in_daemon_thread(
     return future
 
 
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
+def _settle_all(outcomes: Sequence[Outcome]) -> None:
+    for future, value, error in outcomes:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)

@@ -3,8 +3,11 @@ clock, and a way to move through backoffs without sleeping."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing
 from datetime import datetime, timedelta
@@ -73,10 +76,6 @@ def data(event: Event) -> dict[str, Any]:
     return loaded
 
 
-def kinds(history: Sequence[Event]) -> list[str]:
-    return [str(event.kind) for event in history]
-
-
 def step_events(history: Sequence[Event]) -> list[tuple[str, int | None, str | None, int | None]]:
     """(kind, position, name, attempt) of every event about a step, in order."""
     return [(str(e.kind), e.position, e.name, e.attempt) for e in history if e.position is not None]
@@ -87,14 +86,10 @@ def keys_started(history: Sequence[Event]) -> list[str]:
     return [data(e)["key"] for e in history if e.kind is EventKind.STEP_STARTED]
 
 
-def seconds(delta: timedelta) -> float:
-    return delta.total_seconds()
-
-
 def retry_delays(history: Sequence[Event]) -> list[float]:
     """Seconds between each failed attempt and the due time it set."""
     failed = [e for e in history if e.kind is EventKind.STEP_ATTEMPT_FAILED]
-    return [seconds(datetime.fromisoformat(data(e)["retry_at"]) - e.at) for e in failed]
+    return [(datetime.fromisoformat(data(e)["retry_at"]) - e.at).total_seconds() for e in failed]
 
 
 def dying_worker(
@@ -129,3 +124,15 @@ def sql_rows(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[An
 
     with psycopg.connect(url, autocommit=True) as db:
         return list(db.execute(sql.replace("?", "%s"), params).fetchall())
+
+
+def let_abandoned_threads_end(timeout: float = 3.0) -> None:
+    """Wait for the threads of sync workflows the engine gave up on (a passed deadline), and
+    collect what they leave behind, so that nothing of a test still runs while pytest reports
+    it (a finalizer logging a traceback inside pytest's own source parsing crashes it on
+    Python 3.11)."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name.startswith("durably-run-"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    gc.collect()

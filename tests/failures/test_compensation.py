@@ -327,3 +327,74 @@ def test_compensation_survives_a_worker_dying_mid_undo(
         e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")
     ]
     assert len(takeovers) == 1
+
+
+def test_a_step_a_person_skipped_is_undone_with_the_result_they_gave(
+    app: durably.App, clock: FakeClock
+) -> None:
+    refunds: list[tuple[str, str]] = []
+
+    @app.step(retry=Retry(attempts=2, initial="1s", jitter="none"))
+    async def charge(order: str) -> str:
+        raise ConnectionError("bank down")
+
+    @charge.compensation
+    async def refund(order: str, charge_id: str) -> None:
+        refunds.append((order, charge_id))
+
+    @app.step
+    async def ship(order: str) -> str:
+        raise Terminal("no carrier")
+
+    @app.workflow
+    async def fulfil(order: str) -> str:
+        await charge(order)
+        result: str = await ship(order)
+        return result
+
+    handle = app.start(fulfil, "A-1")
+    settle(app, clock)
+    assert handle.status() is RunStatus.NEEDS_ATTENTION
+
+    app.skip_step(handle.id, result="ch-by-phone")  # charged by hand, over the phone
+    settle(app, clock)
+
+    assert refunds == [("A-1", "ch-by-phone")]
+    assert handle.status() is RunStatus.FAILED
+
+
+def test_a_workflow_that_catches_the_failure_undoes_nothing(
+    app: durably.App, clock: FakeClock
+) -> None:
+    undone: list[str] = []
+
+    @app.step
+    async def reserve(order: str) -> str:
+        return f"res-{order}"
+
+    @reserve.compensation
+    async def release(order: str, reservation: str) -> None:
+        undone.append(reservation)
+
+    @app.step
+    async def express(order: str) -> str:
+        raise Terminal("no express courier today")
+
+    @app.step
+    async def standard(order: str) -> str:
+        return f"standard-{order}"
+
+    @app.workflow
+    async def ship(order: str) -> str:
+        await reserve(order)
+        try:
+            result: str = await express(order)
+        except durably.StepFailed:
+            result = await standard(order)  # the fallback
+        return result
+
+    handle = app.start(ship, "B-2")
+    settle(app, clock)
+    assert handle.result(timeout=0) == "standard-B-2"
+    assert undone == []
+    assert events(app, handle.id, EventKind.COMPENSATING) == []

@@ -199,6 +199,9 @@ def test_fail_ends_a_run_whose_compensation_failed(app: durably.App, clock: Fake
     handle = app.start(trip)
     settle(app, clock)
     assert handle.status() is RunStatus.COMPENSATION_FAILED
+    with pytest.raises(DurablyError, match="it is compensation_failed, not needs_attention"):
+        app.skip_step(handle.id, result="x")  # only a failed step can be skipped
+    assert handle.status() is RunStatus.COMPENSATION_FAILED
 
     app.fail(handle.id, reason="cancelled the booking by phone")
     settle(app, clock)

@@ -20,7 +20,7 @@ from durably.core.history import EventKind
 from durably.runtime.context import step_key
 from durably.testing import FakeClock
 
-from .conftest import data, events, keys_started, settle, step_events
+from .conftest import data, events, keys_started, let_abandoned_threads_end, settle, step_events
 
 QUICK_RETRY = Retry(attempts=3, initial="1s", jitter="none")
 
@@ -172,9 +172,10 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
 
 
 def order_with_deadline(
-    app: durably.App, undone: list[str], charges: list[int], *, deadline: str
+    app: durably.App, undone: list[str], charges: list[int], *, deadline: str, sync: bool
 ) -> durably.Workflow:
-    """reserve (undone by release), then charge, which the service keeps failing."""
+    """reserve (undone by release), then charge, which the service keeps failing; the
+    workflow is a plain `def` if `sync`."""
 
     @app.step
     async def reserve(x: int) -> str:
@@ -189,21 +190,26 @@ def order_with_deadline(
         charges.append(x)
         raise ConnectionError("payment service down")
 
-    @app.workflow(deadline=deadline)
-    async def order(x: int) -> str:
+    async def order_async(x: int) -> str:
         await reserve(x)
         result: str = await charge(x)
         return result
 
-    return order
+    def order_sync(x: int) -> str:
+        reserve(x)
+        result: str = charge(x)
+        return result
+
+    return app.workflow(name="order", deadline=deadline)(order_sync if sync else order_async)
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_a_passed_deadline_compensates_and_ends_timed_out(
-    app: durably.App, clock: FakeClock
+    app: durably.App, clock: FakeClock, sync: bool
 ) -> None:
     undone: list[str] = []
     charges: list[int] = []
-    workflow = order_with_deadline(app, undone, charges, deadline="1h")
+    workflow = order_with_deadline(app, undone, charges, deadline="1h", sync=sync)
     handle = app.start(workflow, 9)
     start = clock.now()
 
@@ -216,7 +222,9 @@ def test_a_passed_deadline_compensates_and_ends_timed_out(
     assert undone == []
 
     clock.advance("1m")
-    assert app.run_until_idle() == 1
+    ended = app.run_until_idle()
+    let_abandoned_threads_end()
+    assert ended == 1
     assert charges == [9]  # no new attempt after the deadline
     assert undone == ["reservation-9"]
     run = app.get_run(handle.id)
@@ -236,16 +244,19 @@ def test_a_passed_deadline_compensates_and_ends_timed_out(
     assert app.dead_letters() == []
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 def test_a_run_first_claimed_after_its_deadline_runs_no_step(
-    app: durably.App, clock: FakeClock
+    app: durably.App, clock: FakeClock, sync: bool
 ) -> None:
     undone: list[str] = []
     charges: list[int] = []
-    workflow = order_with_deadline(app, undone, charges, deadline="1h")
+    workflow = order_with_deadline(app, undone, charges, deadline="1h", sync=sync)
     handle = app.start(workflow, 3)
     clock.advance("2h")  # every worker was down for two hours
 
-    assert app.run_until_idle() == 1
+    ended = app.run_until_idle()
+    let_abandoned_threads_end()
+    assert ended == 1
     assert (charges, undone) == ([], [])
     assert handle.status() is RunStatus.TIMED_OUT
     assert events(app, handle.id, EventKind.STEP_STARTED) == []
@@ -323,6 +334,7 @@ def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
 
     handle = app.start(order)
     app.run_until_idle()
+    let_abandoned_threads_end()
 
     assert handle.status() is RunStatus.TIMED_OUT
     assert "charge" not in log, log
