@@ -62,6 +62,11 @@ class _Suspend(BaseException):
         self.due = due
 
 
+class _Abandoned(BaseException):
+    """Raised into a workflow body that runs on after it stopped counting (a sync body past
+    its deadline): it must start no step and record nothing more."""
+
+
 class _CheckpointFailed(BaseException):
     """A checkpoint could not be committed. Not the workflow's failure: the execution stops
     and the run's lease runs out, so a worker tries it again from its durable history."""
@@ -96,6 +101,7 @@ class RunExecution:
         self._pending: list[Event] = []
         self._position = 0
         self.closed = False
+        self._body_over = False  # the workflow body returned, raised or passed its deadline
 
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
@@ -162,6 +168,18 @@ class RunExecution:
         await self._finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
 
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await self._call_workflow_in_time(args, kwargs)
+        finally:
+            # From here on the workflow body has no say: a sync body still running in its
+            # thread (past its deadline) gets no further step, and no late step outcome.
+            self._body_over = True
+
+    async def _call_workflow_in_time(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        deadline = self._deadline()
+        remaining = None if deadline is None else (deadline - self._clock.now()).total_seconds()
+        if deadline is not None and remaining is not None and remaining <= 0:
+            raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
         # A sync workflow gets a thread of its own, not one of the loop's pool: it blocks
         # while its steps run, and those may need the pool's threads.
         call = (
@@ -171,14 +189,8 @@ class RunExecution:
                 self._workflow.fn, args, kwargs, name=f"durably-run-{self.run_id}"
             )
         )
-        deadline = self._deadline()
-        if deadline is None:
+        if deadline is None or remaining is None:
             return await call
-        remaining = (deadline - self._clock.now()).total_seconds()
-        if remaining <= 0:
-            if inspect.iscoroutine(call):
-                call.close()
-            raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
         limit = asyncio.timeout(remaining)
         try:
             async with limit:
@@ -192,8 +204,7 @@ class RunExecution:
 
     async def call_step(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from the workflow: replay its recorded outcome or run it for real."""
-        if self.lost or self.closed:
-            raise LeaseLost(f"run {self.run_id!r} is no longer executed by this worker")
+        self._check_body_may_go_on()
         assert self._phase is not None
         position = self._position
         self._position += 1
@@ -274,12 +285,17 @@ class RunExecution:
         )
         await self._committer.call(functools.partial(self._app.store.update_gate, name, change))
 
+    def _check_body_may_go_on(self) -> None:
+        if self.lost or self.closed or self._body_over:
+            raise _Abandoned(f"run {self.run_id!r}: this workflow body no longer runs here")
+
     def call_step_blocking(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from a sync workflow, which runs in a thread of its own."""
         future = asyncio.run_coroutine_threadsafe(self.call_step(step, args, kwargs), self._loop)
         return future.result()
 
     def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
+        self._check_body_may_go_on()  # an outcome that comes too late is not recorded
         what = f"the result of step {step.name!r}"
         try:
             result = encode(value, what=what)
@@ -301,6 +317,7 @@ class RunExecution:
         self, step: Step, scope: StepScope, exc: Exception, unknown: bool, first: datetime
     ) -> None:
         """Record a failed attempt; raise StepFailed (given up) or _Suspend (retry later)."""
+        self._check_body_may_go_on()
         policy = step.options.retry or self._app.default_retry
         error = ErrorInfo.of(exc)
         unknown = unknown or isinstance(exc, StepTimeout)
