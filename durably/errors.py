@@ -91,8 +91,8 @@ class NonDeterminismError(DurablyError):
     def __init__(self, *, position: int, recorded: str, called: str) -> None:
         super().__init__(
             f"step #{position} is recorded as {recorded!r} but the workflow now calls {called!r}; "
-            "the workflow code changed under a run in flight (guard the change with "
-            "durably.patched(...) or let old runs finish on the old code)"
+            "the workflow code changed under a run in flight (let old runs finish on the old "
+            "code, or register the new code under a new workflow name)"
         )
         self.position = position
         self.recorded = recorded
