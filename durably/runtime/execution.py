@@ -18,7 +18,7 @@ import inspect
 import json
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -191,14 +191,8 @@ class RunExecution:
         )
         if deadline is None or remaining is None:
             return await call
-        limit = asyncio.timeout(remaining)
-        try:
-            async with limit:
-                return await call
-        except TimeoutError:
-            if not limit.expired():
-                raise  # the workflow's own TimeoutError
-        raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
+        message = f"the workflow's deadline passed at {deadline.isoformat()}"
+        return await _within(call, remaining, lambda: DeadlineExceeded(message))
 
     # -- steps --------------------------------------------------------------------------
 
@@ -371,14 +365,8 @@ class RunExecution:
                 call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
             if timeout is None:
                 return await call
-            limit = asyncio.timeout(timeout.total_seconds())
-            try:
-                async with limit:
-                    return await call
-            except TimeoutError:
-                if not limit.expired():
-                    raise  # the body's own TimeoutError
-            raise StepTimeout(f"step {step.name!r} attempt ran past its timeout of {timeout}")
+            message = f"step {step.name!r} attempt ran past its timeout of {timeout}"
+            return await _within(call, timeout.total_seconds(), lambda: StepTimeout(message))
         finally:
             _step.reset(token)
 
@@ -520,3 +508,16 @@ class RunExecution:
         if deadline is not None and (self._phase is None or self._phase.compensating is None):
             return min(due, deadline)
         return due
+
+
+async def _within(call: Awaitable[Any], seconds: float, expired: Callable[[], Exception]) -> Any:
+    """Await `call` for at most `seconds`, then raise `expired()`. A TimeoutError that the
+    call raises by itself passes through as it is."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            return await call
+    except TimeoutError:
+        if not limit.expired():
+            raise
+    raise expired()
