@@ -7,6 +7,7 @@ appends an event saying who did what, and hands the run back to the workers.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -66,19 +67,19 @@ def skip_step(
     store: Store, run_id: str, *, now: datetime, by: str, result_json: str = "null"
 ) -> None:
     """Give the failed step (or an escalation) a result by hand; the workflow goes on with it."""
-    claim = _take(
-        store, run_id, now=now, by=by, action="skip a step of", statuses={RunStatus.NEEDS_ATTENTION}
-    )
-    failed = [record for record in fold_run(claim.events).steps if record.error is not None]
-    if not failed:
-        _give_back_untouched(store, claim, now)
-        raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
     try:
         json.loads(result_json)
     except ValueError as exc:
-        _give_back_untouched(store, claim, now)
         raise DurablyError(f"the result to record is not JSON: {exc}") from None
-    step = failed[-1]
+    action, statuses = "skip a step of", {RunStatus.NEEDS_ATTENTION}
+    _check_status(store, run_id, action, statuses)  # checked before the run is touched
+    if _failed_step(store.history(run_id)) is None:
+        raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
+    claim = _take(store, run_id, now=now, by=by, action=action, statuses=statuses)
+    step = _failed_step(claim.events)
+    if step is None:  # changed in between: let a worker look at it again
+        _hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
+        raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
     event = Event(
         _next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, result_json
     )
@@ -125,33 +126,26 @@ def _take(
     statuses: frozenset[RunStatus] | set[RunStatus] = PARKED,
 ) -> Claim:
     claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=_ACTION_LEASE)
-    if claim is not None:
-        return claim
+    if claim is None:
+        _check_status(store, run_id, action, statuses)
+        raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
+    return claim
+
+
+def _check_status(
+    store: Store, run_id: str, action: str, statuses: frozenset[RunStatus] | set[RunStatus]
+) -> None:
+    """Refuse, with the reason, unless the run exists and is in one of `statuses`."""
     run = store.get_run(run_id)
     if run is None:
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
-    allowed = " or ".join(sorted(statuses))
-    raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
+    if run.status not in statuses:
+        allowed = " or ".join(sorted(statuses))
+        raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
 
 
 def _hand_back(store: Store, claim: Claim, now: datetime, event: Event) -> None:
     _commit(store, claim, now, event, status=RunStatus.PENDING, available_at=now)
-
-
-def _give_back_untouched(store: Store, claim: Claim, now: datetime) -> None:
-    """Undo a take without changing the run: park it again as it was."""
-    record = store.get_run(claim.run_id)
-    status = RunStatus.NEEDS_ATTENTION if record is None else _previous_status(claim)
-    event = Event(
-        _next(claim),
-        EventKind.RUN_PARKED,
-        now,
-        None,
-        None,
-        None,
-        json.dumps({"reason": "unchanged"}),
-    )
-    _commit(store, claim, now, event, status=status, error=None if record is None else record.error)
 
 
 def _commit(
@@ -169,19 +163,6 @@ def _commit(
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
 
 
-def _previous_status(claim: Claim) -> RunStatus:
-    for event in reversed(claim.events):
-        if (
-            event.kind is EventKind.RUN_PARKED
-            and event.data
-            and "compensation failed" in event.data
-        ):
-            return RunStatus.COMPENSATION_FAILED
-        if event.kind is EventKind.RUN_PARKED:
-            return RunStatus.NEEDS_ATTENTION
-    return RunStatus.NEEDS_ATTENTION
-
-
 def _next(claim: Claim) -> int:
     return claim.events[-1].seq + 1
 
@@ -192,10 +173,13 @@ def _stopped_at(steps: list[StepRecord]) -> int:
     return failed[-1] if failed else len(steps)
 
 
+def _failed_step(events: Sequence[Event]) -> StepRecord | None:
+    failed = [record for record in fold_run(events).steps if record.error is not None]
+    return failed[-1] if failed else None
+
+
 def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
-    steps = fold_run(events).steps
-    failed = [record for record in steps if record.error is not None]
-    step = failed[-1] if failed else None
+    step = _failed_step(events)
     return DeadLetter(
         run_id=run.id,
         workflow=run.workflow,
