@@ -53,6 +53,10 @@ class Worker:
             raise ValueError("lease must be at least 1s: heartbeats renew it every third of it")
         self.poll = parse_duration(poll, what="poll")
         self.stop_grace = parse_duration(stop_grace, what="stop_grace")
+        # A name given by the caller identifies this worker across restarts: runs still
+        # leased to it belonged to a previous incarnation, now dead, and are recovered at
+        # once. Two live workers must never share a name.
+        self.recovers_own = name is not None
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.completed = 0  # runs this worker took to an end (any final or parked state)
         self._clock: Clock = app.clock
@@ -91,12 +95,15 @@ class Worker:
         committer = Committer(store, self._clock)
         committer.start(self._loop)
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
+        unwatch = store.watch(self._poke_threadsafe)
         heartbeat = asyncio.create_task(
             self._heartbeat(committer), name=f"durably-heartbeat-{self.name}"
         )
         heartbeat.add_done_callback(self._background_done)
         idle_polls = 0
         try:
+            if self.recovers_own:
+                await self._recover_own(committer)
             while not self._stopping:
                 claims = await self._claim(committer)
                 if until_idle and not claims and not self._active:
@@ -111,6 +118,7 @@ class Worker:
                 await self._wait_for_work()
         finally:
             unsubscribe()
+            unwatch()
             await self._shutdown()
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
@@ -119,6 +127,11 @@ class Worker:
             raise self._failure
 
     # -- the loop -----------------------------------------------------------------------
+
+    async def _recover_own(self, committer: Committer) -> None:
+        expire = functools.partial(self.app.store.expire_leases, self.name, now=self._clock.now())
+        if recovered := await committer.call(expire):
+            log.info("worker %s: recovering %d run(s) its last run left", self.name, recovered)
 
     async def _claim(self, committer: Committer) -> list[Claim]:
         free = self.concurrency - len(self._active)
@@ -135,12 +148,20 @@ class Worker:
 
     def _launch(self, claim: Claim, committer: Committer) -> None:
         assert self._loop is not None
+        if stale := self._active.get(claim.run_id):
+            # This worker stalled past its own lease and claimed the run again: the older
+            # execution's epoch is gone, so it could write nothing; stop it.
+            stale[0].lost = True
+            stale[1].cancel()
         execution = RunExecution(claim, self.app, committer, self._loop)
         task = asyncio.create_task(execution.run(), name=f"durably-run-{claim.run_id}")
         self._active[claim.run_id] = (execution, task)
         task.add_done_callback(functools.partial(self._run_done, claim.run_id))
 
     def _run_done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        entry = self._active.get(run_id)
+        if entry is None or entry[1] is not task:
+            return  # a stale execution of a run claimed again
         execution, _ = self._active.pop(run_id)
         if not task.cancelled():
             error = task.exception()

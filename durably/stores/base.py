@@ -119,6 +119,20 @@ class Store(Protocol):
         """Apply checkpoints in one transaction; False where the epoch was stale."""
         ...
 
+    def expire_leases(self, owner: str, *, now: datetime) -> int:
+        """End the leases `owner` holds, so its runs can be claimed now; return how many.
+
+        A worker restarted under the same name calls this: its previous incarnation is dead,
+        and its runs need not wait for their leases to run out."""
+        ...
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake`, from a thread of the store's, when another process may have made a
+        run due (started one, or handed one back); returns the call that stops watching.
+
+        Best effort: a wake-up that is missed is covered by the worker's poll."""
+        ...
+
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         """Under the gate's lock: pass its state (None if new) to `change`, store the new
         state it returns, and return its answer."""

@@ -21,6 +21,7 @@ __all__ = [
     "event_of",
     "event_row",
     "from_ts",
+    "released_due",
     "run_of",
     "ts",
 ]
@@ -107,3 +108,12 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
         "error_message": None if error is None else error.message,
         "available_at": None if checkpoint.available_at is None else ts(checkpoint.available_at),
     }
+
+
+def released_due(checkpoint: Checkpoint, now: datetime) -> bool:
+    """Whether a checkpoint hands its run back due at once (another worker may take it)."""
+    return (
+        checkpoint.status == RunStatus.PENDING
+        and checkpoint.available_at is not None
+        and checkpoint.available_at <= now
+    )

@@ -27,10 +27,12 @@ from durably.stores.rows import (
     claimed_data,
     event_of,
     event_row,
+    released_due,
     run_of,
     ts,
 )
 from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
+from durably.stores.wakeups import LocalWakeups
 
 __all__ = ["SQLiteStore"]
 
@@ -74,6 +76,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._wakeups = LocalWakeups(self.path)
         self._migrate()
 
     # -- runs ---------------------------------------------------------------------------
@@ -97,6 +100,8 @@ class SQLiteStore:
             row = db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
             ).fetchone()
+        if created:
+            self._wakeups.notify()
         return run_of(row), created
 
     def claim(
@@ -177,7 +182,21 @@ class SQLiteStore:
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
                     )
                 results.append(fenced_in)
+        if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
+            self._wakeups.notify()
         return results
+
+    def expire_leases(self, owner: str, *, now: datetime) -> int:
+        at = ts(now)
+        with self._write() as db:
+            return db.execute(
+                "UPDATE durably_runs SET available_at = ?"
+                " WHERE lease_owner = ? AND status = 'running' AND available_at > ?",
+                (at, owner, at),
+            ).rowcount
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self._wakeups.watch(wake)
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         with self._write() as db:
@@ -236,6 +255,7 @@ class SQLiteStore:
                 connection.close()
             self._connections.clear()
         self._local = threading.local()
+        self._wakeups.close()
 
     # -- connections and transactions ---------------------------------------------------
 

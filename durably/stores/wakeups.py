@@ -1,0 +1,114 @@
+"""Cross-process wake-ups for the SQLite store: a run started in one process wakes the idle
+workers of the others at once instead of at their next poll.
+
+SQLite has no LISTEN/NOTIFY and no well-kept library adds one, so this is written here: each
+watching worker binds a Unix datagram socket in a directory named after the database file,
+and a writer sends an empty datagram to every socket there. It is best effort by design: a
+datagram that is lost, or a machine without Unix sockets, only means the worker finds the run
+at its next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["LocalWakeups"]
+
+log = logging.getLogger("durably.wakeups")
+
+_SUPPORTED = hasattr(socket, "AF_UNIX")
+
+
+class LocalWakeups:
+    """Wake-ups among the processes of one machine that share one database file."""
+
+    def __init__(self, database: str | Path) -> None:
+        # Socket paths are limited to ~100 bytes, so the directory is short and named by a
+        # hash of the database's real path rather than placed beside it.
+        real = os.path.realpath(database).encode()
+        digest = hashlib.sha256(real).hexdigest()[:16]
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        self.directory = Path(tempfile.gettempdir()) / f"durably-{uid}-{digest}"
+        self._sender: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def notify(self) -> None:
+        """Wake every process watching this database (without blocking; never raises)."""
+        if not _SUPPORTED:
+            return
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return  # nobody watches
+        with self._lock:
+            sender = self._sender
+            if sender is None:
+                sender = self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sender.setblocking(False)
+            for name in names:
+                path = os.path.join(self.directory, name)
+                try:
+                    sender.sendto(b"", path)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    with contextlib.suppress(OSError):  # its process is gone
+                        os.unlink(path)
+                except OSError:
+                    pass  # a full queue already holds a wake-up
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake` (from a thread of its own) on every notify; returns the stop call."""
+        if not _SUPPORTED:
+            return lambda: None
+        try:
+            self.directory.mkdir(mode=0o700, exist_ok=True)
+            path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            listener.bind(str(path))
+            listener.settimeout(1.0)  # looks at `stopping` at least this often
+        except OSError as exc:
+            log.warning("cross-process wake-ups are off (%s); workers rely on polling", exc)
+            return lambda: None
+        stopping = threading.Event()
+
+        def listen() -> None:
+            while not stopping.is_set():
+                try:
+                    listener.recv(16)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return  # closed
+                if not stopping.is_set():
+                    wake()
+
+        thread = threading.Thread(target=listen, name="durably-wakeups", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            stopping.set()
+            with (
+                contextlib.suppress(OSError),
+                socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as poke,
+            ):
+                poke.sendto(b"", str(path))  # out of recv now rather than at its timeout
+            thread.join(timeout=2)
+            listener.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+        return stop
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sender is not None:
+                self._sender.close()
+                self._sender = None
