@@ -57,6 +57,9 @@ class Faults:
     faults.time_out("payments")                # next attempt at that dependency times out
     faults.crash_after("charge")               # the worker process dies after the body,
                                                # before the checkpoint (os._exit)
+    faults.crash_before_commit(min_batch=8)    # the worker process dies once its group
+                                               # commit has put 8+ checkpoints in one batch,
+                                               # before that batch is committed
     app = durably.App(url, faults=faults)
     """
 
@@ -64,6 +67,7 @@ class Faults:
         self._plans: dict[str, list[_Plan]] = {}
         self._lock = threading.Lock()
         self.injected: dict[str, int] = {}  # action -> how many were injected
+        self._commit_crash: int | None = None  # batch size that kills the process
 
     def fail(self, target: str, *, times: int = 1, error: Exception | None = None) -> Faults:
         return self._plan(target, _Plan("fail", times, error or ConnectionError("injected fault")))
@@ -73,6 +77,16 @@ class Faults:
 
     def crash_after(self, target: str, *, times: int = 1) -> Faults:
         return self._plan(target, _Plan("crash", times))
+
+    def crash_before_commit(self, *, min_batch: int = 1) -> Faults:
+        self._commit_crash = min_batch
+        return self
+
+    def before_commit(self, size: int) -> None:
+        """Called by the engine with a batch of `size` checkpoints assembled, before it is
+        committed."""
+        if self._commit_crash is not None and size >= self._commit_crash:
+            os._exit(137)  # like SIGKILL: the batch is never committed, no caller acknowledged
 
     def before(self, step: str, dependency: str | None) -> None:
         """Called by the engine before a step body runs."""

@@ -22,6 +22,7 @@ from durably.clock import Clock
 from durably.errors import StoreUnavailable
 from durably.runtime.threads import Outcome, settle_all_threadsafe, settle_threadsafe
 from durably.stores.base import Checkpoint, Store
+from durably.testing import Faults
 
 __all__ = ["Committer"]
 
@@ -48,14 +49,30 @@ _STOP = object()
 
 
 class Committer:
-    def __init__(self, store: Store, clock: Clock, *, max_batch: int = 512) -> None:
+    """`solo()` tells whether only one run is in flight: then a checkpoint is committed on the
+    caller's thread, saving the hand-off to this thread (about 0.1 ms a step), since there is
+    no batch to wait for."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        *,
+        max_batch: int = 512,
+        solo: Callable[[], bool] = lambda: False,
+        faults: Faults | None = None,
+    ) -> None:
         self._store = store
         self._clock = clock
         self._max_batch = max_batch
+        self._solo = solo
+        self._faults = faults
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._working = threading.Lock()  # held while store work is under way
+        self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
         self.batches = 0
         self.checkpoints = 0
 
@@ -73,9 +90,30 @@ class Committer:
 
     async def commit(self, checkpoint: Checkpoint) -> bool:
         """True once durable; False if the run's lease epoch was stale (nothing written)."""
+        run_id = checkpoint.run_id
+        if run_id not in self._queued and self._solo() and self._working.acquire(blocking=False):
+            try:  # nothing else is in flight: commit here, without the hand-off
+                committed = self._commit_inline(checkpoint) if self._queue.empty() else None
+            except StoreUnavailable:
+                committed = None  # the thread retries it, with backoff, without blocking the loop
+            finally:
+                self._working.release()
+            if committed is not None:
+                await asyncio.sleep(0)  # let heartbeats and claims run between steps
+                return committed
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queued.add(run_id)
+        future.add_done_callback(lambda _: self._queued.discard(run_id))
         self._queue.put(_Commit(checkpoint, future))
         return await future
+
+    def _commit_inline(self, checkpoint: Checkpoint) -> bool:
+        if self._faults is not None:
+            self._faults.before_commit(1)
+        [ok] = self._commit_now([checkpoint])
+        self.batches += 1
+        self.checkpoints += 1
+        return ok
 
     async def call(self, fn: Callable[[], T]) -> T:
         """Run other store work (claims, renewals) on the committer's thread."""
@@ -88,12 +126,13 @@ class Committer:
     def _serve(self) -> None:
         while True:
             batch, stop = self._next_batch()
-            commits = [item for item in batch if isinstance(item, _Commit)]
-            if commits:
-                self._commit(commits)
-            for item in batch:
-                if isinstance(item, _Call):
-                    self._resolve_with(item.future, item.fn)
+            with self._working:
+                commits = [item for item in batch if isinstance(item, _Commit)]
+                if commits:
+                    self._commit(commits)
+                for item in batch:
+                    if isinstance(item, _Call):
+                        self._resolve_with(item.future, item.fn)
             if stop:
                 return
 
@@ -115,6 +154,8 @@ class Committer:
     def _commit(self, commits: list[_Commit]) -> None:
         for group in _without_repeats(commits):
             checkpoints = [item.checkpoint for item in group]
+            if self._faults is not None:
+                self._faults.before_commit(len(checkpoints))
             try:
                 results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller

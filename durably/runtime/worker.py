@@ -92,7 +92,9 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         store = self.app.store
-        committer = Committer(store, self._clock)
+        committer = Committer(
+            store, self._clock, solo=lambda: len(self._active) <= 1, faults=self.app.faults
+        )
         committer.start(self._loop)
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
         unwatch = store.watch(self._poke_threadsafe)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -469,12 +469,18 @@ class _Listener:
 
 
 def _without_option(url: str, name: str) -> tuple[str, str | None]:
-    """The URL without the query option `name` (which libpq would refuse), and its value."""
+    """The URL without the query option `name` (which libpq would refuse), and its value.
+
+    The other options are kept byte for byte: libpq decodes them itself."""
     parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    values = [value for key, value in query if key == name]
-    kept = urlencode([(key, value) for key, value in query if key != name], safe="%")
-    return urlunsplit(parts._replace(query=kept)), (values[-1] if values else None)
+    kept, value = [], None
+    for pair in parts.query.split("&") if parts.query else []:
+        key, _, raw = pair.partition("=")
+        if unquote(key) == name:
+            value = unquote(raw)
+        else:
+            kept.append(pair)
+    return urlunsplit(parts._replace(query="&".join(kept))), value
 
 
 def _created_record(run: NewRun, now: datetime) -> RunRecord:
