@@ -57,9 +57,9 @@ class Faults:
     faults.time_out("payments")                # next attempt at that dependency times out
     faults.crash_after("charge")               # the worker process dies after the body,
                                                # before the checkpoint (os._exit)
-    faults.crash_before_commit(min_batch=8)    # the worker process dies once its group
-                                               # commit has put 8+ checkpoints in one batch,
-                                               # before that batch is committed
+    faults.crash_before_commit(min_batch=8, after=2)  # the worker process dies with the
+                                               # third batch of 8+ checkpoints assembled by
+                                               # its group commit, before committing it
     app = durably.App(url, faults=faults)
     """
 
@@ -67,7 +67,7 @@ class Faults:
         self._plans: dict[str, list[_Plan]] = {}
         self._lock = threading.Lock()
         self.injected: dict[str, int] = {}  # action -> how many were injected
-        self._commit_crash: int | None = None  # batch size that kills the process
+        self._commit_crash: tuple[int, int] | None = None  # (batch size, batches to spare)
 
     def fail(self, target: str, *, times: int = 1, error: Exception | None = None) -> Faults:
         return self._plan(target, _Plan("fail", times, error or ConnectionError("injected fault")))
@@ -78,14 +78,20 @@ class Faults:
     def crash_after(self, target: str, *, times: int = 1) -> Faults:
         return self._plan(target, _Plan("crash", times))
 
-    def crash_before_commit(self, *, min_batch: int = 1) -> Faults:
-        self._commit_crash = min_batch
+    def crash_before_commit(self, *, min_batch: int = 1, after: int = 0) -> Faults:
+        with self._lock:
+            self._commit_crash = (min_batch, after)
         return self
 
     def before_commit(self, size: int) -> None:
         """Called by the engine with a batch of `size` checkpoints assembled, before it is
         committed."""
-        if self._commit_crash is not None and size >= self._commit_crash:
+        with self._lock:
+            if self._commit_crash is None or size < self._commit_crash[0]:
+                return
+            min_batch, spare = self._commit_crash
+            self._commit_crash = (min_batch, spare - 1)
+        if spare <= 0:
             os._exit(137)  # like SIGKILL: the batch is never committed, no caller acknowledged
 
     def before(self, step: str, dependency: str | None) -> None:

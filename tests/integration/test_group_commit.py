@@ -1,0 +1,125 @@
+"""Group commit: a batch is acknowledged only once durable, and a batch that fails fails
+every caller waiting on it. On both real stores."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import durably
+from durably.core.history import Event, EventKind
+from durably.runtime.committer import Committer
+from durably.stores import Checkpoint, Claim, NewRun, Store
+from durably.testing import FakeClock
+
+from .commit_crash_app import STEPS, make_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_crash_between_batch_assembly_and_commit_loses_no_acknowledged_checkpoint(
+    store_url: str, tmp_path: Path
+) -> None:
+    acked = tmp_path / "acked.txt"
+    client = make_app(store_url, str(acked), crash=False)
+    runs = [f"run-{i:02d}" for i in range(16)]
+    workflow = client.workflow_named("counting")
+    handles = [client.start(workflow, run, id=run) for run in runs]
+
+    crashed = subprocess.run(
+        [sys.executable, "-m", "tests.integration.commit_crash_app", store_url, str(acked), "1"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+    assert crashed.returncode == 137, crashed.stderr.decode()[-2000:]  # died in the commit
+
+    acknowledged = [line.split() for line in acked.read_text().splitlines()]
+    assert acknowledged, "no checkpoint was acknowledged before the crash"
+    for run, position in acknowledged:
+        completed = {
+            event.position
+            for event in client.history(run)
+            if event.kind == EventKind.STEP_COMPLETED
+        }
+        assert int(position) in completed, f"{run}: step {position} was acknowledged, not kept"
+
+    # A new worker (the dead one's leases expired) finishes every run exactly.
+    recover = make_app(store_url, str(acked), crash=False)
+    client.close()
+    _expire_all_leases(recover.store)
+    assert recover.run_until_idle(concurrency=16) == len(runs)
+    assert [h.result(timeout=0) for h in handles] == [sum(range(STEPS))] * len(runs)
+    recover.close()
+
+
+def _expire_all_leases(store: Store) -> None:
+    for run in store.runs(status=durably.RunStatus.RUNNING, limit=1000):
+        assert run.lease_owner is not None
+        store.expire_leases(run.lease_owner, now=datetime.now(run.created_at.tzinfo))
+
+
+class _FailingCommits:
+    """The real store, except that commits of two or more checkpoints fail: a disk that
+    fills up under load."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.failed_batches: list[int] = []
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        if len(checkpoints) >= 2:
+            self.failed_batches.append(len(checkpoints))
+            raise OSError("no space left on device")
+        return self._store.commit(checkpoints, now=now)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_a_failed_batch_fails_every_waiting_caller(store: Store, clock: FakeClock) -> None:
+    ids = [f"r{i}" for i in range(6)]
+    for run_id in ids:
+        store.create_run(NewRun(run_id, "w", "[]"), now=clock.now())
+    claims = store.claim("me", ["w"], now=clock.now(), lease=timedelta(seconds=30), limit=10)
+    failing = _FailingCommits(store)
+
+    async def commit_all() -> list[bool | BaseException]:
+        committer = Committer(failing, clock)  # type: ignore[arg-type]
+        committer.start(asyncio.get_running_loop())
+        try:
+            # Hold the thread on a call so that all six checkpoints land in one batch.
+            gate = threading.Event()
+            held = asyncio.ensure_future(committer.call(lambda: gate.wait(10)))
+            commits = [
+                asyncio.ensure_future(committer.commit(_step_checkpoint(claim, clock)))
+                for claim in claims
+            ]
+            await asyncio.sleep(0)  # every commit is queued behind the held call
+            gate.set()
+            await held
+            return await asyncio.gather(*commits, return_exceptions=True)
+        finally:
+            committer.stop()
+
+    outcomes = asyncio.run(commit_all())
+
+    assert failing.failed_batches == [6]
+    assert len(outcomes) == 6
+    assert all(isinstance(outcome, OSError) for outcome in outcomes), outcomes
+    for run_id in ids:  # nothing of the failed batch was written
+        assert [event.kind for event in store.history(run_id)] == [
+            EventKind.RUN_STARTED,
+            EventKind.CLAIMED,
+        ]
+
+
+def _step_checkpoint(claim: Claim, clock: FakeClock) -> Checkpoint:
+    seq = claim.events[-1].seq + 1
+    event = Event(seq, EventKind.STEP_STARTED, clock.now(), 0, "s", 1, None)
+    return Checkpoint(claim.run_id, claim.epoch, (event,))
