@@ -48,10 +48,21 @@ def cli(verbose: bool) -> None:
 )
 @click.option("--poll", default="200ms", show_default=True, help="Idle poll interval.")
 @click.option("--stop-grace", default="10s", show_default=True, help="Time to finish on SIGTERM.")
-def worker(target: str, concurrency: int, lease: str, poll: str, stop_grace: str) -> None:
+@click.option(
+    "--name",
+    default=None,
+    help="A stable name for this worker (unique among live workers). Restarted under the "
+    "same name, it recovers the runs its last incarnation held at once, without waiting "
+    "for their leases to expire.",
+)
+def worker(
+    target: str, concurrency: int, lease: str, poll: str, stop_grace: str, name: str | None
+) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
     app = _load_app(target)
-    app.worker(concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace).run()
+    app.worker(
+        concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace, name=name
+    ).run()
 
 
 @cli.group()

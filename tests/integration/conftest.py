@@ -17,6 +17,8 @@ from durably.runtime.context import step_key
 from durably.stores import Checkpoint, Claim, Store
 from durably.testing import FakeClock
 
+from .processes import processes  # noqa: F401  (a fixture)
+
 DEAD_LEASE = timedelta(seconds=5)
 
 

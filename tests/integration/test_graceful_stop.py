@@ -5,10 +5,8 @@ Real time is the point here: a separate process, a real signal, a step that real
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -17,46 +15,10 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably.core.history import EventKind
 
 from .conftest import kinds
+from .processes import start_worker, wait_for_step_start
 from .stop_app import make_app
-
-REPO = Path(__file__).resolve().parents[2]
-TARGET = "tests.integration.stop_app:app"
-
-
-@pytest.fixture
-def client(sqlite_url: str) -> Iterator[durably.App]:
-    opened = make_app(sqlite_url)
-    yield opened
-    opened.close()
-
-
-def start_worker(sqlite_url: str, log: Path, *options: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DURABLY_STORE": sqlite_url}
-    env.pop("DURABLY_TEST_POSTGRES", None)
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "durably", "worker", TARGET, "--concurrency", "4", *options],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-def wait_for_step_start(
-    client: durably.App, run_id: str, worker: subprocess.Popen[bytes], log: Path
-) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if EventKind.STEP_STARTED in {event.kind for event in client.history(run_id)}:
-            return
-        if worker.poll() is not None:
-            pytest.fail(f"the worker exited with {worker.returncode}:\n{log.read_text()}")
-        time.sleep(0.05)
-    pytest.fail(f"the worker never started the step:\n{log.read_text()}")
 
 
 def stop(worker: subprocess.Popen[bytes], log: Path, *, within: float) -> float:
@@ -74,13 +36,10 @@ def stop(worker: subprocess.Popen[bytes], log: Path, *, within: float) -> float:
 
 
 @pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+def client(sqlite_url: str) -> Iterator[durably.App]:
+    opened = make_app(sqlite_url)
+    yield opened
+    opened.close()
 
 
 def test_sigterm_lets_a_short_step_finish(

@@ -1,0 +1,58 @@
+"""Real `durably worker` processes for the integration tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import durably
+from durably.core.history import EventKind
+
+__all__ = ["processes", "start_worker", "wait_for_step_start"]
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "tests.integration.stop_app:app"
+
+
+def start_worker(
+    store_url: str, log: Path, *options: str, target: str = TARGET
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DURABLY_STORE": store_url}
+    env.pop("DURABLY_TEST_POSTGRES", None)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "durably", "worker", target, "--concurrency", "4", *options],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_for_step_start(
+    client: durably.App, run_id: str, worker: subprocess.Popen[bytes], log: Path
+) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if EventKind.STEP_STARTED in {event.kind for event in client.history(run_id)}:
+            return
+        if worker.poll() is not None:
+            pytest.fail(f"the worker exited with {worker.returncode}:\n{log.read_text()}")
+        time.sleep(0.05)
+    pytest.fail(f"the worker never started the step:\n{log.read_text()}")
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
