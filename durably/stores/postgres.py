@@ -436,9 +436,12 @@ class _Listener:
     def __init__(self, url: str, shown_url: str, wake: Callable[[], None]) -> None:
         self._url, self._shown_url, self._wake = url, shown_url, wake
         self._stopping = threading.Event()
-        self._db: psycopg.Connection[Any] | None = None
+        self._listening = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="durably-listen", daemon=True)
         self._thread.start()
+        # Return once LISTEN is in effect, so that whatever the caller looks at next, nothing
+        # started afterwards goes unheard (unless the server is slow to answer: then polling).
+        self._listening.wait(timeout=5)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -450,6 +453,7 @@ class _Listener:
             try:
                 with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as db:
                     db.execute(f"LISTEN {_WAKE_CHANNEL}")
+                    self._listening.set()
                     pause = 0.1
                     if interrupted:  # anything started while not listening
                         self._wake()
