@@ -216,6 +216,27 @@ def demo(orders: int, store_url: str | None) -> None:
     run_demo(orders=orders, store_url=store_url)
 
 
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("options", nargs=-1, type=click.UNPROCESSED)
+def bench(options: tuple[str, ...]) -> None:
+    """durably beside DBOS Transact on the same workloads (python -m benchmarks.compare).
+
+    Runs from a durably source checkout; OPTIONS go to the benchmark (--help lists them).
+    """
+    sys.path.insert(0, os.getcwd())
+    try:
+        compare = importlib.import_module("benchmarks.compare")
+    except ImportError as exc:
+        raise click.ClickException(
+            f"durably bench runs the benchmarks of a durably source checkout ({exc}): run it "
+            "from the checkout's root, after pip install -e '.[bench]' for the DBOS side"
+        ) from exc
+    sys.exit(compare.main(list(options)))
+
+
 def _load_app(target: str) -> App:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
