@@ -1,0 +1,47 @@
+"""The W3 side-effect sink: a SQLite file outside every engine's store, shared by processes.
+
+`apply` records one application of a keyed effect. A key seen twice is a duplicate: the
+effect would have happened twice in the world (a card charged twice).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+__all__ = ["applied", "apply", "create", "duplicates"]
+
+_local = threading.local()
+
+
+def create(path: str | Path) -> None:
+    with sqlite3.connect(path, isolation_level=None) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT NOT NULL)")
+
+
+def _connection(path: str) -> sqlite3.Connection:
+    db: sqlite3.Connection | None = getattr(_local, "db", None)
+    if db is None or getattr(_local, "path", None) != path:
+        db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        db.execute("PRAGMA synchronous = NORMAL")
+        _local.db, _local.path = db, path
+    return db
+
+
+def apply(path: str | Path, key: str) -> None:
+    """Record one application of the effect named `key` (committed before returning)."""
+    _connection(str(path)).execute("INSERT INTO effects (key) VALUES (?)", (key,))
+
+
+def applied(path: str | Path) -> int:
+    """How many distinct effects were applied."""
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(DISTINCT key) FROM effects").fetchone()[0])
+
+
+def duplicates(path: str | Path) -> int:
+    """Applications beyond the first of the same key."""
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) - count(DISTINCT key) FROM effects").fetchone()[0])
