@@ -16,7 +16,7 @@ measures:
 All runs are started first (app.start); only `app.run_until_idle` is timed. Every figure is
 the median of --repeat repetitions (default 3), each on a fresh store.
 
-    python -m benchmarks.core                       # both stores, full sizes (make bench)
+    python -m benchmarks.core                       # both stores, full sizes
     python -m benchmarks.core --quick --repeat 5    # smaller workloads
     python -m benchmarks.core --stores sqlite
     python -m benchmarks.core --postgres-url postgresql://user@host:5432/db
@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -417,8 +417,12 @@ def print_table(figures: Sequence[Figure]) -> None:
         )
         for f in figures
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    right = {2, 4, 5}  # numbers line up on the right
+    print_columns(rows, right={2, 4, 5})  # numbers line up on the right
+
+
+def print_columns(rows: Sequence[Sequence[str]], right: Collection[int]) -> None:
+    """Rows of cells in aligned columns, the first row a header; columns in `right` flush right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         cells = [
             c.rjust(w) if i in right else c.ljust(w)
@@ -462,6 +466,8 @@ def write_json(
 
 
 def _number(value: float) -> str:
+    if value == 0:
+        return "0"
     if value >= 100:
         return f"{value:,.0f}"
     if value >= 10:
