@@ -97,7 +97,8 @@ class Worker:
         )
         committer.start(self._loop)
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
-        unwatch = store.watch(self._poke_threadsafe)
+        # A drain ends when nothing is due; only a long-lived worker waits to be woken.
+        unwatch = _deaf if until_idle else store.watch(self._poke_threadsafe)
         heartbeat = asyncio.create_task(
             self._heartbeat(committer), name=f"durably-heartbeat-{self.name}"
         )
@@ -272,3 +273,7 @@ class Worker:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._poke)
+
+
+def _deaf() -> None:
+    """The stop call of a watch that was never started."""

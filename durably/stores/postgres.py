@@ -11,7 +11,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -283,7 +283,11 @@ class PostgresStore:
             ).rowcount
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        return _Listener(self._url, self.url, wake).stop
+        return _Listener(self._url, self.url, wake, self._notify).stop
+
+    def _notify(self) -> None:
+        with self._statement() as db:
+            db.execute(f"NOTIFY {_WAKE_CHANNEL}")
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         with self._transaction() as db:
@@ -433,8 +437,10 @@ class _Listener:
     is missed) the worker's poll finds due runs.
     """
 
-    def __init__(self, url: str, shown_url: str, wake: Callable[[], None]) -> None:
-        self._url, self._shown_url, self._wake = url, shown_url, wake
+    def __init__(
+        self, url: str, shown_url: str, wake: Callable[[], None], poke: Callable[[], None]
+    ) -> None:
+        self._url, self._shown_url, self._wake, self._poke = url, shown_url, wake, poke
         self._stopping = threading.Event()
         self._listening = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="durably-listen", daemon=True)
@@ -445,6 +451,8 @@ class _Listener:
 
     def stop(self) -> None:
         self._stopping.set()
+        with suppress(StoreUnavailable, psycopg.Error):
+            self._poke()  # out of its wait now, not at its timeout
         self._thread.join(timeout=5)
 
     def _listen(self) -> None:
@@ -460,7 +468,8 @@ class _Listener:
                         interrupted = False
                     while not self._stopping.is_set():
                         for _ in db.notifies(timeout=0.5, stop_after=1):
-                            self._wake()
+                            if not self._stopping.is_set():
+                                self._wake()
             except psycopg.Error as exc:
                 log.warning(
                     "wake-ups from %s interrupted (%s); polling until they are back",
