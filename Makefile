@@ -35,7 +35,8 @@ soak: $(STAMP)
 	$(BIN)/pytest -m soak
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.core
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m benchmarks.compare
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm
