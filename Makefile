@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.compare
+
+bench-core: $(STAMP)
+	$(BIN)/python -m benchmarks.core
+
+bench-scaling: $(STAMP)
+	$(BIN)/python -m benchmarks.scaling
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm
