@@ -812,14 +812,7 @@ def write_json(
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.compare", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure (default 3)")
-    parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument(
-        "--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres"
-    )
+    parser = core.store_arguments("python -m benchmarks.compare", __doc__.split("\n\n")[0])
     parser.add_argument(
         "--engines", default=",".join(ENGINES), help="comma-separated: durably,dbos"
     )
@@ -829,23 +822,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off",
     )
     parser.add_argument(
-        "--postgres-url", default=core.POSTGRES_URL, help="the PostgreSQL server to use"
-    )
-    parser.add_argument(
         "--only", default=",".join(WORKLOADS), help=f"comma-separated: {','.join(WORKLOADS)}"
     )
-    args = parser.parse_args(argv)
-    for name, known in (
-        ("stores", ("sqlite", "postgres")),
-        ("engines", ENGINES),
-        ("only", WORKLOADS),
-    ):
+    args = core.parse_store_arguments(parser, argv)
+    for name, known in (("engines", ENGINES), ("only", WORKLOADS)):
         chosen = [item.strip() for item in getattr(args, name).split(",") if item.strip()]
         if unknown := sorted(set(chosen) - set(known)):
             parser.error(f"--{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
         setattr(args, name, chosen)
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
     return args
 
 

@@ -478,29 +478,37 @@ def _number(value: float) -> str:
 # -- the command ---------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.core", description=__doc__.split("\n\n")[0]
-    )
+def store_arguments(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options every per-store benchmark takes: --repeat, --quick, --stores, --postgres-url."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure (default 3)")
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
     parser.add_argument(
         "--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres"
     )
     parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL server to use")
+    return parser
+
+
+def parse_store_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.stores = [name.strip() for name in args.stores.split(",") if name.strip()]
-    unknown = set(args.stores) - {"sqlite", "postgres"}
-    if unknown:
+    if unknown := set(args.stores) - {"sqlite", "postgres"}:
         parser.error(f"unknown store(s): {', '.join(sorted(unknown))}")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    sizes = QUICK if args.quick else FULL
+def measure_each_store(
+    args: argparse.Namespace,
+    measure: Callable[[Backend], list[Figure]],
+    write: Callable[[str, dict[str, Any], list[Figure], dict[str, Any]], Path],
+) -> tuple[list[Figure], list[str]]:
+    """Measure every store asked for (PostgreSQL skipped with a note if unreachable) and
+    write each one's results; return all the figures and the notes to print."""
     context = run_context()
     figures: list[Figure] = []
     notes: list[str] = []
@@ -513,11 +521,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(notes[-1], file=sys.stderr)
             continue
         backend = sqlite_backend() if name == "sqlite" else postgres_backend(args.postgres_url)
-        store_figures = measure_store(backend, sizes, args.repeat)
-        settings = backend.settings()
-        path = write_json(name, context, store_figures, settings, sizes, args.repeat)
+        store_figures = measure(backend)
+        path = write(name, context, store_figures, backend.settings())
         notes.append(f"{name}: results written to {path}")
         figures += store_figures
+    return figures, notes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = store_arguments("python -m benchmarks.core", __doc__.split("\n\n")[0])
+    args = parse_store_arguments(parser, argv)
+    sizes = QUICK if args.quick else FULL
+    figures, notes = measure_each_store(
+        args,
+        lambda backend: measure_store(backend, sizes, args.repeat),
+        lambda store, context, found, settings: write_json(
+            store, context, found, settings, sizes, args.repeat
+        ),
+    )
     print()
     print_table(figures)
     missed = [f for f in figures if f.verdict == "MISS"]

@@ -58,7 +58,6 @@ and durability settings to benchmarks/results/scaling-<store>-latest.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -80,7 +79,6 @@ from typing import Any, Protocol, cast
 import durably
 from benchmarks.core import (
     CONCURRENCY,
-    POSTGRES_URL,
     RESULTS,
     Backend,
     BenchmarkError,
@@ -89,15 +87,15 @@ from benchmarks.core import (
     chain_app,
     check_completed,
     figure,
-    postgres_backend,
-    postgres_problem,
+    measure_each_store,
+    parse_store_arguments,
     print_columns,
     progress,
-    sqlite_backend,
+    store_arguments,
     warm_up,
 )
 from benchmarks.core import _number as number
-from benchmarks.environment import busy_note, load_average, run_context
+from benchmarks.environment import load_average
 from durably.stores import Claim, Store, open_store
 from durably.stores.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of
 from durably.stores.sqlite import SQLiteStore
@@ -960,44 +958,17 @@ def print_table(figures: Sequence[Figure]) -> None:
 # -- the command ---------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions per figure (default 3)")
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few seconds each")
-    parser.add_argument(
-        "--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres"
-    )
-    parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL server to use")
-    args = parser.parse_args(argv)
-    args.stores = [name.strip() for name in args.stores.split(",") if name.strip()]
-    if unknown := set(args.stores) - {"sqlite", "postgres"}:
-        parser.error(f"unknown store(s): {', '.join(sorted(unknown))}")
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = store_arguments("python -m benchmarks.scaling", __doc__.split("\n\n")[0])
+    args = parse_store_arguments(parser, argv)
     sizes = QUICK if args.quick else FULL
-    context = run_context()
-    figures: list[Figure] = []
-    notes: list[str] = []
-    if busy := busy_note():
-        notes.append(busy)
-        print(busy, file=sys.stderr)
-    for name in args.stores:
-        if name == "postgres" and (problem := postgres_problem(args.postgres_url)):
-            notes.append(f"PostgreSQL rows skipped: {args.postgres_url} is unreachable ({problem})")
-            print(notes[-1], file=sys.stderr)
-            continue
-        backend = sqlite_backend() if name == "sqlite" else postgres_backend(args.postgres_url)
-        store_figures = measure_store(backend, sizes, args.repeat)
-        path = write_json(name, context, store_figures, backend.settings(), sizes, args.repeat)
-        notes.append(f"{name}: results written to {path}")
-        figures += store_figures
+    figures, notes = measure_each_store(
+        args,
+        lambda backend: measure_store(backend, sizes, args.repeat),
+        lambda store, context, found, settings: write_json(
+            store, context, found, settings, sizes, args.repeat
+        ),
+    )
     print()
     print_table(figures)
     print(f"\nmedians of {args.repeat} repetition(s); {os.cpu_count()} CPUs")
