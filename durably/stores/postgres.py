@@ -1,8 +1,8 @@
 """The PostgreSQL store: many workers on many machines share one database.
 
 Claims lock candidate rows with FOR UPDATE SKIP LOCKED, so concurrent workers never wait
-for each other's picks. A batch of checkpoints is one round trip for the fenced update of
-all runs and one pipelined insert of their events.
+for each other's picks. A batch of checkpoints, like starting a run, is one statement: one
+round trip and one transaction. Workers hear of new runs by LISTEN/NOTIFY.
 """
 
 from __future__ import annotations
