@@ -47,7 +47,8 @@ class App:
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.default_retry = default_retry or Retry()
-        self.max_recoveries = max_recoveries  # takeovers after dead workers before parking
+        _check_recoveries(max_recoveries)
+        self.max_recoveries = max_recoveries  # workers that may die under a run before parking
         self.seed = seed  # for the retry jitter; None: unpredictable
         self.faults = faults  # injected failures, for tests and the demo
         self._store: Store | None = store if not isinstance(store, str | None) else None
@@ -64,7 +65,12 @@ class App:
     def workflow(self, fn: Callable[..., Any], /) -> Workflow: ...
     @overload
     def workflow(
-        self, /, *, name: str | None = None, deadline: Duration | None = None
+        self,
+        /,
+        *,
+        name: str | None = None,
+        deadline: Duration | None = None,
+        max_recoveries: int | None = None,
     ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
     def workflow(
@@ -74,17 +80,21 @@ class App:
         *,
         name: str | None = None,
         deadline: Duration | None = None,
+        max_recoveries: int | None = None,
     ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow. Its name (default: the function's) is what runs record.
 
         `deadline`: once this long has passed since the run started, it stops, its
-        completed steps are compensated, and it ends `timed_out`.
+        completed steps are compensated, and it ends `timed_out`. `max_recoveries`: how
+        many workers may die under one of its runs before it is parked as a poison pill
+        (default: the app's).
         """
         limit = None if deadline is None else parse_duration(deadline, what="deadline")
+        _check_recoveries(max_recoveries)
 
         def register(fn: Callable[..., Any]) -> Workflow:
             chosen = _name_for(fn, name, self._workflows, "workflow")
-            definition = Workflow(fn, chosen, deadline=limit)
+            definition = Workflow(fn, chosen, deadline=limit, max_recoveries=max_recoveries)
             self._workflows[definition.name] = definition
             return definition
 
@@ -306,6 +316,14 @@ class RunHandle:
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"
+
+
+def _check_recoveries(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError(
+            f"max_recoveries must be a whole number of 0 or more, not {limit!r}: it is how many "
+            "workers may die under one run before it is parked as a poison pill"
+        )
 
 
 def _name_for(fn: Callable[..., Any], name: str | None, taken: dict[str, Any], kind: str) -> str:

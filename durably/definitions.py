@@ -21,12 +21,18 @@ class Workflow:
     """A function registered as a workflow. Calling it directly just calls the function."""
 
     def __init__(
-        self, fn: Callable[..., Any], name: str, *, deadline: timedelta | None = None
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        *,
+        deadline: timedelta | None = None,
+        max_recoveries: int | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name
         self.deadline = deadline
+        self.max_recoveries = max_recoveries  # None: the app's
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
 

@@ -28,7 +28,8 @@ class EventKind(StrEnum):
     RUN_FAILED = "run_failed"
     RUN_PARKED = "run_parked"  # needs a person (data: error, reason)
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
-    RELEASED = "released"  # a stopping worker handed the run back
+    RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
+    RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other
 
 
 @dataclass(frozen=True, slots=True)

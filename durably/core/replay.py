@@ -15,10 +15,13 @@ __all__ = [
     "Replay",
     "RunPhase",
     "StepRecord",
+    "WorkerDeaths",
     "error_data",
+    "fold_deaths",
     "fold_run",
     "fold_steps",
     "next_action",
+    "progressed",
     "read_error",
 ]
 
@@ -69,7 +72,67 @@ class RunPhase:
     final_status: str | None  # the status the run ends in once compensated
     compensated: frozenset[int]  # positions whose compensation completed
     compensation_attempts: dict[int, int]  # position -> attempts started
-    recoveries: int  # claims that took the run over from a worker whose lease expired
+    deaths: WorkerDeaths
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDeaths:
+    """What the history says about the workers that died (or lost their lease) under a run.
+
+    A worker that dies takes every run it holds down with it, so a death alone says nothing
+    about which run caused it. A run taken over from a dead worker is a suspect: it next runs
+    alone on its worker (a `running_alone` event) until it gets past the point where it was
+    when the worker died. A death while it ran alone is its own doing.
+    """
+
+    count: int = 0  # takeovers since the last manual retry, whoever caused them
+    last_alone: bool = False  # the latest of those deaths happened while the run ran alone
+    suspect: bool = False  # taken over, and not yet past that point running alone
+
+    def poison(self, limit: int) -> bool:
+        """Whether the run is to be parked: more than `limit` workers died under it, and the
+        last of them while it ran alone (so a run that merely shared a worker with a poison
+        pill is never parked)."""
+        return self.count > limit and self.last_alone
+
+
+# Events that show the run got past the point where its worker died: user code ran to an
+# outcome that was recorded (a step, a compensation, the workflow's own end).
+_PROGRESS = frozenset(
+    {
+        EventKind.STEP_COMPLETED,
+        EventKind.STEP_ATTEMPT_FAILED,
+        EventKind.STEP_FAILED,
+        EventKind.COMPENSATION_COMPLETED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_FAILED,
+        EventKind.RUN_COMPLETED,
+        EventKind.RUN_FAILED,
+        EventKind.RUN_PARKED,
+    }
+)
+
+
+def fold_deaths(events: Iterable[Event]) -> WorkerDeaths:
+    count, last_alone, suspect, alone = 0, False, False, False
+    for event in events:
+        kind = event.kind
+        if kind is EventKind.CLAIMED:
+            if event.data and "took_over_from" in event.data:
+                count, last_alone, suspect = count + 1, alone, True
+            alone = False  # a new lease: whether it runs alone is recorded anew
+        elif kind is EventKind.RUNNING_ALONE:
+            alone = True
+        elif kind in _PROGRESS and alone:
+            alone = suspect = False  # past the point of the last death: no longer alone
+        elif kind is EventKind.RUN_RETRIED:
+            count, last_alone = 0, False  # a person looked; the suspicion stays
+    return WorkerDeaths(count, last_alone, suspect)
+
+
+def progressed(events: Iterable[Event]) -> bool:
+    """Whether `events` hold an outcome that moves a run past where its worker died."""
+    return any(event.kind in _PROGRESS for event in events)
 
 
 def fold_run(events: Iterable[Event]) -> RunPhase:
@@ -78,7 +141,6 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
     final_status: str | None = None
     compensated: set[int] = set()
     attempts: dict[int, int] = {}
-    recoveries = 0
     for event in events:
         if event.kind is EventKind.COMPENSATING:
             compensating = read_error(event)
@@ -87,16 +149,18 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
             attempts[event.position] = attempts.get(event.position, 0) + 1
         elif event.kind is EventKind.COMPENSATION_COMPLETED and event.position is not None:
             compensated.add(event.position)
-        elif event.kind is EventKind.CLAIMED and event.data and "took_over_from" in event.data:
-            recoveries += 1
         elif event.kind is EventKind.RUN_RETRIED:
-            recoveries = 0
             attempts.clear()  # compensations that failed get fresh attempts
             if event.position is not None:  # steps run again: the failure is forgotten
                 compensating = None
                 compensated.clear()
     return RunPhase(
-        fold_steps(events), compensating, final_status, frozenset(compensated), attempts, recoveries
+        fold_steps(events),
+        compensating,
+        final_status,
+        frozenset(compensated),
+        attempts,
+        fold_deaths(events),
     )
 
 

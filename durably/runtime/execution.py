@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.replay import Replay, RunPhase, StepRecord, error_data, fold_run, next_action
+from durably.core.replay import (
+    Replay,
+    RunPhase,
+    StepRecord,
+    error_data,
+    fold_run,
+    next_action,
+    progressed,
+)
 from durably.core.status import RunStatus
 from durably.errors import (
     DeadlineExceeded,
@@ -52,6 +60,8 @@ __all__ = ["RunExecution"]
 log = logging.getLogger("durably.execution")
 
 _DEFAULT_HOLD = timedelta(minutes=5)  # a concurrency slot's lease when a step has no timeout
+_ALONE_REASON = json.dumps({"reason": "a worker died while running it"})
+_NEXT_SUSPECT = json.dumps({"reason": "ran alone past where its worker died; others wait"})
 
 
 class _Suspend(BaseException):
@@ -102,6 +112,17 @@ class RunExecution:
         self._position = 0
         self.closed = False
         self._body_over = False  # the workflow body returned, raised or passed its deadline
+        # Set by the worker for a run taken over from a dead worker: nothing else runs in
+        # this process until the run gets past the point where that worker died.
+        self.alone = False
+        self._after_alone: Callable[[], bool] = lambda: False
+
+    def run_alone(self, after: Callable[[], bool]) -> None:
+        """Run with nothing else in this process until past the point of the last death.
+        `after()` is called then; True means other suspects wait to run alone, so this run
+        is handed back rather than kept."""
+        self.alone = True
+        self._after_alone = after
 
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
@@ -127,12 +148,10 @@ class RunExecution:
     async def _drive(self) -> None:
         try:
             phase = self._phase = fold_run(self._events)
-            if phase.recoveries > self._app.max_recoveries:
-                raise PoisonPill(
-                    f"{phase.recoveries} workers died or lost their lease while running this "
-                    f"run (limit {self._app.max_recoveries}); parked so it stops taking workers "
-                    "down. Inspect it, then retry it (durably dlq retry) or fail it."
-                )
+            self._check_poison(phase)
+            if self.alone:
+                self._append(EventKind.RUNNING_ALONE, data=_ALONE_REASON)
+                await self._flush()
             if phase.compensating is not None:
                 await self._compensate(
                     phase.compensating, RunStatus(phase.final_status or "failed")
@@ -166,6 +185,28 @@ class RunExecution:
             await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
             return
         await self._finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
+
+    def _check_poison(self, phase: RunPhase) -> None:
+        limit = self._workflow.max_recoveries
+        limit = self._app.max_recoveries if limit is None else limit
+        if phase.deaths.poison(limit):
+            raise PoisonPill(
+                f"{phase.deaths.count} workers died or lost their lease while running this run, "
+                f"the last while it ran alone on its worker (limit {limit}); parked so it stops "
+                "taking workers down. Inspect it, then retry it (durably dlq retry) or fail it."
+            )
+
+    async def _before_new_work(self) -> None:
+        """Before a step or an undo starts: a run that ran alone and has an outcome to record
+        is past the point where its last worker died. Commit that proof, and let the worker
+        run others again (handing this run back if other suspects wait to run alone)."""
+        if not self.alone or not progressed(self._pending):
+            return
+        await self._flush()
+        self.alone = False
+        if self._after_alone():
+            self._append(EventKind.RELEASED, data=_NEXT_SUSPECT)
+            raise _Suspend(self._clock.now())
 
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         try:
@@ -211,6 +252,7 @@ class RunExecution:
         except Exception as exc:
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
         key = str(key) if key is not None else step_key(self.run_id, position, step.name)
+        await self._before_new_work()
         await self._enter_gate(step, position)
         scope = StepScope(self.run_id, position, step.name, action.attempt, key)
         data = json.dumps({"key": key})[:-1] + f', "input": {input_json}}}'
@@ -399,6 +441,7 @@ class RunExecution:
         key = f"{started.get('key', step_key(self.run_id, record.position, step.name))}:undo"
         scope = StepScope(self.run_id, record.position, step.name, attempt, key)
         position, name = record.position, step.name
+        await self._before_new_work()
         self._append(
             EventKind.COMPENSATION_STARTED, position, name, attempt, json.dumps({"key": key})
         )
@@ -490,6 +533,10 @@ class RunExecution:
         log.warning(
             "run %s parked (%s): %s: %s", self.run_id, reason, error.error_class, error.message
         )
+
+    async def release(self) -> None:
+        """Hand back a run this worker claimed but never started (it waited to run alone)."""
+        await self._release()
 
     async def _release(self) -> None:
         """Hand the run back (worker stopping): keep what is pending, due again at once."""

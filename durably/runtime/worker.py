@@ -14,10 +14,12 @@ import os
 import signal
 import socket
 import uuid
+from collections import deque
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from durably.clock import Clock
+from durably.core.replay import fold_deaths
 from durably.durations import Duration, parse_duration
 from durably.runtime.committer import Committer
 from durably.runtime.execution import RunExecution
@@ -61,6 +63,10 @@ class Worker:
         self.completed = 0  # runs this worker took to an end (any final or parked state)
         self._clock: Clock = app.clock
         self._active: dict[str, tuple[RunExecution, asyncio.Task[None]]] = {}
+        # Runs taken over from a dead worker wait here to run alone, one after another, so
+        # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
+        self._suspects: deque[RunExecution] = deque()
+        self._alone: RunExecution | None = None  # the suspect running now, alone
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -109,10 +115,10 @@ class Worker:
                 await self._recover_own(committer)
             while not self._stopping:
                 claims = await self._claim(committer)
-                if until_idle and not claims and not self._active:
+                if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
                     break
-                if claims and len(self._active) < self.concurrency:
+                if claims and self._free() > 0 and not self._isolating():
                     continue  # more may be due right now
                 if not claims:
                     idle_polls += 1
@@ -137,7 +143,11 @@ class Worker:
             log.info("worker %s: recovering %d run(s) its last run left", self.name, recovered)
 
     async def _claim(self, committer: Committer) -> list[Claim]:
-        free = self.concurrency - len(self._active)
+        """Claim due runs and start them; none while a suspect waits or runs alone."""
+        if self._isolating():
+            self._start_alone()
+            return []
+        free = self._free()
         if free <= 0:
             return []
         names = self.app.workflow_names()
@@ -145,27 +155,61 @@ class Worker:
         claims = await committer.call(
             functools.partial(store.claim, self.name, names, now=now, lease=self.lease, limit=free)
         )
+        assert self._loop is not None
         for claim in claims:
-            self._launch(claim, committer)
+            execution = RunExecution(claim, self.app, committer, self._loop)
+            if fold_deaths(claim.events).suspect:
+                self._suspects.append(execution)
+            else:
+                self._launch(execution)
+        self._start_alone()
         return claims
 
-    def _launch(self, claim: Claim, committer: Committer) -> None:
-        assert self._loop is not None
-        if stale := self._active.get(claim.run_id):
+    def _free(self) -> int:
+        return self.concurrency - len(self._active) - len(self._suspects)
+
+    def _isolating(self) -> bool:
+        """Whether a suspect waits to run alone, or runs alone now: nothing new starts."""
+        alone = self._alone
+        return bool(self._suspects) or (alone is not None and alone.alone and not alone.closed)
+
+    def _start_alone(self) -> None:
+        """Once nothing else runs here, start the next suspect, alone."""
+        if self._active or not self._suspects:
+            return
+        execution = self._suspects.popleft()
+        if execution.lost:
+            self._poke()  # its lease went while it waited; look at the next one
+            return
+        execution.run_alone(after=self._alone_over)
+        self._alone = execution
+        log.info("run %s: running it alone, as a worker died under it", execution.run_id)
+        self._launch(execution)
+
+    def _alone_over(self) -> bool:
+        """The suspect running alone got past where its worker died; True if it is to be
+        handed back because other suspects wait for their turn alone."""
+        self._poke()
+        return bool(self._suspects)
+
+    def _launch(self, execution: RunExecution) -> None:
+        run_id = execution.run_id
+        if stale := self._active.get(run_id):
             # This worker stalled past its own lease and claimed the run again: the older
             # execution's epoch is gone, so it could write nothing; stop it.
             stale[0].lost = True
             stale[1].cancel()
-        execution = RunExecution(claim, self.app, committer, self._loop)
-        task = asyncio.create_task(execution.run(), name=f"durably-run-{claim.run_id}")
-        self._active[claim.run_id] = (execution, task)
-        task.add_done_callback(functools.partial(self._run_done, claim.run_id))
+        task = asyncio.create_task(execution.run(), name=f"durably-run-{run_id}")
+        self._active[run_id] = (execution, task)
+        task.add_done_callback(functools.partial(self._run_done, run_id))
 
     def _run_done(self, run_id: str, task: asyncio.Task[None]) -> None:
         entry = self._active.get(run_id)
         if entry is None or entry[1] is not task:
             return  # a stale execution of a run claimed again
         execution, _ = self._active.pop(run_id)
+        if execution is self._alone:
+            self._alone = None
         if not task.cancelled():
             error = task.exception()
             if error is not None:
@@ -193,7 +237,8 @@ class Worker:
         interval = self.lease.total_seconds() / 3
         while True:
             await asyncio.sleep(interval)
-            held = [execution for execution, _ in self._active.values() if not execution.lost]
+            running = [execution for execution, _ in self._active.values()]
+            held = [execution for execution in [*running, *self._suspects] if not execution.lost]
             if not held:
                 continue
             leases = [Lease(execution.run_id, execution.epoch) for execution in held]
@@ -202,6 +247,9 @@ class Worker:
             )
             kept = await committer.call(renew)
             for execution in held:
+                if execution in self._suspects and execution.run_id not in kept:
+                    execution.lost = True  # it never started: dropped when its turn comes
+                    continue
                 # a run that ended while the renewal was under way is simply gone
                 gone = execution.closed or execution.run_id not in self._active
                 if execution.run_id not in kept and not gone:
@@ -228,6 +276,10 @@ class Worker:
                 )
 
     async def _shutdown(self) -> None:
+        while self._suspects:  # never started: hand back at once (they stay suspects)
+            waiting = self._suspects.popleft()
+            if not waiting.lost:
+                await waiting.release()
         tasks = [task for _, task in self._active.values()]
         if not tasks:
             return

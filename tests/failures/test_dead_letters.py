@@ -310,10 +310,14 @@ def test_skip_step_on_a_parked_run_without_a_failed_step_is_refused(
 # -- poison pills ---------------------------------------------------------------------------
 
 
-def poison(app: durably.App, store: Store, clock: FakeClock, *, takeovers: int) -> str:
-    """A run whose step kills every worker that runs it: one worker claims it and dies
-    mid-step, then `takeovers - 1` more take it over and die the same way; the app's own
-    claim is takeover number `takeovers`. Returns the run id."""
+def poison(
+    app: durably.App, store: Store, clock: FakeClock, *, takeovers: int, alone: bool = True
+) -> str:
+    """A run whose step kills every worker that runs it: one worker claims it (among others)
+    and dies mid-step, then `takeovers - 1` more take it over and die the same way, running it
+    alone as a worker does with a run taken over (or not, with alone=False: the deaths were
+    another run's doing); the app's own claim is takeover number `takeovers`. Returns the
+    run id."""
     calls: list[int] = []
 
     @app.step
@@ -332,7 +336,10 @@ def poison(app: durably.App, store: Store, clock: FakeClock, *, takeovers: int) 
         {"key": step_key(run_id, 0, "explode"), "input": {"args": [1], "kwargs": {}}}
     )
     for n in range(takeovers):
-        record = [(EventKind.STEP_STARTED, 0, "explode", n + 1, started)]
+        record: list[tuple[EventKind, int, str, int, str | None]] = []
+        if alone and n > 0:
+            record.append((EventKind.RUNNING_ALONE, 0, "explode", n + 1, None))
+        record.append((EventKind.STEP_STARTED, 0, "explode", n + 1, started))
         dying_worker(store, clock, ["fragile"], owner=f"dying-{n}", record=record)
         clock.advance(DEAD_LEASE + timedelta(seconds=1))
     app.run_until_idle()
@@ -361,6 +368,55 @@ def test_a_run_that_keeps_killing_workers_is_parked_as_a_poison_pill(
     app.retry(run_id, by="dave")  # a person looked; the recovery count starts again
     settle(app, clock)
     assert app.handle(run_id).result(timeout=0) == 1
+
+
+def test_a_run_that_only_shared_dying_workers_is_never_a_poison_pill(
+    app: durably.App, store: Store, clock: FakeClock
+) -> None:
+    run_id = poison(app, store, clock, takeovers=app.max_recoveries + 3, alone=False)
+
+    assert app.handle(run_id).result(timeout=0) == 1
+    history = app.history(run_id)
+    last_claim = max(i for i, e in enumerate(history) if e.kind is EventKind.CLAIMED)
+    # taken over, it ran alone first: a death then would have been its own
+    assert history[last_claim + 1].kind is EventKind.RUNNING_ALONE
+
+
+def test_max_recoveries_can_be_set_per_workflow(
+    app: durably.App, store: Store, clock: FakeClock
+) -> None:
+    app.max_recoveries = 50
+    run_id = "fragile-1"
+
+    @app.step
+    async def explode(x: int) -> int:
+        return x
+
+    @app.workflow(max_recoveries=1)
+    async def fragile(x: int) -> int:
+        result: int = await explode(x)
+        return result
+
+    app.start(fragile, 1, id=run_id)
+    for n in range(2):  # the second death happened while it ran alone
+        kinds = [EventKind.RUNNING_ALONE] if n else []
+        record = [(kind, 0, "explode", n + 1, None) for kind in kinds]
+        dying_worker(store, clock, ["fragile"], owner=f"dying-{n}", record=record)
+        clock.advance(DEAD_LEASE + timedelta(seconds=1))
+    app.run_until_idle()
+
+    run = app.get_run(run_id)
+    assert run.status is RunStatus.NEEDS_ATTENTION
+    assert run.error is not None
+    assert "(limit 1)" in run.error.message
+
+
+def test_max_recoveries_must_be_a_whole_number() -> None:
+    with pytest.raises(durably.ConfigError, match="max_recoveries"):
+        durably.App(max_recoveries=-1)
+    app = durably.App()
+    with pytest.raises(durably.ConfigError, match="max_recoveries"):
+        app.workflow(max_recoveries=1.5)  # type: ignore[arg-type]
 
 
 def test_a_run_within_the_recovery_limit_is_not_a_poison_pill(

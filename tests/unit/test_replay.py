@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from durably.core.history import Event, EventKind
-from durably.core.replay import Execute, Replay, fold_steps, next_action
+from durably.core.replay import Execute, Replay, fold_deaths, fold_steps, next_action
 from durably.errors import NonDeterminismError, PayloadError
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -171,3 +171,62 @@ def test_non_determinism_is_detected_on_an_unsettled_step_too() -> None:
     steps = fold_steps(run_events(started(3, 0, "charge")))
     with pytest.raises(NonDeterminismError, match=r"#0 .*'charge'.*'refund'"):
         next_action(steps, 0, "refund")
+
+
+# -- fold_deaths: which worker deaths are a run's own ---------------------------------------
+
+
+def _history(*kinds: str) -> list[Event]:
+    """A history from short words: 'claim', 'takeover' (a claim after the lease expired),
+    'alone', 'start' (a step started) and 'done' (a step completed)."""
+    events = [Event(1, EventKind.RUN_STARTED, AT)]
+    for word in kinds:
+        seq = len(events) + 1
+        if word in ("claim", "takeover"):
+            data: dict[str, object] = {"owner": f"w{seq}", "epoch": seq}
+            if word == "takeover":
+                data["took_over_from"] = "dead"
+            events.append(Event(seq, EventKind.CLAIMED, AT, data=json.dumps(data)))
+        elif word == "alone":
+            events.append(Event(seq, EventKind.RUNNING_ALONE, AT))
+        elif word == "start":
+            events.append(started(seq, 0, "charge"))
+        else:
+            events.append(completed(seq, 0, "charge", 1))
+    return events
+
+
+def test_a_death_while_running_with_others_makes_a_suspect_not_a_culprit() -> None:
+    deaths = fold_deaths(_history("claim", "start", "takeover", "takeover", "takeover"))
+    assert (deaths.count, deaths.last_alone, deaths.suspect) == (3, False, True)
+    assert not deaths.poison(limit=1)
+
+
+def test_a_death_while_running_alone_counts_against_the_run() -> None:
+    deaths = fold_deaths(_history("claim", "start", "takeover", "alone", "start", "takeover"))
+    assert (deaths.count, deaths.last_alone, deaths.suspect) == (2, True, True)
+    assert deaths.poison(limit=1)
+    assert not deaths.poison(limit=2)
+
+
+def test_getting_past_the_point_of_death_alone_clears_the_suspicion() -> None:
+    # alone, it completed the step it died in; a later death (with others again) is not its
+    deaths = fold_deaths(
+        _history("claim", "start", "takeover", "alone", "start", "done", "start", "takeover")
+    )
+    assert (deaths.count, deaths.last_alone, deaths.suspect) == (2, False, True)
+    cleared = fold_deaths(_history("claim", "start", "takeover", "alone", "start", "done"))
+    assert not cleared.suspect
+
+
+def test_a_suspect_handed_back_before_running_alone_stays_a_suspect() -> None:
+    deaths = fold_deaths(_history("claim", "takeover", "claim", "claim"))
+    assert deaths.suspect
+    assert (deaths.count, deaths.last_alone) == (1, False)
+
+
+def test_a_manual_retry_resets_the_count_but_not_the_suspicion() -> None:
+    events = _history("claim", "takeover", "alone", "takeover")
+    events.append(Event(len(events) + 1, EventKind.RUN_RETRIED, AT, data="{}"))
+    deaths = fold_deaths(events)
+    assert (deaths.count, deaths.last_alone, deaths.suspect) == (0, False, True)
