@@ -82,3 +82,33 @@ def store(store_url: str) -> Iterator[Store]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# -- which halves ran -------------------------------------------------------------------------
+
+_HALVES = {"postgres": "PostgreSQL", "browser": "browser"}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say whether the PostgreSQL and browser halves of the suite ran, or were skipped."""
+    counts: dict[str, dict[str, int]] = {half: {} for half in _HALVES}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            keywords = getattr(report, "keywords", {})
+            if getattr(report, "when", "call") not in ("call", "setup") or (
+                outcome == "passed" and report.when != "call"
+            ):
+                continue
+            for half in _HALVES:
+                if half in keywords:
+                    tally = counts[half]
+                    tally[outcome] = tally.get(outcome, 0) + 1
+    terminalreporter.section("halves of the suite")
+    for half, label in _HALVES.items():
+        tally = counts[half]
+        if not tally:
+            terminalreporter.write_line(f"{label}: no test of it in this run")
+            continue
+        ran = ", ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items()))
+        verdict = "RAN" if tally.get("passed") or tally.get("failed") else "DID NOT RUN"
+        terminalreporter.write_line(f"{label}: {verdict} ({ran})")

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from durably.clock import Clock
 from durably.core.replay import fold_deaths
 from durably.durations import Duration, parse_duration
+from durably.errors import StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.execution import RunExecution
-from durably.stores.base import Claim, Lease
+from durably.stores.base import Claim, Lease, Store
 
 if TYPE_CHECKING:
     from durably.app import App
@@ -33,6 +34,8 @@ __all__ = ["Worker"]
 log = logging.getLogger("durably.worker")
 
 _UNKNOWN_CHECK_EVERY = 10  # idle polls between checks for runs of workflows nobody knows
+_OPEN_RETRY_FIRST = timedelta(milliseconds=250)  # pauses between tries to open the store
+_OPEN_RETRY_MAX = timedelta(seconds=5)
 
 
 class Worker:
@@ -97,7 +100,11 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._stopping = False
-        store = self.app.store
+        # A drain (a script, a test) says at once that the store is down; a long-lived
+        # worker waits for it.
+        store = self.app.store if until_idle else await self._open_store()
+        if store is None:
+            return  # stopped before the store could be reached
         committer = Committer(
             store, self._clock, solo=lambda: len(self._active) <= 1, faults=self.app.faults
         )
@@ -134,6 +141,29 @@ class Worker:
             committer.stop()
         if self._failure is not None:
             raise self._failure
+
+    async def _open_store(self) -> Store | None:
+        """The app's store, opened in a thread. While it cannot be reached (the database is
+        down, or not up yet), say why and try again with backoff: a worker started before its
+        database, or restarted during an outage, carries on once the store is back. None if
+        the worker is stopped first."""
+        delay = _OPEN_RETRY_FIRST
+        while True:
+            try:
+                return await asyncio.to_thread(lambda: self.app.store)
+            except StoreUnavailable as exc:
+                if self._stopping:
+                    return None
+                log.warning(
+                    "worker %s: cannot open the store, trying again in %.2fs: %s",
+                    self.name,
+                    delay.total_seconds(),
+                    exc,
+                )
+            await asyncio.sleep(delay.total_seconds())
+            if self._stopping:
+                return None
+            delay = min(delay * 2, _OPEN_RETRY_MAX)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -308,6 +338,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
+        if await self._open_store() is None:  # waits while the store cannot be reached
+            return
         log.info(
             "worker %s started (concurrency %d) on %s",
             self.name,

@@ -116,7 +116,13 @@ class Store(Protocol):
         ...
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
-        """Apply checkpoints in one transaction; False where the epoch was stale."""
+        """Apply checkpoints in one transaction; False where the epoch was stale.
+
+        Idempotent, so that a commit whose outcome is unknown (its connection died before
+        the answer came) can be tried again: a checkpoint is identified by its run and its
+        first event (every checkpoint the engine writes has one). A checkpoint whose first
+        event is in the history already was applied: it is reported True and nothing of it
+        is written again."""
         ...
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:

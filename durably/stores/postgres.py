@@ -2,16 +2,17 @@
 
 Claims lock candidate rows with FOR UPDATE SKIP LOCKED, so concurrent workers never wait
 for each other's picks. A batch of checkpoints, like starting a run, is one statement: one
-round trip and one transaction. Workers hear of new runs by LISTEN/NOTIFY.
+round trip and one transaction. Workers hear of new runs by LISTEN/NOTIFY. A connection that
+died with the server is replaced, and the call tried again on a fresh one (pg_connections);
+commits are idempotent, and a claim whose answer was lost is found again by re-reading.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Collection, Sequence
+from contextlib import suppress
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -19,16 +20,15 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
+from durably.stores.pg_connections import Connections, redact
 from durably.stores.rows import (
     EVENT_COLUMNS,
     RUN_COLUMNS,
-    check_version,
     checkpoint_params,
     claimed_data,
     event_of,
@@ -37,7 +37,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
+from durably.stores.schema import migrate
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -71,10 +71,21 @@ RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.event_count,
 """
 _COMMIT = """
 WITH v AS (
-    SELECT * FROM unnest(%(id)s::text[], %(epoch)s::bigint[], %(event_count)s::int[],
-        %(status)s::text[], %(result)s::text[], %(error_class)s::text[],
+    SELECT * FROM unnest(%(id)s::text[], %(epoch)s::bigint[], %(first_seq)s::int[],
+        %(event_count)s::int[], %(status)s::text[], %(result)s::text[], %(error_class)s::text[],
         %(error_message)s::text[], %(available_at)s::float8[])
-        AS v(id, epoch, event_count, status, result, error_class, error_message, available_at)
+        AS v(id, epoch, first_seq, event_count, status, result, error_class, error_message,
+            available_at)
+), e AS (
+    SELECT * FROM unnest(%(e_run_id)s::text[], %(e_seq)s::int[], %(e_kind)s::text[],
+        %(e_at)s::float8[], %(e_position)s::int[], %(e_name)s::text[], %(e_attempt)s::int[],
+        %(e_data)s::text[]) AS e(run_id, seq, kind, at, position, name, attempt, data)
+), applied AS (
+    SELECT v.id FROM v
+    JOIN e ON e.run_id = v.id AND e.seq = v.first_seq
+    JOIN durably_events AS d ON d.run_id = e.run_id AND d.seq = e.seq
+    WHERE d.kind = e.kind AND d.at = e.at AND d.position IS NOT DISTINCT FROM e.position
+        AND d.name IS NOT DISTINCT FROM e.name AND d.attempt IS NOT DISTINCT FROM e.attempt
 ), fenced AS (
     UPDATE durably_runs AS r SET
         updated_at = %(now)s,
@@ -87,22 +98,25 @@ WITH v AS (
         lease_owner = CASE WHEN v.status IS NULL THEN r.lease_owner ELSE NULL END
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
+        AND v.id NOT IN (SELECT id FROM applied)
     RETURNING r.id
 ), appended AS (
     INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)
-    SELECT e.* FROM unnest(%(e_run_id)s::text[], %(e_seq)s::int[], %(e_kind)s::text[],
-        %(e_at)s::float8[], %(e_position)s::int[], %(e_name)s::text[], %(e_attempt)s::int[],
-        %(e_data)s::text[]) AS e(run_id, seq, kind, at, position, name, attempt, data)
-    WHERE e.run_id IN (SELECT id FROM fenced)
+    SELECT * FROM e WHERE e.run_id IN (SELECT id FROM fenced)
 ), woken AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
     WHERE v.status = 'pending' AND v.available_at <= %(now)s
 )
 SELECT id FROM fenced WHERE (SELECT count(*) FROM woken) >= 0
+UNION ALL SELECT id FROM applied
 """
 # One statement, so one round trip: the fenced update of every run in the batch, the insert
 # of the events of those whose epoch held (a CTE sees the update's RETURNING), and a wake-up
 # for runs handed back due now. (`woken` is referenced so that PostgreSQL evaluates it.)
+# A checkpoint whose first event is in the history already was applied by an earlier try of
+# this commit, whose answer was lost with its connection: `applied` reports it and keeps it
+# out of the update and the insert. The whole event is compared, not only its seq: after a
+# takeover, the seq a stale writer would use holds the new owner's CLAIMED event.
 _EVENT_ARRAYS = (
     "e_run_id",
     "e_seq",
@@ -128,6 +142,18 @@ WITH created AS (
 )
 SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
+_CLAIMED = """
+SELECT r.id, r.workflow, r.input, r.lease_epoch FROM durably_runs AS r
+JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
+WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
+    AND e.kind = 'claimed' AND e.at = %(now)s
+    AND (e.data::jsonb ->> 'epoch')::bigint = r.lease_epoch
+    AND {which}
+"""
+# The runs a claim made at `now` by `owner` leased, if it committed: each is still leased to
+# the owner, was last updated by that claim, and has the claim's CLAIMED event last (a run
+# that moved on since has other events after it). `now` tells one claim from another: every
+# claim the engine makes passes a fresh one.
 _WAKE_CHANNEL = "durably_due"
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
 
@@ -153,34 +179,14 @@ class PostgresStore:
         self.url = redact(url)
         self.synchronous_commit = synchronous_commit
         self._url = url
-        self._pool = ConnectionPool(
+        self._db = Connections(
             url,
-            min_size=1,
-            max_size=max(1, pool_size),
-            open=False,
-            timeout=connect_timeout.total_seconds(),
-            name="durably",
-            kwargs={"autocommit": True},  # one-statement writes are their own transaction
+            self.url,
+            size=pool_size,
+            connect_timeout=connect_timeout,
             configure=self._configure,
         )
-        try:  # one plain connection first: a refused one is reported at once, with why
-            psycopg.connect(
-                url, connect_timeout=max(1, int(connect_timeout.total_seconds()))
-            ).close()
-        except psycopg.Error as exc:
-            raise StoreUnavailable(
-                f"cannot reach the PostgreSQL store at {self.url}: {redact(str(exc).strip())}; "
-                "is the server running and the URL right?"
-            ) from None
-        try:
-            self._pool.open(wait=True, timeout=connect_timeout.total_seconds())
-        except PoolTimeout as exc:
-            self._pool.close()
-            raise StoreUnavailable(
-                f"cannot reach the PostgreSQL store at {self.url} within "
-                f"{connect_timeout.total_seconds():g}s; is the server running and the URL right?"
-            ) from exc
-        self._migrate()
+        self._db.run(self._migrate, transaction=True)
 
     def _configure(self, db: psycopg.Connection[Any]) -> None:
         if self.synchronous_commit is not None:
@@ -193,8 +199,9 @@ class PostgresStore:
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
-        with self._statement() as db:
-            row = db.execute(_CREATE, params).fetchone()
+        # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
+        # connection is found on the second try as an existing run: (run, False).
+        row = self._db.run(lambda db: db.execute(_CREATE, params).fetchone())
         if row is not None and row[0] == 1:
             return _created_record(run, now), True
         existing = self.get_run(run.id)
@@ -212,16 +219,14 @@ class PostgresStore:
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
-        at = ts(now)
         params = {
-            "now": at,
+            "now": ts(now),
             "expires": ts(now + lease),
             "workflows": list(workflows),
             "limit": limit,
             "owner": owner,
         }
-        with self._transaction() as db:
-            return self._lease(db, _PICK_DUE, params)
+        return self._lease_once(_PICK_DUE, "r.workflow = ANY(%(workflows)s)", params)
 
     def take(
         self,
@@ -239,25 +244,26 @@ class PostgresStore:
             "statuses": [str(status) for status in statuses],
             "owner": owner,
         }
-        with self._transaction() as db:
-            taken = self._lease(db, _PICK_ONE, params)
+        taken = self._lease_once(_PICK_ONE, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         if not leases:
             return set()
-        with self._statement() as db:
-            rows = db.execute(
+        params = (
+            ts(now + lease),
+            [item.run_id for item in leases],
+            [item.epoch for item in leases],
+        )
+        rows = self._db.run(  # safe to repeat: the same expiry for the same epochs
+            lambda db: db.execute(
                 "UPDATE durably_runs AS r SET available_at = %s"
                 " FROM unnest(%s::text[], %s::bigint[]) AS v(id, epoch)"
                 " WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'"
                 " RETURNING r.id",
-                (
-                    ts(now + lease),
-                    [item.run_id for item in leases],
-                    [item.epoch for item in leases],
-                ),
+                params,
             ).fetchall()
+        )
         return {row[0] for row in rows}
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
@@ -270,27 +276,31 @@ class PostgresStore:
         }
         rows = [event_row(c.run_id, event) for c in checkpoints for event in c.events]
         events = {name: [row[i] for row in rows] for i, name in enumerate(_EVENT_ARRAYS)}
-        with self._statement() as db:
-            fenced_in = {row[0] for row in db.execute(_COMMIT, {"now": at, **columns, **events})}
+        values = {"now": at, **columns, **events}
+        # Safe to repeat: a checkpoint already applied is reported, not written again.
+        fenced_in = self._db.run(lambda db: {row[0] for row in db.execute(_COMMIT, values)})
         return [checkpoint.run_id in fenced_in for checkpoint in checkpoints]
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
-        with self._statement() as db:
-            return db.execute(
-                "UPDATE durably_runs SET available_at = %s"
-                " WHERE lease_owner = %s AND status = 'running' AND available_at > %s",
-                (ts(now), owner, ts(now)),
-            ).rowcount
+        # Safe to repeat; only the count (which is for a log line) may read 0 the second time.
+        return self._db.run(
+            lambda db: (
+                db.execute(
+                    "UPDATE durably_runs SET available_at = %s"
+                    " WHERE lease_owner = %s AND status = 'running' AND available_at > %s",
+                    (ts(now), owner, ts(now)),
+                ).rowcount
+            )
+        )
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
         return _Listener(self._url, self.url, wake, self._notify).stop
 
     def _notify(self) -> None:
-        with self._statement() as db:
-            db.execute(f"NOTIFY {_WAKE_CHANNEL}")
+        self._db.run(lambda db: db.execute(f"NOTIFY {_WAKE_CHANNEL}"))
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        with self._transaction() as db:
+        def read_modify_write(db: psycopg.Connection[Any]) -> T:
             db.execute(
                 "INSERT INTO durably_gates (name, state) VALUES (%s, '') ON CONFLICT DO NOTHING",
                 (name,),
@@ -300,89 +310,84 @@ class PostgresStore:
             ).fetchone()
             state, answer = change(row[0] if row and row[0] else None)
             db.execute("UPDATE durably_gates SET state = %s WHERE name = %s", (state, name))
-        return answer
+            return answer
+
+        # Run again on a lost connection. If it died before the transaction began, that is
+        # plainly safe. If it died during COMMIT, the first change may have been applied, and
+        # it is applied twice: at worst a rate-limit token is spent twice, or a concurrency
+        # slot is held until its hold ends. Conservative, never unsafe.
+        return self._db.run(read_modify_write, transaction=True)
 
     def gates(self) -> dict[str, str]:
-        with self._statement() as db:
-            return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
+        return self._db.run(
+            lambda db: dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
+        )
 
-    # -- reading ------------------------------------------------------------------------
+    # -- reading (each safe to repeat on a fresh connection) ----------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        with self._statement() as db:
-            row = db.execute(
+        row = self._db.run(
+            lambda db: db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run_id,)
             ).fetchone()
+        )
         return None if row is None else run_of(row)
 
     def history(self, run_id: str) -> list[Event]:
-        with self._statement() as db:
-            return self._histories(db, [run_id]).get(run_id, [])
+        return self._db.run(lambda db: self._histories(db, [run_id]).get(run_id, []))
 
     def runs(
         self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        with self._statement() as db:
-            rows = db.execute(
+        params = {
+            "status": None if status is None else str(status),
+            "workflow": workflow,
+            "limit": limit,
+        }
+        rows = self._db.run(
+            lambda db: db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs"
                 " WHERE (%(status)s::text IS NULL OR status = %(status)s)"
                 " AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)"
                 " ORDER BY updated_at DESC LIMIT %(limit)s",
-                {
-                    "status": None if status is None else str(status),
-                    "workflow": workflow,
-                    "limit": limit,
-                },
+                params,
             ).fetchall()
+        )
         return [run_of(row) for row in rows]
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
-        with self._statement() as db:
-            rows = db.execute(
+        rows = self._db.run(
+            lambda db: db.execute(
                 "SELECT workflow, count(*) FROM durably_runs WHERE available_at <= %s"
                 " AND NOT (workflow = ANY(%s)) GROUP BY workflow",
                 (ts(now), list(known)),
             ).fetchall()
+        )
         return {name: count for name, count in rows}
 
     def close(self) -> None:
-        self._pool.close()
+        self._db.close()
 
-    # -- connections and transactions ---------------------------------------------------
+    # -- helpers ------------------------------------------------------------------------
 
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._statement() as db, db.transaction():
-            yield db
+    def _migrate(self, db: psycopg.Connection[Any]) -> None:
+        """In one transaction, under a lock: safe to repeat, it reads the version first."""
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        migrate(db, "postgres", self.url)
 
-    @contextmanager
-    def _statement(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection in autocommit: each statement is its own transaction."""
-        try:
-            with self._pool.connection() as db:
-                yield db
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailable(
-                f"the PostgreSQL store at {self.url} is unavailable: {exc}"
-            ) from exc
+    def _lease_once(self, pick: str, which: str, params: dict[str, Any]) -> list[Claim]:
+        """Lease the runs `pick` selects. Leasing is not safe to repeat: if the connection
+        dies, the lease may have committed, its runs now leased to the owner without the
+        owner knowing. So the second try first looks for what that lease left (`which`
+        narrows it to the runs it could have picked), and leases afresh only if nothing."""
 
-    def _migrate(self) -> None:
-        with self._transaction() as db:
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            db.execute(CREATE_META)
-            row = db.execute(
-                "SELECT value FROM durably_meta WHERE key = 'schema_version'"
-            ).fetchone()
-            current = int(row[0]) if row else 0
-            check_version(current, LATEST_VERSION, self.url)
-            for version, statements in migrations("postgres", current):
-                for statement in statements:
-                    db.execute(statement)
-                db.execute(
-                    "INSERT INTO durably_meta (key, value) VALUES ('schema_version', %s)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(version),),
-                )
+        def lease(db: psycopg.Connection[Any]) -> list[Claim]:
+            return self._lease(db, pick, params)
+
+        def settle(db: psycopg.Connection[Any]) -> list[Claim]:
+            return self._leased(db, which, params) or self._lease(db, pick, params)
+
+        return self._db.run(lease, transaction=True, after_loss=settle)
 
     def _lease(self, db: psycopg.Connection[Any], pick: str, params: dict[str, Any]) -> list[Claim]:
         """Give the picked runs a new lease epoch and record each claim in its history."""
@@ -398,10 +403,24 @@ class PostgresStore:
                     for run_id, _, _, epoch, count, previous_status, previous_owner in taken
                 ],
             )
-        histories = self._histories(db, [row[0] for row in taken])
+        return self._claims(
+            db, [(run_id, workflow, input_, epoch) for run_id, workflow, input_, epoch, *_ in taken]
+        )
+
+    def _leased(
+        self, db: psycopg.Connection[Any], which: str, params: dict[str, Any]
+    ) -> list[Claim]:
+        """The claims a lease at params["now"] by params["owner"] made, if it committed."""
+        return self._claims(db, db.execute(_CLAIMED.format(which=which), params).fetchall())
+
+    def _claims(self, db: psycopg.Connection[Any], leased: Sequence[Sequence[Any]]) -> list[Claim]:
+        """Claims of (run id, workflow, input, epoch) rows, with their histories."""
+        if not leased:
+            return []
+        histories = self._histories(db, [row[0] for row in leased])
         return [
             Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
-            for run_id, workflow, input_, epoch, *_ in taken
+            for run_id, workflow, input_, epoch in leased
         ]
 
     @staticmethod
@@ -512,9 +531,3 @@ def _created_record(run: NewRun, now: datetime) -> RunRecord:
         lease_epoch=0,
         event_count=1,
     )
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced by ***, safe for logs and errors."""
-    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", url)

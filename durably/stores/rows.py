@@ -101,6 +101,8 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
         "now": at,
         "id": checkpoint.run_id,
         "epoch": checkpoint.epoch,
+        # What identifies the checkpoint, so that a retried commit is not applied twice.
+        "first_seq": checkpoint.events[0].seq if checkpoint.events else None,
         "event_count": checkpoint.events[-1].seq if checkpoint.events else None,
         "status": None if checkpoint.status is None else str(checkpoint.status),
         "result": checkpoint.result,

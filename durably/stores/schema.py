@@ -6,7 +6,11 @@ queries compare numbers the engine passed in, never the database's own clock.
 
 from __future__ import annotations
 
-__all__ = ["CREATE_META", "LATEST_VERSION", "migrations"]
+from typing import Any, Protocol
+
+from durably.stores.rows import check_version
+
+__all__ = ["CREATE_META", "LATEST_VERSION", "migrate", "migrations"]
 
 CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -70,3 +74,27 @@ def migrations(dialect: str, current: int) -> list[tuple[int, list[str]]]:
         for version, statements in enumerate(_VERSIONS, start=1)
         if version > current
     ]
+
+
+class _Connection(Protocol):
+    """What `migrate` needs of a connection: sqlite3's and psycopg's both have it."""
+
+    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+def migrate(db: _Connection, dialect: str, url: str) -> None:
+    """Bring the schema up to date, inside the caller's transaction: read the version, refuse
+    one newer than this durably knows, apply the migrations it lacks and record the version."""
+    mark = "?" if dialect == "sqlite" else "%s"
+    db.execute(CREATE_META)
+    row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+    current = int(row[0]) if row else 0
+    check_version(current, LATEST_VERSION, url)
+    for version, statements in migrations(dialect, current):
+        for statement in statements:
+            db.execute(statement)
+        db.execute(
+            f"INSERT INTO durably_meta (key, value) VALUES ('schema_version', {mark})"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(version),),
+        )

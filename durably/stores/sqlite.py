@@ -22,7 +22,6 @@ from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
 from durably.stores.rows import (
     EVENT_COLUMNS,
     RUN_COLUMNS,
-    check_version,
     checkpoint_params,
     claimed_data,
     event_of,
@@ -31,7 +30,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import CREATE_META, LATEST_VERSION, migrations
+from durably.stores.schema import migrate
 from durably.stores.wakeups import LocalWakeups
 
 __all__ = ["SQLiteStore"]
@@ -54,6 +53,12 @@ UPDATE durably_runs SET
     available_at = CASE WHEN :status IS NULL THEN available_at ELSE :available_at END,
     lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END
 WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
+"""
+# The whole event, not only its seq: after a takeover, the seq a stale writer would use holds
+# the new owner's CLAIMED event.
+_APPLIED = """
+SELECT 1 FROM durably_events WHERE run_id = ? AND seq = ? AND kind = ? AND at = ?
+    AND position IS ? AND name IS ? AND attempt IS ?
 """
 
 
@@ -176,6 +181,9 @@ class SQLiteStore:
         results: list[bool] = []
         with self._write() as db:
             for checkpoint in checkpoints:
+                if _applied(db, checkpoint):  # by an earlier try of this commit
+                    results.append(True)
+                    continue
                 fenced_in = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).rowcount == 1
                 if fenced_in:
                     db.executemany(
@@ -327,20 +335,7 @@ class SQLiteStore:
 
     def _migrate(self) -> None:
         with self._write() as db:
-            db.execute(CREATE_META)
-            row = db.execute(
-                "SELECT value FROM durably_meta WHERE key = 'schema_version'"
-            ).fetchone()
-            current = int(row[0]) if row else 0
-            check_version(current, LATEST_VERSION, self.url)
-            for version, statements in migrations("sqlite", current):
-                for statement in statements:
-                    db.execute(statement)
-                db.execute(
-                    "INSERT INTO durably_meta (key, value) VALUES ('schema_version', ?)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(version),),
-                )
+            migrate(db, "sqlite", self.url)
 
     @staticmethod
     def _lease(
@@ -377,6 +372,14 @@ class SQLiteStore:
         for run_id, *event in rows:
             histories.setdefault(run_id, []).append(event_of(event))
         return histories
+
+
+def _applied(db: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
+    """Whether the checkpoint's first event is in the history already."""
+    if not checkpoint.events:
+        return False
+    first = event_row(checkpoint.run_id, checkpoint.events[0])
+    return db.execute(_APPLIED, first[:-1]).fetchone() is not None
 
 
 def _marks(values: Sequence[object]) -> str:

@@ -236,3 +236,78 @@ def test_a_second_outcome_for_one_step_is_refused_by_the_database(
     )
     # And the store is still usable.
     assert store.commit([innocent], now=clock.now()) == [True]
+
+
+def test_committing_a_checkpoint_again_reports_it_applied_and_writes_nothing(
+    store: Store, clock: FakeClock
+) -> None:
+    """A commit whose answer was lost with its connection is simply tried again."""
+    store.create_run(new_run("r1"), now=clock.now())
+    claim = claim_only(store, clock, "r1")
+    steps = step_events(claim, 0, clock.now())
+    assert store.commit([checkpoint(claim, steps)], now=clock.now()) == [True]
+    after_first = store.get_run("r1")
+    clock.advance("1s")
+
+    assert store.commit([checkpoint(claim, steps)], now=clock.now()) == [True]
+
+    assert store.history("r1") == [*claim.events, *steps]
+    assert store.get_run("r1") == after_first  # not even updated_at moved
+
+
+def test_an_applied_final_checkpoint_is_reported_applied_again(
+    store: Store, clock: FakeClock
+) -> None:
+    store.create_run(new_run("r1"), now=clock.now())
+    claim = claim_only(store, clock, "r1")
+    done = Event(claim.events[-1].seq + 1, EventKind.RUN_COMPLETED, clock.now())
+    ending = checkpoint(claim, (done,), status=RunStatus.COMPLETED, result='"paid"')
+    assert store.commit([ending], now=clock.now()) == [True]
+
+    assert store.commit([ending], now=clock.now()) == [True]
+
+    run = store.get_run("r1")
+    assert run is not None
+    assert (run.status, run.result) == (RunStatus.COMPLETED, '"paid"')
+    assert store.history("r1") == [*claim.events, done]
+
+
+def test_a_stale_epoch_is_refused_even_where_its_seq_is_taken(
+    store: Store, clock: FakeClock
+) -> None:
+    """After a takeover, the seq a stale writer would use holds the new owner's CLAIMED
+    event: that is not the stale checkpoint applied, and it is still refused."""
+    store.create_run(new_run("r1"), now=clock.now())
+    first, second = _taken_over(store, clock, "r1")
+    stale = step_events(first, 0, clock.now())
+    assert stale[0].seq == second.events[-1].seq
+    before = store.get_run("r1"), store.history("r1")
+
+    assert store.commit([checkpoint(first, stale)], now=clock.now()) == [False]
+    assert store.commit([checkpoint(first, stale)], now=clock.now()) == [False]
+
+    assert (store.get_run("r1"), store.history("r1")) == before
+
+
+def test_a_batch_mixing_an_applied_and_a_new_checkpoint_writes_only_the_new_one(
+    store: Store, clock: FakeClock
+) -> None:
+    for run_id in ("done", "new"):
+        store.create_run(new_run(run_id), now=clock.now())
+    claims = {
+        c.run_id: c for c in store.claim("a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=10)
+    }
+    applied = checkpoint(claims["done"], step_events(claims["done"], 0, clock.now()))
+    assert store.commit([applied], now=clock.now()) == [True]
+    clock.advance("1s")
+    fresh = checkpoint(claims["new"], step_events(claims["new"], 0, clock.now()))
+    later = checkpoint(claims["done"], step_events(applied.events, 1, clock.now()))
+
+    assert store.commit([applied, fresh], now=clock.now()) == [True, True]
+    assert store.commit([later], now=clock.now()) == [True]  # the run goes on from there
+
+    assert store.history("done") == [*claims["done"].events, *applied.events, *later.events]
+    assert store.history("new") == [*claims["new"].events, *fresh.events]
+    run = store.get_run("new")
+    assert run is not None
+    assert run.event_count == fresh.events[-1].seq

@@ -112,8 +112,10 @@ def test_postgres_synchronous_commit_is_a_url_option(postgres_url: str) -> None:
     fast = open_store(f"{postgres_url}&synchronous_commit=off")
     try:
         assert getattr(fast, "synchronous_commit", None) == "off"
-        with fast._statement() as db:  # type: ignore[attr-defined]
-            assert db.execute("SHOW synchronous_commit").fetchone() == ("off",)
+        show = fast._db.run(  # type: ignore[attr-defined]
+            lambda db: db.execute("SHOW synchronous_commit").fetchone()
+        )
+        assert show == ("off",)
         assert "synchronous_commit" not in fast.url
     finally:
         fast.close()

@@ -1,0 +1,184 @@
+"""A throwaway PostgreSQL cluster a test starts, restarts and removes itself.
+
+Restarting a server is the point of the tests that use it, so they never touch the shared
+server other tests use. The cluster lives in a temporary directory, listens on a free
+loopback port only, and trusts local connections. initdb refuses to run as root, so as root
+the binaries run as the `postgres` OS user.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI
+
+__all__ = ["ThrowawayPostgres", "throwaway_postgres"]
+
+_OS_USER = "postgres"
+_READY_WITHIN = 30.0  # seconds for a (re)started server to accept connections
+
+
+class ThrowawayPostgres:
+    """One cluster: `start()`, `restart(mode=...)`, `stop()`, `url`; `remove()` at the end."""
+
+    def __init__(self, binaries: Path) -> None:
+        self._binaries = binaries
+        self._as_postgres = os.geteuid() == 0
+        # Not pytest's tmp_path: it is 0700 root, which the postgres user cannot enter.
+        self.directory = Path(tempfile.mkdtemp(prefix="durably-pg-"))
+        self._data = self.directory / "data"
+        self.log = self.directory / "server.log"
+        self.port = _free_port()
+        if self._as_postgres:
+            shutil.chown(self.directory, user=_OS_USER, group=_OS_USER)
+        self._initdb()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        self._pg_ctl("start", "-l", str(self.log), "-o", self._server_options())
+        self.wait_until_ready()
+
+    def restart(self, mode: str = "immediate") -> None:
+        """Stop the server (`immediate`: as if it crashed), start it, wait until it answers."""
+        self._pg_ctl("restart", "-m", mode, "-l", str(self.log), "-o", self._server_options())
+        self.wait_until_ready()
+
+    def stop(self, mode: str = "fast") -> None:
+        self._pg_ctl("stop", "-m", mode)
+
+    def running(self) -> bool:
+        status = self._run(self._tool("pg_ctl"), "status", "-D", str(self._data), check=False)
+        return status.returncode == 0
+
+    def wait_until_ready(self) -> None:
+        """Return once a fresh connection works (pg_ctl's own wait may return earlier)."""
+        import psycopg
+
+        deadline = time.monotonic() + _READY_WITHIN
+        while True:
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    def remove(self) -> None:
+        """Stop the server if it runs, and delete the cluster."""
+        if self._data.exists() and self.running():
+            self._pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _initdb(self) -> None:
+        self._run(
+            self._tool("initdb"),
+            "-D",
+            str(self._data),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "--encoding=UTF8",
+            "--no-sync",  # a throwaway: nothing here needs to survive a power cut
+        )
+
+    def _server_options(self) -> str:
+        # fsync off: a restart kills the processes, not the machine, so the WAL they wrote
+        # survives in the page cache, and the tests on two cores stay fast.
+        return (
+            f"-p {self.port} -c listen_addresses=127.0.0.1"
+            f" -c unix_socket_directories={self.directory} -c fsync=off"
+        )
+
+    def _pg_ctl(self, action: str, *options: str) -> None:
+        self._run(self._tool("pg_ctl"), action, "-D", str(self._data), "-w", *options)
+
+    def _tool(self, name: str) -> str:
+        return str(self._binaries / name)
+
+    def _run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", _OS_USER, "--"] if self._as_postgres else []
+        done = subprocess.run(
+            [*prefix, *command],
+            cwd=self.directory,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(
+                f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}{log}"
+            )
+        return done
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _binaries() -> Path | None:
+    """The directory of initdb, pg_ctl and postgres, if this machine has them."""
+    found = shutil.which("initdb")
+    candidates = [str(Path(found).resolve().parent)] if found else []
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for candidate in candidates:
+        folder = Path(candidate)
+        if all((folder / tool).exists() for tool in ("initdb", "pg_ctl", "postgres")):
+            return folder
+    return None
+
+
+def _missing() -> str | None:
+    """Why no throwaway cluster can be made here, or None."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "psycopg is not installed (pip install 'durably[postgres]')"
+    if _binaries() is None:
+        return "the PostgreSQL server binaries (initdb, pg_ctl, postgres) are not installed"
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        if shutil.which("runuser") is None:
+            return "running as root without runuser to run initdb as another user"
+        try:
+            pwd.getpwnam(_OS_USER)
+        except KeyError:
+            return f"running as root, and there is no {_OS_USER!r} user to run initdb as"
+    return None
+
+
+@pytest.fixture
+def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    """A started cluster of the test's own; always stopped and removed afterwards."""
+    problem = _missing()
+    if problem:
+        message = f"no throwaway PostgreSQL cluster: {problem}"
+        if IN_CI:
+            pytest.fail(f"{message}; CI must run the PostgreSQL restart tests", pytrace=False)
+        pytest.skip(message)
+    binaries = _binaries()
+    assert binaries is not None
+    cluster = ThrowawayPostgres(binaries)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
