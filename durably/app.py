@@ -16,7 +16,14 @@ from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
-from durably.errors import ConfigError, RunConflict, RunNotFound, UnknownWorkflow, WorkflowFailed
+from durably.errors import (
+    ConfigError,
+    RunConflict,
+    RunNotFound,
+    StoreUnavailable,
+    UnknownWorkflow,
+    WorkflowFailed,
+)
 from durably.resilience import Dependency
 from durably.retry import Retry
 from durably.runtime.worker import Worker
@@ -178,7 +185,7 @@ class App:
         """Start a run, or return the existing one if a run with this `id` exists already."""
         definition = self.workflow_named(workflow if isinstance(workflow, str) else workflow.name)
         run_id = id or uuid.uuid4().hex
-        payload = encode_call(args, kwargs, what=f"workflow {definition.name!r}")
+        payload = encode_call(args, kwargs, definition.fn, what=f"workflow {definition.name!r}")
         record, created = self.store.create_run(
             NewRun(run_id, definition.name, payload), now=self.clock.now()
         )
@@ -221,7 +228,11 @@ class App:
 
     def skip_step(self, run_id: str, *, result: Any = None, by: str = "app") -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on."""
-        result_json = encode(result, what="the result given for the skipped step")
+        # checked against the skipped step's return hint, as its own result would be
+        name = operations.failed_step(self.store, run_id)
+        step = None if name is None else self.step_named(name)
+        hint = NO_HINT if step is None else step.return_hint
+        result_json = encode(result, hint, what="the result given for the skipped step")
         operations.skip_step(
             self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
         )
@@ -277,16 +288,30 @@ class RunHandle:
         return self.app.get_run(self.id).status
 
     def result(self, timeout: Duration | None = None) -> Any:
-        """Wait for the run to end and return its result; raise WorkflowFailed if it failed."""
+        """Wait for the run to end and return its result; raise WorkflowFailed if it failed.
+
+        A store outage is waited out like a run still in progress: with a timeout, the
+        TimeoutError names the last store error; with none, it keeps waiting."""
         deadline = (
             None if timeout is None else time.monotonic() + parse_duration(timeout).total_seconds()
         )
         pause = 0.002
+        record: RunRecord | None = None
         while True:
-            record = self.app.get_run(self.id)
-            if record.status in FINAL:
+            try:
+                record, unavailable = self.app.get_run(self.id), None
+            except StoreUnavailable as exc:  # the workers wait it out too
+                unavailable = exc
+            if unavailable is None and record is not None and record.status in FINAL:
                 return self._outcome(record)
             if deadline is not None and time.monotonic() >= deadline:
+                if unavailable is not None:
+                    seen = "" if record is None else f" (last seen {record.status})"
+                    raise TimeoutError(
+                        f"run {self.id!r} could not be read after {timeout}{seen}; "
+                        f"the last store error: {unavailable}"
+                    )
+                assert record is not None
                 detail = (
                     ""
                     if record.error is None

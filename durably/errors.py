@@ -5,7 +5,8 @@ DurablyError
 ├── StoreError
 │   ├── StoreUnavailable        the store cannot be reached (retryable)
 │   └── SchemaTooNew            the database was migrated by a newer durably
-├── PayloadError                a value cannot be stored as JSON, or a stored one cannot be read
+├── PayloadError                a value would not come back from JSON unchanged (refused, with
+│                               its path and the fix), or a stored one cannot be read
 ├── RunConflict                 an id is reused with another workflow or input
 ├── RunNotFound
 ├── UnknownWorkflow             no workflow is registered under that name
@@ -70,7 +71,9 @@ class SchemaTooNew(StoreError):
 
 
 class PayloadError(DurablyError):
-    """A value cannot be encoded to JSON, or a stored payload cannot be decoded."""
+    """A value is refused because it would not read back from JSON equal and of the same
+    type (or arguments do not fit the function's signature), or a stored payload cannot be
+    decoded. The message names the path inside the value and what to do."""
 
 
 class RunConflict(DurablyError):

@@ -17,7 +17,7 @@ from durably.core.status import PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Claim, RunRecord, Store
 
-__all__ = ["DeadLetter", "dead_letters", "fail", "retry", "skip_step"]
+__all__ = ["DeadLetter", "dead_letters", "fail", "failed_step", "retry", "skip_step"]
 
 _ACTION_LEASE = timedelta(minutes=1)
 
@@ -84,6 +84,12 @@ def skip_step(
         _next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, result_json
     )
     _hand_back(store, claim, now, event)
+
+
+def failed_step(store: Store, run_id: str) -> str | None:
+    """The name of the step a parked run failed at (the one skip_step gives a result), if any."""
+    step = _failed_step(store.history(run_id))
+    return None if step is None else step.name
 
 
 def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> None:

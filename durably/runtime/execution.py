@@ -180,7 +180,11 @@ class RunExecution:
             await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
             return
         try:
-            result = encode(value, what=f"the result of workflow {self._workflow.name!r}")
+            result = encode(
+                value,
+                self._workflow.return_hint,
+                what=f"the result of workflow {self._workflow.name!r}",
+            )
         except PayloadError as exc:
             await self._compensate(ErrorInfo.of(exc), RunStatus.FAILED)
             return
@@ -247,7 +251,7 @@ class RunExecution:
         if isinstance(action, Replay):
             return self._replayed(step, action.record)
         try:
-            input_json = encode_call(args, kwargs, what=f"step {step.name!r}")
+            input_json = encode_call(args, kwargs, step.fn, what=f"step {step.name!r}")
             key = step.options.key(*args, **kwargs) if step.options.key else None
         except Exception as exc:
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
@@ -334,7 +338,7 @@ class RunExecution:
         self._check_body_may_go_on()  # an outcome that comes too late is not recorded
         what = f"the result of step {step.name!r}"
         try:
-            result = encode(value, what=what)
+            result = encode(value, step.return_hint, what=what)
         except PayloadError as exc:
             error = ErrorInfo.of(exc)
             self._append(

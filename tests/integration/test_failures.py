@@ -48,7 +48,8 @@ def test_a_step_returning_an_unserializable_value_fails(
     assert run.error is not None
     assert run.error.error_class == "durably.errors.StepFailed"
     assert "'produce'" in run.error.message
-    assert f"is a {type_name}, which durably cannot store as JSON" in run.error.message
+    assert f"cannot be stored: result is {type_name} (" in run.error.message
+    assert "which durably cannot store as JSON" in run.error.message
     with pytest.raises(durably.WorkflowFailed) as failed:
         handle.result(timeout=0)
     assert failed.value.error_class == "durably.errors.StepFailed"
@@ -81,7 +82,7 @@ def test_the_workflow_can_catch_a_failed_step(app: durably.App) -> None:
     outcome = handle.result(timeout=0)
     assert outcome["step"] == "produce"
     assert outcome["class"] == "durably.errors.PayloadError"
-    assert "the result of step 'produce' is a object" in outcome["message"]
+    assert "the result of step 'produce' cannot be stored: result is object" in outcome["message"]
 
 
 def test_a_step_given_an_unserializable_argument_fails_without_running(app: durably.App) -> None:
@@ -114,7 +115,9 @@ def test_an_unserializable_workflow_result_fails_the_run(app: durably.App) -> No
     with pytest.raises(durably.WorkflowFailed) as failed:
         handle.result(timeout=0)
     assert failed.value.error_class == "durably.errors.PayloadError"
-    assert "the result of workflow 'weird' is a Opaque" in failed.value.message
+    assert "the result of workflow 'weird' cannot be stored: result is Opaque (" in (
+        failed.value.message
+    )
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
