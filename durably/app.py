@@ -1,33 +1,27 @@
-"""App: the registry of workflows and steps, and the client calls (start, result, runs)."""
+"""App: the registry of workflows and steps; its client calls (start, runs, a person's
+actions) are those of its `client`, the one client API of durably.client."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
-from durably import operations
+from durably.client import Client, DeadLetter
 from durably.clock import Clock, SystemClock
-from durably.codec import NO_HINT, decode, encode, encode_call
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
-from durably.errors import (
-    ConfigError,
-    RunConflict,
-    RunNotFound,
-    StoreUnavailable,
-    UnknownWorkflow,
-    WorkflowFailed,
-)
+from durably.errors import ConfigError, StoreUnavailable
+from durably.hooks import Hooks, chain
+from durably.registry import Registry
 from durably.resilience import Dependency
 from durably.retry import Retry
+from durably.runtime.engine import Settings
 from durably.runtime.worker import Worker
-from durably.stores import NewRun, RunRecord, Store, open_store, resolve_url
+from durably.stores import RunRecord, Store, open_store, resolve_url
 from durably.testing import Faults
 
 __all__ = ["App", "RunHandle"]
@@ -50,6 +44,7 @@ class App:
         default_retry: Retry | None = None,
         max_recoveries: int = 5,
         seed: int | None = None,
+        hooks: Hooks | Sequence[Hooks] | None = None,
         faults: Faults | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
@@ -58,13 +53,14 @@ class App:
         self.max_recoveries = max_recoveries  # workers that may die under a run before parking
         self.seed = seed  # for the retry jitter; None: unpredictable
         self.faults = faults  # injected failures, for tests and the demo
+        self.hooks: list[Hooks] = [hooks] if isinstance(hooks, Hooks) else list(hooks or ())
+        self.registry = Registry()
         self._store: Store | None = store if not isinstance(store, str | None) else None
         self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
         self._open_lock = threading.Lock()
-        self._workflows: dict[str, Workflow] = {}
-        self._steps: dict[str, Step] = {}
-        self._listeners: list[Callable[[], None]] = []
-        self._dependencies: dict[str, Dependency] = {}
+        self._workflows = self.registry.workflows  # read by RunHandle
+        # Every client call goes through it: validation, wake-ups, the audit trail.
+        self.client = Client(lambda: self.store, registry=self, clock=self.clock)
 
     # -- definitions --------------------------------------------------------------------
 
@@ -100,10 +96,9 @@ class App:
         _check_recoveries(max_recoveries)
 
         def register(fn: Callable[..., Any]) -> Workflow:
-            chosen = _name_for(fn, name, self._workflows, "workflow")
+            chosen = name or str(getattr(fn, "__name__", ""))
             definition = Workflow(fn, chosen, deadline=limit, max_recoveries=max_recoveries)
-            self._workflows[definition.name] = definition
-            return definition
+            return self.registry.add_workflow(definition)
 
         return register if fn is None else register(fn)
 
@@ -147,35 +142,38 @@ class App:
         )
 
         def register(fn: Callable[..., Any]) -> Step:
-            definition = Step(fn, _name_for(fn, name, self._steps, "step"), options)
-            self._steps[definition.name] = definition
-            return definition
+            chosen = name or str(getattr(fn, "__name__", ""))
+            return self.registry.add_step(Step(fn, chosen, options))
 
         return register if fn is None else register(fn)
 
     def dependency(self, name: str, policy: Dependency) -> None:
         """Protect calls to the service `name` (steps with dependency=name): a circuit
         breaker shared by all workers, and optional rate and concurrency limits."""
-        self._dependencies[name] = policy
+        self.registry.dependencies[name] = policy
 
     def dependency_policy(self, name: str) -> Dependency:
         """The policy for `name`; a dependency nobody configured gets a default breaker."""
-        return self._dependencies.setdefault(name, Dependency())
+        return self.registry.dependency_policy(name)
 
     def step_named(self, name: str) -> Step | None:
-        return self._steps.get(name)
+        return self.registry.step_named(name)
 
     def workflow_names(self) -> list[str]:
-        return list(self._workflows)
+        return self.registry.workflow_names()
 
     def workflow_named(self, name: str) -> Workflow:
-        try:
-            return self._workflows[name]
-        except KeyError:
-            known = ", ".join(sorted(self._workflows)) or "none"
-            raise UnknownWorkflow(
-                f"no workflow named {name!r} is registered with this app (known: {known})"
-            ) from None
+        return self.registry.workflow_named(name)
+
+    def settings(self) -> Settings:
+        """The settings a worker starting now runs with."""
+        return Settings(
+            clock=self.clock,
+            default_retry=self.default_retry,
+            max_recoveries=self.max_recoveries,
+            seed=self.seed,
+            hooks=chain([*self.hooks, self.faults]),
+        )
 
     # -- client calls -------------------------------------------------------------------
 
@@ -183,65 +181,43 @@ class App:
         self, workflow: Workflow | str, /, *args: Any, id: str | None = None, **kwargs: Any
     ) -> RunHandle:
         """Start a run, or return the existing one if a run with this `id` exists already."""
-        definition = self.workflow_named(workflow if isinstance(workflow, str) else workflow.name)
-        run_id = id or uuid.uuid4().hex
-        payload = encode_call(args, kwargs, definition.fn, what=f"workflow {definition.name!r}")
-        record, created = self.store.create_run(
-            NewRun(run_id, definition.name, payload), now=self.clock.now()
-        )
-        if not created:
-            _check_same_start(record, definition.name, payload)
-        else:
-            self._notify()
-        return RunHandle(self, run_id)
+        started = self.client.start(workflow, args, kwargs, id=id)
+        return RunHandle(self, started.run.id)
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run."""
-        self.get_run(run_id)
+        self.client.get(run_id)
         return RunHandle(self, run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
-        record = self.store.get_run(run_id)
-        if record is None:
-            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
-        return record
+        return self.client.get(run_id)
 
     def runs(
         self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
     ) -> list[RunRecord]:
-        return self.store.runs(status=status, workflow=workflow, limit=limit)
+        """The first page of `client.runs`: most recently updated first."""
+        return self.client.runs(status=status, workflow=workflow, limit=limit).runs
 
     def history(self, run_id: str) -> list[Event]:
-        self.get_run(run_id)
-        return self.store.history(run_id)
+        return self.client.history(run_id)
 
     # -- a person's actions on parked runs (the dead-letter list) ----------------------
 
-    def dead_letters(self, *, limit: int = 100) -> list[operations.DeadLetter]:
+    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         """Runs parked for a person (needs_attention, compensation_failed), newest first."""
-        return operations.dead_letters(self.store, limit=limit)
+        return self.client.dead_letters(limit=limit)
 
     def retry(self, run_id: str, *, from_step: int | None = None, by: str = "app") -> None:
         """Fresh attempts for a parked run, with the same idempotency keys."""
-        operations.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
-        self._notify()
+        self.client.retry(run_id, by=by, from_step=from_step)
 
     def skip_step(self, run_id: str, *, result: Any = None, by: str = "app") -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on."""
-        # checked against the skipped step's return hint, as its own result would be
-        name = operations.failed_step(self.store, run_id)
-        step = None if name is None else self.step_named(name)
-        hint = NO_HINT if step is None else step.return_hint
-        result_json = encode(result, hint, what="the result given for the skipped step")
-        operations.skip_step(
-            self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
-        )
-        self._notify()
+        self.client.skip_step(run_id, by=by, result=result)
 
     def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
-        operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
-        self._notify()
+        self.client.fail(run_id, by=by, reason=reason)
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""
@@ -251,14 +227,23 @@ class App:
         """Execute due runs in this process until none is left; return how many ended."""
         return Worker(self, **options).run_until_idle()
 
-    def _notify(self) -> None:
-        for listener in list(self._listeners):
-            listener()
-
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call `listener` whenever this app starts a run; returns the unsubscribe call."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        """Call `listener` whenever this app starts a run or acts on one; returns the
+        unsubscribe call."""
+        return self.client.subscribe(listener)
+
+    @property
+    def store_url(self) -> str | None:
+        """The URL the app opens its store from (None if it was given a Store): the CLI opens
+        it as it is, to read without creating it."""
+        return self._url
+
+    def use_store(self, store: str | Store) -> None:
+        """Point the app at another store (a URL, opened on first use, or a Store), before
+        its workers start: what `durably worker --store` does."""
+        self.close()
+        self._store = None if isinstance(store, str) else store
+        self._url = store if isinstance(store, str) else None
 
     # -- the store ----------------------------------------------------------------------
 
@@ -303,7 +288,7 @@ class RunHandle:
             except StoreUnavailable as exc:  # the workers wait it out too
                 unavailable = exc
             if unavailable is None and record is not None and record.status in FINAL:
-                return self._outcome(record)
+                return self.app.client.outcome(record)
             if deadline is not None and time.monotonic() >= deadline:
                 if unavailable is not None:
                     seen = "" if record is None else f" (last seen {record.status})"
@@ -325,20 +310,6 @@ class RunHandle:
             )
             pause = min(pause * 2, 0.1)
 
-    def _outcome(self, record: RunRecord) -> Any:
-        if record.status is RunStatus.COMPLETED:
-            assert record.result is not None
-            known = self.app._workflows.get(record.workflow)
-            hint = NO_HINT if known is None else known.return_hint
-            return decode(record.result, hint, what=f"the result of run {self.id!r}")
-        error = record.error
-        raise WorkflowFailed(
-            self.id,
-            record.status,
-            error.error_class if error else "unknown",
-            error.message if error else "",
-        )
-
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"
 
@@ -348,27 +319,4 @@ def _check_recoveries(limit: int | None) -> None:
         raise ConfigError(
             f"max_recoveries must be a whole number of 0 or more, not {limit!r}: it is how many "
             "workers may die under one run before it is parked as a poison pill"
-        )
-
-
-def _name_for(fn: Callable[..., Any], name: str | None, taken: dict[str, Any], kind: str) -> str:
-    chosen = name or getattr(fn, "__name__", "")
-    if not chosen:
-        raise ConfigError(f"a {kind} needs a name: pass name=...")
-    if chosen in taken and taken[chosen].fn is not fn:
-        raise ConfigError(
-            f"two {kind}s are named {chosen!r}; give one of them another name with name=..."
-        )
-    return chosen
-
-
-def _check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
-    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
-    if record.workflow != workflow or not same_input:
-        what = "workflow" if record.workflow != workflow else "input"
-        raise RunConflict(
-            f"a run with id {record.id!r} already exists with a different {what} "
-            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
-            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
-            "id, or app.handle(id) to follow the existing run."
         )

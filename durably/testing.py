@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from durably.durations import Duration, parse_duration
 from durably.errors import StepTimeout
+from durably.hooks import Hooks
 
 __all__ = ["FakeClock", "Faults"]
 
@@ -49,8 +50,9 @@ class _Plan:
     error: Exception | None = None
 
 
-class Faults:
-    """Fault injection for tests and demos, by step name or dependency name.
+class Faults(Hooks):
+    """Fault injection for tests and demos, by step name or dependency name: engine hooks
+    that fail, time out or kill the process where the plan says.
 
     faults = Faults()
     faults.fail("charge", times=2, error=ConnectionError("reset"))  # next 2 attempts
@@ -83,19 +85,16 @@ class Faults:
             self._commit_crash = (min_batch, after)
         return self
 
-    def before_commit(self, size: int) -> None:
-        """Called by the engine with a batch of `size` checkpoints assembled, before it is
-        committed."""
+    def before_commit(self, checkpoints: int) -> None:
         with self._lock:
-            if self._commit_crash is None or size < self._commit_crash[0]:
+            if self._commit_crash is None or checkpoints < self._commit_crash[0]:
                 return
             min_batch, spare = self._commit_crash
             self._commit_crash = (min_batch, spare - 1)
         if spare <= 0:
             os._exit(137)  # like SIGKILL: the batch is never committed, no caller acknowledged
 
-    def before(self, step: str, dependency: str | None) -> None:
-        """Called by the engine before a step body runs."""
+    def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         plan = self._take(step, dependency, ("fail", "time_out"))
         if plan is None:
             return
@@ -104,9 +103,15 @@ class Faults:
         assert plan.error is not None
         raise plan.error
 
-    def after(self, step: str, dependency: str | None) -> None:
-        """Called by the engine after a step body returned, before its checkpoint."""
-        if self._take(step, dependency, ("crash",)) is not None:
+    def attempt_finished(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        dependency: str | None,
+        error: BaseException | None,
+    ) -> None:
+        if error is None and self._take(step, dependency, ("crash",)) is not None:
             os._exit(137)  # like SIGKILL: no cleanup, no checkpoint
 
     def _plan(self, target: str, plan: _Plan) -> Faults:

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from durably.clock import Clock
 from durably.errors import StoreUnavailable
+from durably.hooks import Hooks
 from durably.runtime.threads import Outcome, settle_all_threadsafe, settle_threadsafe
 from durably.stores.base import Checkpoint, Store
-from durably.testing import Faults
 
 __all__ = ["Committer"]
 
@@ -60,21 +60,19 @@ class Committer:
         *,
         max_batch: int = 512,
         solo: Callable[[], bool] = lambda: False,
-        faults: Faults | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._max_batch = max_batch
         self._solo = solo
-        self._faults = faults
+        self._hooks = hooks
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._working = threading.Lock()  # held while store work is under way
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
-        self.batches = 0
-        self.checkpoints = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -108,11 +106,11 @@ class Committer:
         return await future
 
     def _commit_inline(self, checkpoint: Checkpoint) -> bool:
-        if self._faults is not None:
-            self._faults.before_commit(1)
+        if self._hooks is not None:
+            self._hooks.before_commit(1)
         [ok] = self._commit_now([checkpoint])
-        self.batches += 1
-        self.checkpoints += 1
+        if self._hooks is not None:
+            self._hooks.checkpoint_committed(1)
         return ok
 
     async def call(self, fn: Callable[[], T]) -> T:
@@ -154,15 +152,15 @@ class Committer:
     def _commit(self, commits: list[_Commit]) -> None:
         for group in _without_repeats(commits):
             checkpoints = [item.checkpoint for item in group]
-            if self._faults is not None:
-                self._faults.before_commit(len(checkpoints))
+            if self._hooks is not None:
+                self._hooks.before_commit(len(checkpoints))
             try:
                 results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller
                 self._settle_all([(item.future, None, exc) for item in group])
                 continue
-            self.batches += 1
-            self.checkpoints += len(group)
+            if self._hooks is not None:
+                self._hooks.checkpoint_committed(len(group))
             outcomes = [(item.future, ok, None) for item, ok in zip(group, results, strict=True)]
             self._settle_all(outcomes)
 

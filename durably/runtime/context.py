@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from durably.errors import DurablyError
 
-if TYPE_CHECKING:
-    from durably.runtime.execution import RunExecution
+__all__ = ["Execution", "StepScope", "current_execution", "idempotency_key", "step_key"]
 
-__all__ = ["StepScope", "current_execution", "idempotency_key", "step_key"]
+
+class Execution(Protocol):
+    """The run a workflow body executes in, as its step calls see it (a RunExecution)."""
+
+    is_async: bool
+
+    def call_step(
+        self, step: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Awaitable[Any]: ...
+
+    def call_step_blocking(
+        self, step: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +35,11 @@ class StepScope:
     key: str
 
 
-_execution: ContextVar[RunExecution | None] = ContextVar("durably_execution", default=None)
+_execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)
 _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
 
 
-def current_execution() -> RunExecution | None:
+def current_execution() -> Execution | None:
     return _execution.get()
 
 

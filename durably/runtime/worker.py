@@ -16,18 +16,15 @@ import socket
 import uuid
 from collections import deque
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from durably.clock import Clock
 from durably.core.replay import fold_deaths
 from durably.durations import Duration, parse_duration
 from durably.errors import StoreUnavailable
 from durably.runtime.committer import Committer
+from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
 from durably.stores.base import Claim, Lease, Store
-
-if TYPE_CHECKING:
-    from durably.app import App
 
 __all__ = ["Worker"]
 
@@ -41,7 +38,7 @@ _OPEN_RETRY_MAX = timedelta(seconds=5)
 class Worker:
     def __init__(
         self,
-        app: App,
+        app: Host,
         *,
         concurrency: int = 32,
         lease: Duration = "30s",
@@ -64,7 +61,9 @@ class Worker:
         self.recovers_own = name is not None
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.completed = 0  # runs this worker took to an end (any final or parked state)
-        self._clock: Clock = app.clock
+        self._settings = app.settings()  # as the app had them when the worker was made
+        self._clock: Clock = self._settings.clock
+        self._engine: Engine | None = None  # once the store is open
         self._active: dict[str, tuple[RunExecution, asyncio.Task[None]]] = {}
         # Runs taken over from a dead worker wait here to run alone, one after another, so
         # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
@@ -105,8 +104,12 @@ class Worker:
         store = self.app.store if until_idle else await self._open_store()
         if store is None:
             return  # stopped before the store could be reached
+        self._engine = Engine(self.app.registry, self._settings, store)
         committer = Committer(
-            store, self._clock, solo=lambda: len(self._active) <= 1, faults=self.app.faults
+            store,
+            self._clock,
+            solo=lambda: len(self._active) <= 1,
+            hooks=self._settings.hooks,
         )
         committer.start(self._loop)
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
@@ -168,7 +171,9 @@ class Worker:
     # -- the loop -----------------------------------------------------------------------
 
     async def _recover_own(self, committer: Committer) -> None:
-        expire = functools.partial(self.app.store.expire_leases, self.name, now=self._clock.now())
+        assert self._engine is not None
+        store = self._engine.store
+        expire = functools.partial(store.expire_leases, self.name, now=self._clock.now())
         if recovered := await committer.call(expire):
             log.info("worker %s: recovering %d run(s) its last run left", self.name, recovered)
 
@@ -180,14 +185,18 @@ class Worker:
         free = self._free()
         if free <= 0:
             return []
-        names = self.app.workflow_names()
-        store, now = self.app.store, self._clock.now()
+        assert self._engine is not None
+        names = self.app.registry.workflow_names()
+        store, now = self._engine.store, self._clock.now()
         claims = await committer.call(
             functools.partial(store.claim, self.name, names, now=now, lease=self.lease, limit=free)
         )
         assert self._loop is not None
         for claim in claims:
-            execution = RunExecution(claim, self.app, committer, self._loop)
+            execution = RunExecution(claim, self._engine, committer, self._loop)
+            if self._settings.hooks is not None:
+                takeover = "took_over_from" in (claim.events[-1].data or "")
+                self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
             if fold_deaths(claim.events).suspect:
                 self._suspects.append(execution)
             else:
@@ -290,7 +299,7 @@ class Worker:
                     self._active[execution.run_id][1].cancel()
 
     async def _warn_unknown(self, committer: Committer) -> None:
-        names = self.app.workflow_names()
+        names = self.app.registry.workflow_names()
         unclaimable = functools.partial(self.app.store.unclaimable, names, now=self._clock.now())
         waiting = await committer.call(unclaimable)
         for name, count in waiting.items():

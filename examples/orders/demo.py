@@ -82,7 +82,7 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
     by_status: dict[str, int] = {}
     retried: dict[str, int] = {}
     taken_over = reconciled = 0
-    dependencies = {name: step.options.dependency for name, step in app._steps.items()}
+    dependencies = {name: step.options.dependency for name, step in app.registry.steps.items()}
     for run in app.runs(limit=1_000_000):
         by_status[run.status] = by_status.get(run.status, 0) + 1
         for event in app.history(run.id):

@@ -1,0 +1,102 @@
+"""One attempt of user code (a step body, its reconcile or compensation hook): run within
+its timeout, and when it fails, the retry decision recorded in the history."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from durably.clock import Clock
+from durably.core.history import ErrorInfo, EventKind
+from durably.core.replay import error_data
+from durably.errors import Escalated, StepFailed, StepTimeout
+from durably.retry import GiveUp, Retry, classify, decide
+from durably.runtime.checkpoints import HistoryWriter
+from durably.runtime.context import StepScope, _step
+from durably.runtime.flow import Suspend
+from durably.runtime.threads import in_daemon_thread
+
+if TYPE_CHECKING:
+    from durably.definitions import Step
+
+__all__ = ["call_user", "record_failure", "within"]
+
+log = logging.getLogger("durably.execution")
+
+
+async def call_user(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    scope: StepScope,
+    step: Step,
+) -> Any:
+    """Call a step body (or its reconcile or compensation hook) within the step's timeout."""
+    token = _step.set(scope)
+    try:
+        timeout = step.options.timeout
+        if inspect.iscoroutinefunction(fn):
+            call = fn(*args, **kwargs)
+        else:  # a thread nobody joins: a hung body is abandoned after its timeout, and a
+            # stopping worker does not wait for it (its run is handed back)
+            call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
+        if timeout is None:
+            return await call
+        message = f"step {step.name!r} attempt ran past its timeout of {timeout}"
+        return await within(call, timeout.total_seconds(), lambda: StepTimeout(message))
+    finally:
+        _step.reset(token)
+
+
+def record_failure(
+    writer: HistoryWriter,
+    step: Step,
+    scope: StepScope,
+    error: Exception,
+    *,
+    unknown: bool,
+    first_started_at: datetime,
+    policy: Retry,
+    clock: Clock,
+    rng: random.Random,
+) -> NoReturn:
+    """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due)."""
+    info = ErrorInfo.of(error)
+    unknown = unknown or isinstance(error, StepTimeout)
+    decision: Any = GiveUp("terminal")
+    if isinstance(error, Escalated):
+        reason = "escalated"
+    else:
+        decision = decide(policy, classify(error, policy), attempt=scope.attempt,
+                          first_attempt_at=first_started_at, now=clock.now(), rng=rng)  # fmt: skip
+        reason = decision.reason if isinstance(decision, GiveUp) else ""
+    if reason:
+        data = error_data(info, reason=reason, attempts=scope.attempt)
+        writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
+        raise StepFailed(step.name, info.error_class, info.message, reason) from error
+    due: datetime = decision.due
+    data = error_data(info, retry_at=due.isoformat(), unknown=unknown)
+    writer.append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
+    log.info(
+        "run %s: step %s attempt %d failed (%s), retry at %s",
+        *(scope.run_id, step.name, scope.attempt, info.error_class, due.isoformat()),
+    )
+    raise Suspend(due)
+
+
+async def within(call: Awaitable[Any], seconds: float, expired: Callable[[], Exception]) -> Any:
+    """Await `call` for at most `seconds`, then raise `expired()`. A TimeoutError that the
+    call raises by itself passes through as it is."""
+    limit = asyncio.timeout(seconds)
+    try:
+        async with limit:
+            return await call
+    except TimeoutError:
+        if not limit.expired():
+            raise
+    raise expired()

@@ -1,0 +1,128 @@
+"""Writing a leased run's history, and the lease fence every such write passes.
+
+The fence, in one place:
+- A claim (Store.claim, or Store.take for a person's action) gives the run a new lease epoch
+  and records a `claimed` event. Only the holder of the current epoch may write the run.
+- Every write of a leased run carries its epoch: checkpoints (Store.commit, through this
+  module) and lease renewals (Store.renew, from the worker's heartbeat). The store applies
+  it only while the epoch is still the run's and the run is `running` (in both stores' SQL:
+  `WHERE lease_epoch = :epoch AND status = 'running'`), in the same transaction as the
+  events it appends.
+- A refused write means another worker took the run over (this one stalled or was cut off
+  past its lease): LeaseLost, and this execution writes nothing more. The heartbeat, renewing
+  every third of the lease, finds the same and cancels the execution.
+Clocks only decide when a lease looks expired (liveness); the epoch decides who may write
+(safety), so clocks that disagree cost replays, never a lost or doubled write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import datetime
+
+from durably.clock import Clock
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.replay import error_data
+from durably.core.status import RunStatus
+from durably.errors import LeaseLost
+from durably.hooks import Hooks
+from durably.runtime.committer import Committer
+from durably.runtime.flow import CheckpointFailed
+from durably.stores.base import Checkpoint, Claim
+
+__all__ = ["HistoryWriter"]
+
+log = logging.getLogger("durably.execution")
+
+
+class HistoryWriter:
+    """The events of one run under one lease epoch: appended in memory, committed together
+    (one commit per step: a step's outcome goes with the next step's start or the run's end)."""
+
+    def __init__(
+        self, claim: Claim, committer: Committer, clock: Clock, hooks: Hooks | None
+    ) -> None:
+        self.run_id = claim.run_id
+        self.workflow = claim.workflow
+        self.epoch = claim.epoch
+        self.events: list[Event] = list(claim.events)  # the whole history, as far as known
+        self.pending: list[Event] = []  # appended, not committed yet
+        self.lost = False  # the lease is gone (or a commit failed): write nothing more
+        self._next_seq = max((event.seq for event in claim.events), default=0) + 1
+        self._committer = committer
+        self._clock = clock
+        self._hooks = hooks
+
+    def append(
+        self,
+        kind: EventKind,
+        position: int | None = None,
+        name: str | None = None,
+        attempt: int | None = None,
+        data: str | None = None,
+    ) -> Event:
+        event = Event(self._next_seq, kind, self._clock.now(), position, name, attempt, data)
+        self.pending.append(event)
+        self.events.append(event)
+        self._next_seq += 1
+        return event
+
+    async def flush(
+        self,
+        status: RunStatus | None = None,
+        *,
+        result: str | None = None,
+        error: ErrorInfo | None = None,
+        available_at: datetime | None = None,
+    ) -> None:
+        """Commit what is pending (and the run's new status, if any), behind the fence."""
+        events, self.pending = tuple(self.pending), []
+        checkpoint = Checkpoint(
+            self.run_id, self.epoch, events, status, result, error, available_at
+        )
+        try:
+            committed = await self._committer.commit(checkpoint)
+        except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
+            self.lost = True
+            raise CheckpointFailed(exc) from exc
+        if not committed:
+            self.lost = True
+            raise LeaseLost(
+                f"run {self.run_id!r}: lease epoch {self.epoch} was taken over by another worker; "
+                "this worker's writes are refused"
+            )
+
+    async def finish(
+        self,
+        status: RunStatus,
+        kind: EventKind,
+        *,
+        result: str | None = None,
+        error: ErrorInfo | None = None,
+    ) -> None:
+        """End the run in `status`, with the event `kind` (run_completed, run_failed)."""
+        self.append(kind, data=None if error is None else error_data(error))
+        await self.flush(status, result=result, error=error)
+        if error is not None:
+            log.info(
+                "run %s ended %s: %s: %s", self.run_id, status, error.error_class, error.message
+            )
+        if self._hooks is not None:
+            self._hooks.run_finished(self.run_id, self.workflow, str(status))
+
+    async def park(self, status: RunStatus, error: ErrorInfo, *, reason: str) -> None:
+        """Stop and wait for a person: the run joins the dead-letter list."""
+        self.append(EventKind.RUN_PARKED, data=error_data(error, reason=reason))
+        await self.flush(status, error=error)
+        log.warning(
+            "run %s parked (%s): %s: %s", self.run_id, reason, error.error_class, error.message
+        )
+        if self._hooks is not None:
+            self._hooks.run_finished(self.run_id, self.workflow, str(status))
+
+    async def release(self) -> None:
+        """Hand the run back (a stopping worker): keep what is pending, due again at once."""
+        self.append(EventKind.RELEASED)
+        with contextlib.suppress(LeaseLost):
+            await self.flush(RunStatus.PENDING, available_at=self._clock.now())

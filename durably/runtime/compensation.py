@@ -1,0 +1,103 @@
+"""Compensation: when a run fails, is given up or passes its deadline, the undo of each
+completed step runs in reverse order, each durably (started, then completed or failed, in the
+history) and with the step's retry policy, before the run ends."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from durably.clock import Clock
+from durably.codec import decode, decode_call
+from durably.core.history import ErrorInfo, EventKind
+from durably.core.replay import StepRecord, error_data, fold_run
+from durably.core.status import RunStatus
+from durably.retry import GiveUp, classify, decide
+from durably.runtime.attempts import call_user
+from durably.runtime.checkpoints import HistoryWriter
+from durably.runtime.context import StepScope, step_key
+from durably.runtime.engine import Engine
+from durably.runtime.flow import Suspend
+
+if TYPE_CHECKING:
+    from durably.definitions import Step
+
+__all__ = ["Compensation"]
+
+
+class Compensation:
+    def __init__(
+        self,
+        writer: HistoryWriter,
+        engine: Engine,
+        rng: random.Random,
+        before_new_work: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._writer = writer
+        self._engine = engine
+        self._clock: Clock = engine.settings.clock
+        self._rng = rng
+        self._before_new_work = before_new_work  # called before each undo starts
+
+    async def run(self, error: ErrorInfo, final: RunStatus) -> None:
+        """Undo completed steps in reverse order, each durably and with retries, then end
+        the run in `final` (or park it, if an undo fails for good)."""
+        phase = fold_run(self._writer.events)
+        if phase.compensating is None:
+            self._writer.append(EventKind.COMPENSATING, data=error_data(error, then=str(final)))
+        for record in reversed(phase.steps):
+            if record.completed and record.position not in phase.compensated:
+                step = self._engine.registry.step_named(record.name)
+                if step is not None and step.compensate_fn is not None:
+                    attempt = phase.compensation_attempts.get(record.position, 0) + 1
+                    if not await self._undo(step, record, attempt):
+                        return
+        await self._writer.finish(final, EventKind.RUN_FAILED, error=error)
+
+    async def _undo(self, step: Step, record: StepRecord, attempt: int) -> bool:
+        """One attempt at one step's undo: True once done; False if the run was parked."""
+        assert step.compensate_fn is not None
+        writer, position, name = self._writer, record.position, step.name
+        started = json.loads(record.started or "{}")
+        what = f"the recorded input of step {name!r}"
+        args, kwargs = decode_call(json.dumps(started.get("input", {})), step.fn, what=what)
+        # the undo takes the step's parameters, however they were passed, then the result
+        bound = inspect.signature(step.fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        result = decode(record.result or "null", step.return_hint, what=what)
+        key = f"{started.get('key', step_key(writer.run_id, position, name))}:undo"
+        scope = StepScope(writer.run_id, position, name, attempt, key)
+        await self._before_new_work()
+        writer.append(
+            EventKind.COMPENSATION_STARTED, position, name, attempt, json.dumps({"key": key})
+        )
+        await writer.flush()
+        try:
+            await call_user(step.compensate_fn, [*bound.args, result], bound.kwargs, scope, step)
+        except Exception as exc:
+            return await self._failed(step, record, attempt, exc)
+        writer.append(EventKind.COMPENSATION_COMPLETED, position, name, attempt)
+        return True
+
+    async def _failed(self, step: Step, record: StepRecord, attempt: int, exc: Exception) -> bool:
+        policy = step.options.retry or self._engine.settings.default_retry
+        error = ErrorInfo.of(exc)
+        now = self._clock.now()
+        decision = decide(policy, classify(exc, policy), attempt=attempt,
+                          first_attempt_at=now, now=now, rng=self._rng)  # fmt: skip
+        position, name = record.position, step.name
+        if isinstance(decision, GiveUp):
+            data = error_data(error, reason=decision.reason, attempts=attempt)
+            self._writer.append(EventKind.COMPENSATION_FAILED, position, name, attempt, data)
+            message = f"compensation of step {name!r} failed ({decision.reason}): {error.message}"
+            parked = ErrorInfo(error.error_class, message)
+            await self._writer.park(
+                RunStatus.COMPENSATION_FAILED, parked, reason="compensation failed"
+            )
+            return False
+        data = error_data(error, retry_at=decision.due.isoformat())
+        self._writer.append(EventKind.COMPENSATION_ATTEMPT_FAILED, position, name, attempt, data)
+        raise Suspend(decision.due) from exc

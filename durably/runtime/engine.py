@@ -1,0 +1,49 @@
+"""What the runtime needs of an app, and nothing more: its definitions, its settings, its
+store. The runtime never imports the App; `durably.App` is one Host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from durably.clock import Clock
+from durably.hooks import Hooks
+from durably.registry import Registry
+from durably.retry import Retry
+from durably.stores.base import Store
+
+__all__ = ["Engine", "Host", "Settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The app's settings as a worker found them when it started."""
+
+    clock: Clock
+    default_retry: Retry
+    max_recoveries: int  # workers that may die under a run before it is parked
+    seed: int | None  # for the retry jitter; None: unpredictable
+    hooks: Hooks | None  # None: the engine makes no hook call at all
+
+
+class Host(Protocol):
+    """What a worker needs of the app it serves."""
+
+    registry: Registry
+
+    @property
+    def store(self) -> Store: ...
+
+    def settings(self) -> Settings: ...
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """Everything one run's execution uses of its app."""
+
+    registry: Registry
+    settings: Settings
+    store: Store

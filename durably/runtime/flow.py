@@ -1,0 +1,32 @@
+"""How an execution unwinds when it must stop: for a wait, for good, or on an engine failure.
+
+They are BaseExceptions so that `except Exception` in user code cannot swallow them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+__all__ = ["Abandoned", "CheckpointFailed", "Suspend"]
+
+
+class Suspend(BaseException):
+    """The run must wait until `due` (a retry's backoff, a breaker or limit, a hand-back):
+    it is released to the store with that due time, and any worker resumes it by replay."""
+
+    def __init__(self, due: datetime) -> None:
+        self.due = due
+
+
+class Abandoned(BaseException):
+    """Raised into a workflow body that runs on after it stopped counting (a sync body past
+    its deadline, or whose lease is gone): it must start no step and record nothing more."""
+
+
+class CheckpointFailed(BaseException):
+    """A checkpoint could not be committed. Not the workflow's failure: the execution stops
+    and the run's lease runs out, so a worker tries it again from its durable history."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"a checkpoint could not be committed: {cause!r}")
+        self.cause = cause
