@@ -152,9 +152,9 @@ class Committer:
     def _commit(self, commits: list[_Commit]) -> None:
         for group in _without_repeats(commits):
             checkpoints = [item.checkpoint for item in group]
-            if self._hooks is not None:
-                self._hooks.before_commit(len(checkpoints))
             try:
+                if self._hooks is not None:
+                    self._hooks.before_commit(len(checkpoints))
                 results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller
                 self._settle_all([(item.future, None, exc) for item in group])
