@@ -82,7 +82,7 @@ class GateState:
 
 @dataclass(frozen=True, slots=True)
 class Enter:
-    probe: bool = False
+    """The attempt may go ahead (its token and slot are taken)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +120,7 @@ def enter(
         state.in_flight[holder] = t + hold.total_seconds()
     if probe:
         state.breaker, state.probe_until = "half_open", t + hold.total_seconds()
-    return Enter(probe)
+    return Enter()
 
 
 def leave(

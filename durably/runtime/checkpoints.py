@@ -24,7 +24,7 @@ from datetime import datetime
 from durably.clock import Clock
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.replay import error_data
-from durably.core.status import RunStatus
+from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
 from durably.runtime.committer import Committer
@@ -77,6 +77,8 @@ class HistoryWriter:
         available_at: datetime | None = None,
     ) -> None:
         """Commit what is pending (and the run's new status, if any), behind the fence."""
+        if status is not None:  # a leased run is running: it may move only as the table says
+            check_transition(RunStatus.RUNNING, status)
         events, self.pending = tuple(self.pending), []
         checkpoint = Checkpoint(
             self.run_id, self.epoch, events, status, result, error, available_at

@@ -87,13 +87,13 @@ def test_an_open_breaker_waits_until_the_cooldown_ends() -> None:
         answer = enter(BREAKER, state, holder="r:0", now=at(when), hold=HOLD)
         assert answer == Wait(at(32), "breaker open")
     answer = enter(BREAKER, state, holder="r:0", now=at(32), hold=HOLD)
-    assert answer == Enter(probe=True)
+    assert answer == Enter()
     assert state.breaker == "half_open"
 
 
 def test_while_the_probe_is_out_everyone_else_waits() -> None:
     state = open_breaker()
-    assert enter(BREAKER, state, holder="probe:0", now=at(40), hold=HOLD) == Enter(probe=True)
+    assert enter(BREAKER, state, holder="probe:0", now=at(40), hold=HOLD) == Enter()
     answer = enter(BREAKER, state, holder="other:0", now=at(41), hold=HOLD)
     assert isinstance(answer, Wait)
     assert answer.reason == "breaker open"
@@ -120,14 +120,14 @@ def test_a_failed_probe_opens_the_breaker_for_another_cooldown() -> None:
     assert enter(BREAKER, state, holder="r:0", now=at(42), hold=HOLD) == Wait(
         at(71), "breaker open"
     )
-    assert enter(BREAKER, state, holder="r:0", now=at(71), hold=HOLD) == Enter(probe=True)
+    assert enter(BREAKER, state, holder="r:0", now=at(71), hold=HOLD) == Enter()
 
 
 def test_a_probe_that_never_reports_back_is_replaced_after_its_hold() -> None:
     state = open_breaker()
     enter(BREAKER, state, holder="lost:0", now=at(40), hold=HOLD)  # its worker dies
     assert isinstance(enter(BREAKER, state, holder="r:0", now=at(49), hold=HOLD), Wait)
-    assert enter(BREAKER, state, holder="r:0", now=at(50), hold=HOLD) == Enter(probe=True)
+    assert enter(BREAKER, state, holder="r:0", now=at(50), hold=HOLD) == Enter()
 
 
 def test_the_gate_state_round_trips_through_its_stored_text() -> None:
