@@ -58,7 +58,6 @@ class App:
         self._store: Store | None = store if not isinstance(store, str | None) else None
         self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
         self._open_lock = threading.Lock()
-        self._workflows = self.registry.workflows  # read by RunHandle
         # Every client call goes through it: validation, wake-ups, the audit trail.
         self.client = Client(lambda: self.store, registry=self, clock=self.clock)
 

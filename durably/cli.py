@@ -1,4 +1,12 @@
-"""The `durably` command: run workers, inspect runs, run the demo."""
+"""The `durably` command: run workers, start and inspect runs, act on parked ones, the demo.
+
+Every command finds its store the same way: --store, else the store of the app named by
+--app, else $DURABLY_STORE, else ./durably.db. Every command goes through durably.client,
+the one client App uses too. Only `worker` and `start` may create a store; the others open
+one that exists or say where they looked. Errors are one line, `error: ...`: exit status 1
+when durably refused (an unknown run, an action the run's state does not allow), 2 when the
+command line is wrong.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +14,56 @@ import contextlib
 import importlib
 import logging
 import os
+import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from durably import operations
 from durably.app import App
-from durably.clock import SystemClock
+from durably.client import Client
 from durably.core.status import RunStatus
-from durably.errors import DurablyError
-from durably.stores import Store, open_store
+from durably.errors import ConfigError, DurablyError
+from durably.stores import DEFAULT_URL, Store, open_store
 from durably.timeline import describe_run, timeline
 
 __all__ = ["main"]
 
-_STORE = click.option(
-    "--store",
-    "store_url",
-    envvar="DURABLY_STORE",
-    default=None,
-    help="Store URL (default: $DURABLY_STORE, else sqlite:///durably.db).",
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PRECEDENCE = (
+    "Which store: --store, else the store of --app, else $DURABLY_STORE, else "
+    "sqlite:///durably.db. sqlite:///relative.db is relative to the current directory, "
+    "sqlite:////abs/path.db absolute."
 )
 
 
-@click.group()
+def _where(command: F) -> F:
+    """The --app and --store options every store command takes."""
+    command = click.option(
+        "--store",
+        "store_url",
+        default=None,
+        metavar="URL",
+        help="The store's URL (overrides --app's).",
+    )(command)
+    return click.option(
+        "--app",
+        "app_target",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="Your durably.App (imported with the current directory on the import path): "
+        "its store, and its workflows' and steps' types.",
+    )(command)
+
+
+_BY = click.option(
+    "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
+)
+
+
+@click.group(epilog=_PRECEDENCE)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
 def cli(verbose: bool) -> None:
     """durably: durable workflows for Python."""
@@ -40,8 +73,9 @@ def cli(verbose: bool) -> None:
     )
 
 
-@cli.command()
+@cli.command(epilog="Which store: --store, else the app's.")
 @click.argument("target")
+@click.option("--store", "store_url", default=None, metavar="URL", help="Overrides the app's.")
 @click.option("--concurrency", default=32, show_default=True, help="Runs executed at once.")
 @click.option(
     "--lease", default="30s", show_default=True, help="Lease length; renewed every third."
@@ -56,13 +90,52 @@ def cli(verbose: bool) -> None:
     "for their leases to expire.",
 )
 def worker(
-    target: str, concurrency: int, lease: str, poll: str, stop_grace: str, name: str | None
+    target: str,
+    store_url: str | None,
+    concurrency: int,
+    lease: str,
+    poll: str,
+    stop_grace: str,
+    name: str | None,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
     app = _load_app(target)
+    if store_url:
+        app.use_store(store_url)
     app.worker(
         concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace, name=name
     ).run()
+
+
+@cli.command(epilog=_PRECEDENCE)
+@click.argument("workflow")
+@click.option(
+    "--app", "app_target", required=True, metavar="MODULE:ATTR", help="The app that defines it."
+)
+@click.option("--store", "store_url", default=None, metavar="URL", help="Overrides the app's.")
+@click.option(
+    "--input",
+    "input_json",
+    default="[]",
+    show_default=True,
+    metavar="JSON",
+    help="The arguments: a JSON list (by position) or object (by name), checked against "
+    "the workflow's parameter types.",
+)
+@click.option("--id", "run_id", default=None, help="The run's id (default: a random one).")
+def start(
+    workflow: str, app_target: str, store_url: str | None, input_json: str, run_id: str | None
+) -> None:
+    """Start a run of WORKFLOW, or find the run that has this --id already."""
+    # A store may be created here: starting a run before any worker ran is fine.
+    with _client(app_target, store_url, create=True) as client:
+        started = client.start_json(workflow, input_json, id=run_id)
+        run = started.run
+        if started.created:
+            click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
+        else:
+            click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
+        click.echo(_worker_hint(app_target, client, "for it to run"))
 
 
 @cli.group()
@@ -70,57 +143,64 @@ def runs() -> None:
     """List and inspect runs."""
 
 
-@runs.command("list")
-@_STORE
+@runs.command("list", epilog=_PRECEDENCE)
+@_where
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--workflow", default=None)
-@click.option("--limit", default=50, show_default=True)
-def runs_list(store_url: str | None, status: str | None, workflow: str | None, limit: int) -> None:
-    """The most recently updated runs."""
-    store = open_store(store_url)
-    records = store.runs(
-        status=RunStatus(status) if status else None, workflow=workflow, limit=limit
-    )
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--cursor", default=None, help="Where the page starts (printed under the last).")
+def runs_list(
+    app_target: str | None,
+    store_url: str | None,
+    status: str | None,
+    workflow: str | None,
+    limit: int,
+    cursor: str | None,
+) -> None:
+    """The most recently updated runs, a page at a time."""
+    with _client(app_target, store_url) as client:
+        page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor)
     click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
-    for run in records:
+    for run in page.runs:
         error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]
         updated = run.updated_at.isoformat(timespec="milliseconds")
         click.echo(f"{run.id:<36} {run.workflow:<20} {run.status:<16} {updated:<24} {error}")
-    store.close()
+    if page.next_cursor is not None:
+        click.echo(f"(more: the next page is --cursor {page.next_cursor})")
 
 
-@runs.command("show")
-@_STORE
+@runs.command("show", epilog=_PRECEDENCE)
+@_where
 @click.argument("run_id")
-def runs_show(store_url: str | None, run_id: str) -> None:
+def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> None:
     """A run's state and its whole timeline: steps, attempts, keys, durations, errors."""
-    store = open_store(store_url)
-    run = store.get_run(run_id)
-    if run is None:
-        raise click.ClickException(f"no run has the id {run_id!r} in {store.url}")
+    with _client(app_target, store_url) as client:
+        run, history = client.get(run_id), client.history(run_id)
     for label, value in describe_run(run):
         click.echo(f"{label + ':':<15}{value}")
     click.echo("")
     click.echo(f"{'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  DETAIL")
-    for row in timeline(store.history(run_id)):
+    for row in timeline(history):
         took = "" if row.duration_ms is None else f"{row.duration_ms:.1f}"
         cells = f"{row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
         click.echo(f"{cells} {took:>8}  {row.detail}")
-    store.close()
 
 
 @cli.group()
 def dlq() -> None:
-    """The dead-letter list: runs parked for a person, and what a person can do with them."""
+    """The dead-letter list: runs parked for a person, and what a person can do with them.
+
+    An action is recorded in the run's history and hands the run back; a worker of the app
+    must be running for it to move on."""
 
 
-@dlq.command("list")
-@_STORE
-@click.option("--limit", default=50, show_default=True)
-def dlq_list(store_url: str | None, limit: int) -> None:
+@dlq.command("list", epilog=_PRECEDENCE)
+@_where
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+def dlq_list(app_target: str | None, store_url: str | None, limit: int) -> None:
     """Parked runs, newest first, with the step and error that stopped them."""
-    store = open_store(store_url)
-    letters = operations.dead_letters(store, limit=limit)
+    with _client(app_target, store_url) as client:
+        letters = client.dead_letters(limit=limit)
     click.echo(f"{'RUN':<36} {'STATUS':<20} {'STEP':<18} {'TRIES':>5}  ERROR")
     for letter in letters:
         error = (
@@ -132,63 +212,73 @@ def dlq_list(store_url: str | None, limit: int) -> None:
         )
     if not letters:
         click.echo("(no dead letters)")
-    store.close()
 
 
-@dlq.command("show")
-@_STORE
+@dlq.command("show", epilog=_PRECEDENCE)
+@_where
 @click.argument("run_id")
 @click.pass_context
-def dlq_show(ctx: click.Context, store_url: str | None, run_id: str) -> None:
+def dlq_show(
+    ctx: click.Context, app_target: str | None, store_url: str | None, run_id: str
+) -> None:
     """The parked run's state and timeline (same as `durably runs show`)."""
-    ctx.invoke(runs_show, store_url=store_url, run_id=run_id)
+    ctx.invoke(runs_show, app_target=app_target, store_url=store_url, run_id=run_id)
 
 
-@dlq.command("retry")
-@_STORE
+@dlq.command("retry", epilog=_PRECEDENCE)
+@_where
 @click.argument("run_id")
 @click.option(
     "--from-step", type=int, default=None, help="Run every step from this position again."
 )
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
-def dlq_retry(store_url: str | None, run_id: str, from_step: int | None, by: str) -> None:
+@_BY
+def dlq_retry(
+    app_target: str | None, store_url: str | None, run_id: str, from_step: int | None, by: str
+) -> None:
     """Fresh attempts for a parked run, with the same idempotency keys."""
-    with _store(store_url) as store:
-        operations.retry(store, run_id, now=SystemClock().now(), by=by, from_step=from_step)
-    click.echo(f"run {run_id} is pending again; a worker will pick it up")
+    with _client(app_target, store_url) as client:
+        client.retry(run_id, by=by, from_step=from_step)
+        click.echo(f"run {run_id} is pending again")
+        click.echo(_worker_hint(app_target, client, "for it to move on"))
 
 
-@dlq.command("skip")
-@_STORE
+@dlq.command("skip", epilog=_PRECEDENCE)
+@_where
 @click.argument("run_id")
-@click.option("--result", "result_json", default="null", help="The step's result, as JSON.")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
-def dlq_skip(store_url: str | None, run_id: str, result_json: str, by: str) -> None:
+@click.option(
+    "--result",
+    "result_json",
+    default="null",
+    show_default=True,
+    metavar="JSON",
+    help="The step's result, as JSON. With --app it is checked against the step's return "
+    "type (and refused if it does not fit); without, it is recorded as given.",
+)
+@_BY
+def dlq_skip(
+    app_target: str | None, store_url: str | None, run_id: str, result_json: str, by: str
+) -> None:
     """Record a result for the failed step (or answer an escalation); the run goes on."""
-    with _store(store_url) as store:
-        operations.skip_step(store, run_id, now=SystemClock().now(), by=by, result_json=result_json)
-    click.echo(f"run {run_id} goes on with that result")
+    with _client(app_target, store_url) as client:
+        client.skip_step_json(run_id, result_json, by=by)
+        checked = "" if app_target else " (not checked against the step's type: no --app)"
+        click.echo(f"run {run_id} goes on with that result{checked}")
+        click.echo(_worker_hint(app_target, client, "for it to move on"))
 
 
-@dlq.command("fail")
-@_STORE
+@dlq.command("fail", epilog=_PRECEDENCE)
+@_where
 @click.argument("run_id")
 @click.option("--reason", required=True, help="Why (recorded in the run's history).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded).")
-def dlq_fail(store_url: str | None, run_id: str, reason: str, by: str) -> None:
+@_BY
+def dlq_fail(
+    app_target: str | None, store_url: str | None, run_id: str, reason: str, by: str
+) -> None:
     """Give up: compensate the run's completed steps, then end it failed."""
-    with _store(store_url) as store:
-        operations.fail(store, run_id, now=SystemClock().now(), by=by, reason=reason)
-    click.echo(f"run {run_id} will be compensated and failed")
-
-
-@contextlib.contextmanager
-def _store(url: str | None) -> Iterator[Store]:
-    store = open_store(url)
-    try:
-        yield store
-    finally:
-        store.close()
+    with _client(app_target, store_url) as client:
+        client.fail(run_id, by=by, reason=reason)
+        click.echo(f"run {run_id} will be compensated and failed")
+        click.echo(_worker_hint(app_target, client, "to compensate it"))
 
 
 @cli.command()
@@ -237,6 +327,55 @@ def bench(options: tuple[str, ...]) -> None:
     sys.exit(compare.main(list(options)))
 
 
+# -- finding the app and the store ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _client(
+    app_target: str | None, store_url: str | None, *, create: bool = False
+) -> Iterator[Client]:
+    """The client on the store the options name, knowing the app if --app was given.
+
+    Without `create`, a store that does not exist is an error naming where durably looked
+    and why there, rather than a new empty store that shows nothing."""
+    app = None if app_target is None else _load_app(app_target)
+    where, source = _store_for(app, app_target, store_url)
+    if isinstance(where, str):
+        try:
+            store = open_store(where, create=create)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} ({source})") from None  # the URL may hold a password
+    else:
+        store = where
+    try:
+        yield Client(store, registry=app, clock=None if app is None else app.clock)
+    finally:
+        store.close()
+
+
+def _store_for(
+    app: App | None, app_target: str | None, store_url: str | None
+) -> tuple[str | Store, str]:
+    """The store to open (or the app's open Store), and where that choice came from."""
+    if store_url:
+        return store_url, "the URL came from --store"
+    if app is not None:
+        return app.store_url or app.store, f"the URL is that of the store of --app {app_target}"
+    from_environment = os.environ.get("DURABLY_STORE")
+    if from_environment:
+        return from_environment, "the URL came from $DURABLY_STORE"
+    return DEFAULT_URL, (
+        f"{DEFAULT_URL} is the default, as no --store, --app or $DURABLY_STORE was given: "
+        "pass --app module:attr to use your app's store"
+    )
+
+
+def _worker_hint(app_target: str | None, client: Client, purpose: str) -> str:
+    target = shlex.quote(app_target) if app_target else "MODULE:ATTR"
+    command = f"durably worker {target} --store {shlex.quote(client.store.url)}"
+    return f"a worker of the app must be running {purpose}: {command}"
+
+
 def _load_app(target: str) -> App:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
@@ -253,8 +392,24 @@ def _load_app(target: str) -> App:
 
 
 def main() -> None:
+    """The console script: every error is one line `error: ...` (1: refused, 2: usage)."""
     try:
-        cli(standalone_mode=True)
+        status = cli.main(standalone_mode=False)
+    except click.UsageError as exc:
+        if exc.ctx is not None:
+            click.echo(exc.ctx.get_usage(), err=True)
+            click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+        _fail(exc.format_message(), exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        _fail("aborted", 1)
     except DurablyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        _fail(str(exc), 1)
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    click.echo(f"error: {one_line}", err=True)
+    sys.exit(code)

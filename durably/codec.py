@@ -31,7 +31,16 @@ from durably.roundtrip import (
     writes,
 )
 
-__all__ = ["NO_HINT", "decode", "decode_call", "encode", "encode_call", "return_hint"]
+__all__ = [
+    "NO_HINT",
+    "decode",
+    "decode_call",
+    "decode_given",
+    "decode_given_call",
+    "encode",
+    "encode_call",
+    "return_hint",
+]
 
 NO_HINT: Any = object()  # "no type hint": values stay plain JSON
 # JSON's own types: a value that already is one needs no validation, and so no pydantic
@@ -118,6 +127,45 @@ def decode_call(
             f"the stored input of {what} does not fit its parameters: {exc}"
         ) from None
     return args, kwargs
+
+
+def decode_given(text: str, hint: Any, *, what: str) -> Any:
+    """A value a person wrote as JSON (`durably dlq skip --result`), read through `hint` the
+    way its stored form is, but strictly: only JSON's own form of each type is taken (an
+    object for a dataclass, a string for a datetime), nothing is converted ("5" is no int)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"{what} is not JSON: {exc}") from None
+    return _given(value, _Target("result", hint), what=what)
+
+
+def decode_given_call(
+    text: str, fn: Callable[..., object], *, what: str
+) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for `fn` from JSON a person wrote (`durably start --input`): a list is passed
+    by position, an object by name; each argument is read like `decode_given`."""
+    try:
+        given = json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"the input of {what} is not JSON: {exc}") from None
+    if not isinstance(given, list | dict):
+        raise PayloadError(
+            f"the input of {what} must be a JSON list (the arguments by position) or object "
+            f"(by name), not {describe(given)}"
+        )
+    args, kwargs = (given, {}) if isinstance(given, list) else ([], given)
+    parameters = _parameters(fn)
+    if not parameters.fits(args, kwargs):
+        parameters.bind(args, kwargs, what=what)
+    what = f"the input of {what}"
+    return (
+        [_given(value, parameters.target_at(i), what=what) for i, value in enumerate(args)],
+        {
+            name: _given(value, parameters.target_named(name), what=what)
+            for name, value in kwargs.items()
+        },
+    )
 
 
 def return_hint(fn: Callable[..., object]) -> Any:
@@ -216,6 +264,21 @@ def _name(hint: Any) -> str:
     if isinstance(hint, type):
         return type_name(hint)
     return repr(hint).replace("typing.", "")
+
+
+def _given(value: Any, target: _Target, *, what: str) -> Any:
+    if target.hint is NO_HINT:
+        return value
+    try:  # as JSON text: strict mode then takes JSON's forms (a str for a datetime, ...)
+        return _adapter(target.hint).validate_json(json.dumps(value), strict=True)
+    except pydantic_core.ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        where = target.path + "".join(_loc_part(part) for part in error["loc"])
+        why = error["msg"][:1].lower() + error["msg"][1:]
+        raise PayloadError(
+            f"{what} does not fit the type hint `{_name(target.hint)}`: at {where}, {why} "
+            f"(the value is {describe(error['input'])})"
+        ) from None
 
 
 # -- reading ----------------------------------------------------------------------------------

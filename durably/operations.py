@@ -1,7 +1,9 @@
 """What a person does with a run that needs one: the dead-letter list and its actions.
 
 Each action leases the parked run like a worker would (so it is fenced against any worker),
-appends an event saying who did what, and hands the run back to the workers.
+appends an event saying who did what, and hands the run back to the workers. These are the
+helpers of durably.client, the one way in: call them through a Client (app.client), which
+also checks inputs and wakes the workers of its process.
 """
 
 from __future__ import annotations

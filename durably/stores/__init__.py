@@ -29,32 +29,36 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("DURABLY_STORE") or DEFAULT_URL
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open (and migrate) the store a URL names.
 
-    sqlite:///relative/path.db, sqlite:////absolute/path.db (?synchronous=NORMAL to trade
-    durability of the last commits on power loss for speed), a bare file path, or
-    postgresql://user:password@host:port/database.
+    sqlite:///relative/path.db (relative to the current directory), sqlite:////absolute/path.db
+    (?synchronous=NORMAL to trade durability of the last commits on power loss for speed), a
+    bare file path, or postgresql://user:password@host:port/database.
+
+    `create=False` opens only a durably store that exists, as it is: a SQLite file that does
+    not exist, or a database without durably's tables, is a ConfigError naming it, and nothing
+    is created or migrated. The CLI opens stores so, except to start a run.
     """
     url = resolve_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme in ("postgres", "postgresql"):
         from durably.stores.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, create=create)
     if scheme in ("sqlite", ""):
-        return _open_sqlite(url)
+        return _open_sqlite(url, create=create)
     raise ConfigError(
         f"durably cannot open a store at {url!r}: use sqlite:///path/to/file.db "
         "or postgresql://user@host/database"
     )
 
 
-def _open_sqlite(url: str) -> Store:
+def _open_sqlite(url: str, *, create: bool) -> Store:
     from durably.stores.sqlite import SQLiteStore
 
     if "://" not in url:
-        return SQLiteStore(Path(url))
+        return SQLiteStore(Path(url), create=create)
     parts = urlsplit(url)
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if not path:
@@ -63,4 +67,5 @@ def _open_sqlite(url: str) -> Store:
     unknown = set(options) - {"synchronous"}
     if unknown:
         raise ConfigError(f"unknown SQLite store option(s) {sorted(unknown)} in {url!r}")
-    return SQLiteStore(Path(path), synchronous=options.get("synchronous", "FULL"))
+    synchronous = options.get("synchronous", "FULL")
+    return SQLiteStore(Path(path), synchronous=synchronous, create=create)

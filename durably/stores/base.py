@@ -153,9 +153,16 @@ class Store(Protocol):
     def history(self, run_id: str) -> list[Event]: ...
 
     def runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
     ) -> list[RunRecord]:
-        """Most recently updated first."""
+        """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
+        order. `after` is the (updated_at, id) of the last run of the previous page: only the
+        runs that come after it in that order are listed (keyset pagination)."""
         ...
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:

@@ -24,20 +24,11 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
+from durably.stores import reads
 from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
 from durably.stores.pg_connections import Connections, redact
-from durably.stores.rows import (
-    EVENT_COLUMNS,
-    RUN_COLUMNS,
-    checkpoint_params,
-    claimed_data,
-    event_of,
-    event_row,
-    from_ts,
-    run_of,
-    ts,
-)
-from durably.stores.schema import migrate
+from durably.stores.rows import checkpoint_params, claimed_data, event_row, from_ts, ts
+from durably.stores.schema import check_schema, migrate
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -165,7 +156,10 @@ _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrat
 
 
 class PostgresStore:
-    """A PostgreSQL database reached through a psycopg connection pool."""
+    """A PostgreSQL database reached through a psycopg connection pool.
+
+    `create=False` opens only a durably store that exists: its tables are not created, nor
+    migrated."""
 
     def __init__(
         self,
@@ -174,6 +168,7 @@ class PostgresStore:
         pool_size: int = 4,
         connect_timeout: timedelta = timedelta(seconds=10),
         synchronous_commit: str | None = None,
+        create: bool = True,
     ) -> None:
         url, from_url = _without_option(url, "synchronous_commit")
         synchronous_commit = synchronous_commit or from_url
@@ -192,7 +187,14 @@ class PostgresStore:
             connect_timeout=connect_timeout,
             configure=self._configure,
         )
-        self._db.run(self._migrate, transaction=True)
+        try:
+            if create:
+                self._db.run(self._migrate, transaction=True)
+            else:  # the CLI's commands: a wrong database is an error, not a new store
+                self._db.run(lambda db: check_schema(db, "postgres", self.url))
+        except BaseException:
+            self._db.close()  # nobody else can: the caller gets no store to close
+            raise
 
     def _configure(self, db: psycopg.Connection[Any]) -> None:
         if self.synchronous_commit is not None:
@@ -339,51 +341,34 @@ class PostgresStore:
         return self._db.run(read_modify_write, transaction=True)
 
     def gates(self) -> dict[str, str]:
-        return self._db.run(
-            lambda db: dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
-        )
+        return self._db.run(reads.gates)
 
     # -- reading (each safe to repeat on a fresh connection) ----------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        row = self._db.run(
-            lambda db: db.execute(
-                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = %s", (run_id,)
-            ).fetchone()
-        )
-        return None if row is None else run_of(row)
+        return self._db.run(lambda db: reads.get_run(db, reads.POSTGRES, run_id))
 
     def history(self, run_id: str) -> list[Event]:
-        return self._db.run(lambda db: self._histories(db, [run_id]).get(run_id, []))
+        return self._db.run(
+            lambda db: reads.histories(db, reads.POSTGRES, [run_id]).get(run_id, [])
+        )
 
     def runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
     ) -> list[RunRecord]:
-        params = {
-            "status": None if status is None else str(status),
-            "workflow": workflow,
-            "limit": limit,
-        }
-        rows = self._db.run(
-            lambda db: db.execute(
-                f"SELECT {RUN_COLUMNS} FROM durably_runs"
-                " WHERE (%(status)s::text IS NULL OR status = %(status)s)"
-                " AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s)"
-                " ORDER BY updated_at DESC LIMIT %(limit)s",
-                params,
-            ).fetchall()
+        return self._db.run(
+            lambda db: reads.runs(
+                db, reads.POSTGRES, status=status, workflow=workflow, limit=limit, after=after
+            )
         )
-        return [run_of(row) for row in rows]
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
-        rows = self._db.run(
-            lambda db: db.execute(
-                "SELECT workflow, count(*) FROM durably_runs WHERE available_at <= %s"
-                " AND NOT (workflow = ANY(%s)) GROUP BY workflow",
-                (ts(now), list(known)),
-            ).fetchall()
-        )
-        return {name: count for name, count in rows}
+        return self._db.run(lambda db: reads.unclaimable(db, reads.POSTGRES, known, now=now))
 
     def close(self) -> None:
         self._db.close()
@@ -437,23 +422,11 @@ class PostgresStore:
         """Claims of (run id, workflow, input, epoch) rows, with their histories."""
         if not leased:
             return []
-        histories = self._histories(db, [row[0] for row in leased])
+        histories = reads.histories(db, reads.POSTGRES, [row[0] for row in leased])
         return [
             Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
             for run_id, workflow, input_, epoch in leased
         ]
-
-    @staticmethod
-    def _histories(db: psycopg.Connection[Any], run_ids: list[str]) -> dict[str, list[Event]]:
-        histories: dict[str, list[Event]] = {}
-        rows = db.execute(
-            f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events"
-            " WHERE run_id = ANY(%s) ORDER BY run_id, seq",
-            (run_ids,),
-        )
-        for run_id, *event in rows:
-            histories.setdefault(run_id, []).append(event_of(event))
-        return histories
 
 
 def _claimed_row(

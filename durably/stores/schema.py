@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from durably.errors import ConfigError
 from durably.stores.rows import check_version
 
-__all__ = ["CREATE_META", "LATEST_VERSION", "migrate", "migrations"]
+__all__ = ["CREATE_META", "LATEST_VERSION", "check_schema", "migrate", "migrations"]
 
 CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -60,6 +61,12 @@ _V2 = [
 _VERSIONS: list[list[str]] = [_V1, _V2]
 LATEST_VERSION = len(_VERSIONS)
 
+# Whether the version table exists, asked without failing (and so aborting the transaction).
+_HAS_META = {
+    "sqlite": "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'durably_meta'",
+    "postgres": "SELECT count(*) WHERE to_regclass('durably_meta') IS NOT NULL",
+}
+
 _DIALECTS = {
     "sqlite": {"real": "REAL", "without_rowid": " WITHOUT ROWID"},
     "postgres": {"real": "DOUBLE PRECISION", "without_rowid": ""},
@@ -98,3 +105,18 @@ def migrate(db: _Connection, dialect: str, url: str) -> None:
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (str(version),),
         )
+
+
+def check_schema(db: _Connection, dialect: str, url: str) -> None:
+    """Refuse, without changing anything, a database that holds no durably store or one that a
+    newer durably migrated. (An older schema is fine to read: versions only add.)"""
+    current = 0
+    if db.execute(_HAS_META[dialect]).fetchone()[0]:
+        row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+        current = int(row[0]) if row else 0
+    if current == 0:
+        raise ConfigError(
+            f"{url} is not a durably store: it has no durably tables. Check the URL; a worker "
+            "or a started run creates them"
+        )
+    check_version(current, LATEST_VERSION, url)

@@ -17,20 +17,19 @@ from typing import TypeVar
 
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
-from durably.errors import StoreUnavailable
+from durably.errors import ConfigError, StoreUnavailable
+from durably.stores import reads
 from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
 from durably.stores.rows import (
-    EVENT_COLUMNS,
     RUN_COLUMNS,
     checkpoint_params,
     claimed_data,
-    event_of,
     event_row,
     released_due,
     run_of,
     ts,
 )
-from durably.stores.schema import migrate
+from durably.stores.schema import check_schema, migrate
 from durably.stores.wakeups import LocalWakeups
 
 __all__ = ["SQLiteStore"]
@@ -63,7 +62,11 @@ SELECT 1 FROM durably_events WHERE run_id = ? AND seq = ? AND kind = ? AND at = 
 
 
 class SQLiteStore:
-    """A SQLite file; each thread gets its own connection."""
+    """A SQLite file; each thread gets its own connection.
+
+    `create=False` opens only a durably store that exists: the file is not created, nor the
+    schema migrated (what the CLI's commands do, so that a wrong path is an error rather
+    than a new, empty store)."""
 
     def __init__(
         self,
@@ -71,18 +74,25 @@ class SQLiteStore:
         *,
         synchronous: str = "FULL",
         busy_timeout: timedelta = timedelta(seconds=30),
+        create: bool = True,
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        if not create and not Path(path).is_file():
+            raise ConfigError(_no_file(Path(path)))
         self.path = str(path)
-        self.url = f"sqlite:///{self.path}"
+        self.url = f"sqlite:///{Path(path).absolute()}"  # the same from any directory
         self._synchronous = synchronous.upper()
         self._busy_timeout = busy_timeout
+        self._create = create
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._wakeups = LocalWakeups(self.path)
-        self._migrate()
+        if create:
+            self._migrate()
+        else:
+            self._check_schema()
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -133,7 +143,7 @@ class SQLiteStore:
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
                 for run_id, previous_status, previous_owner in picked
             ]
-            histories = self._histories(db, [run_id for run_id, *_ in taken])
+            histories = reads.histories(db, reads.SQLITE, [run_id for run_id, *_ in taken])
         return [
             Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
             for run_id, workflow, input_, epoch, _ in taken
@@ -159,7 +169,7 @@ class SQLiteStore:
             if row is None:
                 return None
             taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
-            histories = self._histories(db, [run_id])
+            histories = reads.histories(db, reads.SQLITE, [run_id])
         return Claim(*taken[:4], tuple(histories.get(run_id, ())))
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
@@ -219,43 +229,34 @@ class SQLiteStore:
 
     def gates(self) -> dict[str, str]:
         with self._read() as db:
-            return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
+            return reads.gates(db)
 
     # -- reading ------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
         with self._read() as db:
-            row = db.execute(
-                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run_id,)
-            ).fetchone()
-        return None if row is None else run_of(row)
+            return reads.get_run(db, reads.SQLITE, run_id)
 
     def history(self, run_id: str) -> list[Event]:
         with self._read() as db:
-            return self._histories(db, [run_id]).get(run_id, [])
+            return reads.histories(db, reads.SQLITE, [run_id]).get(run_id, [])
 
     def runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
     ) -> list[RunRecord]:
         with self._read() as db:
-            rows = db.execute(
-                f"SELECT {RUN_COLUMNS} FROM durably_runs"
-                " WHERE (:status IS NULL OR status = :status)"
-                " AND (:workflow IS NULL OR workflow = :workflow)"
-                " ORDER BY updated_at DESC LIMIT :limit",
-                {"status": status, "workflow": workflow, "limit": limit},
-            ).fetchall()
-        return [run_of(row) for row in rows]
+            return reads.runs(
+                db, reads.SQLITE, status=status, workflow=workflow, limit=limit, after=after
+            )
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
-        names = list(known) or [""]  # no workflow is named ""
         with self._read() as db:
-            rows = db.execute(
-                "SELECT workflow, count(*) FROM durably_runs WHERE available_at <= ?"
-                f" AND workflow NOT IN ({_marks(names)}) GROUP BY workflow",
-                (ts(now), *names),
-            ).fetchall()
-        return {name: count for name, count in rows}
+            return reads.unclaimable(db, reads.SQLITE, known, now=now)
 
     def close(self) -> None:
         with self._lock:
@@ -277,14 +278,18 @@ class SQLiteStore:
         return db
 
     def _connect(self) -> sqlite3.Connection:
+        # mode=rw: a file that does not exist is an error, never created (create=False)
+        target = self.path if self._create else f"{Path(self.path).absolute().as_uri()}?mode=rw"
         try:
             db = sqlite3.connect(
-                self.path,
+                target,
                 timeout=self._busy_timeout.total_seconds(),
                 isolation_level=None,  # transactions are begun explicitly
                 check_same_thread=False,  # only so close() can close every thread's one
+                uri=not self._create,
             )
-            self._enable_wal(db)
+            if self._create:  # a durably store is in WAL mode already (it persists)
+                self._enable_wal(db)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
@@ -337,6 +342,10 @@ class SQLiteStore:
         with self._write() as db:
             migrate(db, "sqlite", self.url)
 
+    def _check_schema(self) -> None:
+        with self._read() as db:
+            check_schema(db, "sqlite", self.url)
+
     @staticmethod
     def _lease(
         db: sqlite3.Connection,
@@ -359,20 +368,6 @@ class SQLiteStore:
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
         return run_id, workflow, input_, epoch, count
 
-    @staticmethod
-    def _histories(db: sqlite3.Connection, run_ids: list[str]) -> dict[str, list[Event]]:
-        histories: dict[str, list[Event]] = {}
-        if not run_ids:
-            return histories
-        rows = db.execute(
-            f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events"
-            f" WHERE run_id IN ({_marks(run_ids)}) ORDER BY run_id, seq",
-            run_ids,
-        )
-        for run_id, *event in rows:
-            histories.setdefault(run_id, []).append(event_of(event))
-        return histories
-
 
 def _applied(db: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
     """Whether the checkpoint's first event is in the history already."""
@@ -380,6 +375,14 @@ def _applied(db: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
         return False
     first = event_row(checkpoint.run_id, checkpoint.events[0])
     return db.execute(_APPLIED, first[:-1]).fetchone() is not None
+
+
+def _no_file(path: Path) -> str:
+    return (
+        f"there is no durably store at {path.absolute()} (no such file). A URL "
+        f"sqlite:///relative.db is relative to the current directory ({Path.cwd()}); "
+        "sqlite:////abs/path.db is absolute"
+    )
 
 
 def _marks(values: Sequence[object]) -> str:

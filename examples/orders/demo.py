@@ -8,6 +8,7 @@ key, so no customer is charged twice.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from examples.orders.services import Services
 __all__ = ["run_demo"]
 
 _LEASE = "2s"
+_APP = "examples.orders.workflows:app"
 
 
 def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None) -> None:
@@ -68,7 +70,7 @@ def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None)
 
 
 def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "durably", "worker", "examples.orders.workflows:app",
+    command = [sys.executable, "-m", "durably", "worker", _APP,
                "--concurrency", "16", "--lease", _LEASE, "--poll", "50ms"]  # fmt: skip
     log = open(Path(env["DEMO_SERVICES"]).with_name("workers.log"), "ab")  # noqa: SIM115
     return subprocess.Popen(command, env=env, stderr=log)
@@ -116,6 +118,18 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
     for label, value in rows:
         click.echo(f"  {label:<{width}}  {value}")
     if letters:
-        where = f"{letters[0].run_id} --store {app.store.url}"
-        click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
-        click.echo(f"Retry it:               durably dlq retry {where}")
+        _hints(letters[0].run_id, app.store.url, services.path)
+
+
+def _hints(run_id: str, store_url: str, services_path: str) -> None:
+    """What to try next, pasteable from any directory: the store's URL is absolute, and the
+    worker (whose app module imports from the repository's root) runs from the root."""
+    root, store = Path(__file__).resolve().parents[2], shlex.quote(store_url)
+    where = f"{shlex.quote(run_id)} --store {store}"
+    worker = (
+        f"(cd {shlex.quote(str(root))} && DEMO_SERVICES={shlex.quote(services_path)} "
+        f"durably worker {_APP} --store {store})"
+    )
+    click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
+    click.echo(f"Retry it:               durably dlq retry {where}")
+    click.echo(f"Then let a worker of the demo app carry it on (Ctrl-C stops it):\n  {worker}")

@@ -3,6 +3,8 @@ unclaimable. Every test runs against both real stores."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import RunRecord, Store, open_store
@@ -139,3 +141,58 @@ def test_unclaimable_skips_leased_and_finished_runs(store: Store, clock: FakeClo
 
     clock.advance(LEASE + LEASE)  # o1's lease has expired: it is due again
     assert store.unclaimable({"known"}, now=clock.now()) == {"lost": 2, "orphan": 1}
+
+
+def test_pages_after_a_run_cover_every_run_exactly_once_in_order_with_ties(
+    store: Store, clock: FakeClock
+) -> None:
+    # Runs created at one instant share updated_at (as every run of one batch commit does):
+    # the id breaks the tie, so no run is skipped or listed twice at a page boundary.
+    for n in range(7):
+        if n % 3 == 0:
+            clock.advance("1s")
+        store.create_run(new_run(f"r{n:02d}", workflow="a" if n % 2 else "b"), now=clock.now())
+    expected = sorted(store.runs(limit=100), key=lambda r: (r.updated_at, r.id), reverse=True)
+
+    def pages(
+        size: int, status: RunStatus | None = None, workflow: str | None = None
+    ) -> list[list[str]]:
+        listed: list[list[str]] = []
+        after = None
+        while True:
+            page = store.runs(limit=size, after=after, status=status, workflow=workflow)
+            if not page:
+                return listed
+            listed.append([run.id for run in page])
+            after = (page[-1].updated_at, page[-1].id)
+
+    assert [run.id for run in store.runs(limit=100)] == [run.id for run in expected]
+    assert [run.id for run in expected][:3] == ["r06", "r05", "r04"]
+    for size in (1, 2, 3, 7, 8):
+        listed = pages(size)
+        assert [run_id for page in listed for run_id in page] == [run.id for run in expected]
+        assert all(len(page) == size for page in listed[:-1])
+    in_a = [run.id for run in expected if run.workflow == "a"]
+    assert [run_id for page in pages(2, workflow="a") for run_id in page] == in_a
+    pending = [run_id for page in pages(2, status=RunStatus.PENDING) for run_id in page]
+    assert pending == [run.id for run in expected]
+
+
+def test_a_page_after_a_run_lists_only_older_runs_or_older_ids_at_the_same_time(
+    store: Store, clock: FakeClock
+) -> None:
+    store.create_run(new_run("old"), now=clock.now())
+    clock.advance("1s")
+    for run_id in ("b", "c", "a"):
+        store.create_run(new_run(run_id), now=clock.now())
+    clock.advance("1s")
+    store.create_run(new_run("new"), now=clock.now())
+    at = store.get_run("b")
+    assert at is not None
+
+    after_b = store.runs(after=(at.updated_at, "b"))
+
+    assert [run.id for run in after_b] == ["a", "old"]
+    assert [run.id for run in store.runs(after=(at.updated_at, "zz"))] == ["c", "b", "a", "old"]
+    assert [run.id for run in store.runs(after=(at.updated_at, "a"))] == ["old"]
+    assert store.runs(after=(at.updated_at - timedelta(days=1), "")) == []

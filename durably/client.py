@@ -1,0 +1,305 @@
+"""One client for every caller: App, the CLI and the HTTP API start runs, read them and act on
+them through it, so that validation, wake-ups and the audit trail happen in one place.
+
+A client is a store plus what it needs to know of the app: its workflows and steps (whose
+type hints check inputs and a skipped step's result) and its clock. Without the app it can
+still read runs and act on them; only starting a run needs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from durably import operations
+from durably.clock import Clock, SystemClock
+from durably.codec import NO_HINT, decode, decode_given, decode_given_call, encode, encode_call
+from durably.core.history import Event
+from durably.core.status import RunStatus
+from durably.definitions import Step, Workflow
+from durably.errors import (
+    ConfigError,
+    DurablyError,
+    RunConflict,
+    RunNotFound,
+    UnknownWorkflow,
+    WorkflowFailed,
+)
+from durably.operations import DeadLetter
+from durably.stores import NewRun, RunRecord, Store
+
+__all__ = ["Client", "DeadLetter", "Definitions", "RunPage", "Started"]
+
+_SKIPPED = "the result given for the skipped step"
+
+
+class Definitions(Protocol):
+    """What the client needs of an app (an App has both): its workflows and steps."""
+
+    def workflow_named(self, name: str) -> Workflow: ...
+
+    def step_named(self, name: str) -> Step | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    run: RunRecord
+    created: bool  # False: a run with this id existed already, same workflow and input
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    runs: list[RunRecord]
+    next_cursor: str | None  # pass it as `cursor` for the next page; None after the last
+
+
+class Client:
+    """Start runs, read them, and act on parked ones, on one store.
+
+    `store` is a Store, or a call that returns one (App's: it opens the store on first use
+    and reopens it after close). `registry` knows the app's workflows and steps; `clock`
+    stamps what the client writes (default: the system's)."""
+
+    def __init__(
+        self,
+        store: Store | Callable[[], Store],
+        *,
+        registry: Definitions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._store = store
+        self.registry = registry
+        self.clock: Clock = clock or SystemClock()
+        self._listeners: list[Callable[[], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    @property
+    def store(self) -> Store:
+        return self._store() if callable(self._store) else self._store
+
+    # -- starting -----------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow | str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        id: str | None = None,
+    ) -> Started:
+        """Start a run (with a random id if none is given), or find the run with this `id`.
+
+        The arguments are checked against the workflow's parameters: PayloadError if they do
+        not fit or would not read back unchanged. RunConflict if the id is taken by a run of
+        another workflow or with another input."""
+        definition = self._workflow(workflow)
+        what = f"workflow {definition.name!r}"
+        payload = encode_call(args, kwargs or {}, definition.fn, what=what)
+        return self._create(definition.name, payload, id)
+
+    def start_json(self, workflow: str, input: str, *, id: str | None = None) -> Started:
+        """`start` with the input as JSON a person wrote: a list (the arguments by position)
+        or an object (by name), each read strictly through its parameter's type hint (an
+        object for a dataclass, a string for a datetime; "5" is no int)."""
+        definition = self._workflow(workflow)
+        what = f"workflow {definition.name!r}"
+        args, kwargs = decode_given_call(input, definition.fn, what=what)
+        payload = encode_call(args, kwargs, definition.fn, what=what)
+        return self._create(definition.name, payload, id)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run's current state; RunNotFound if no run has this id."""
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        return record
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """A page of runs, most recently updated first (ties by id); `cursor` is the previous
+        page's next_cursor. A run that stays put is listed exactly once; one updated between
+        two pages moves to the front, ahead of the cursor: later pages do not show it (again)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
+        wanted = None if status is None else _status(status)
+        after = None if cursor is None else _after(cursor)
+        # One more than asked: whether there is a next page, without a last empty one.
+        found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after)
+        page = found[:limit]
+        return RunPage(page, _cursor(page[-1]) if len(found) > limit else None)
+
+    def history(self, run_id: str) -> list[Event]:
+        """The run's events in order; RunNotFound if no run has this id."""
+        self.get(run_id)
+        return self.store.history(run_id)
+
+    def outcome(self, record: RunRecord) -> Any:
+        """The result of a completed run, read through its workflow's return type hint;
+        WorkflowFailed for a run that ended otherwise."""
+        if record.status is RunStatus.COMPLETED:
+            assert record.result is not None
+            what = f"the result of run {record.id!r}"
+            return decode(record.result, self._return_hint(record.workflow), what=what)
+        error = record.error
+        raise WorkflowFailed(
+            record.id,
+            record.status,
+            error.error_class if error else "unknown",
+            error.message if error else "",
+        )
+
+    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
+        return operations.dead_letters(self.store, limit=limit)
+
+    # -- a person's actions on parked runs ----------------------------------------------
+    # Each is recorded in the run's history with who did it (`by`), and wakes local workers.
+
+    def retry(self, run_id: str, *, by: str, from_step: int | None = None) -> None:
+        """Fresh attempts for a parked run, with the same idempotency keys (or every step
+        from `from_step`, none of which may have completed)."""
+        operations.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
+        self._notify()
+
+    def skip_step(self, run_id: str, *, by: str, result: Any = None) -> None:
+        """Record `result` for the failed step (or answer an escalation); the run goes on.
+        It is checked against the step's return type hint like the step's own result."""
+        hint = self._skipped_hint(run_id)
+        self._skip(run_id, encode(result, hint, what=_SKIPPED), by)
+
+    def skip_step_json(self, run_id: str, result: str, *, by: str) -> None:
+        """`skip_step` with the result as JSON a person wrote. With the app's registry it is
+        read strictly through the step's return type hint (PayloadError if it does not fit);
+        without one, it is recorded as given (it must be JSON)."""
+        if self.registry is None:
+            self._skip(run_id, result, by)
+            return
+        hint = self._skipped_hint(run_id)
+        value = decode_given(result, hint, what=_SKIPPED)
+        self._skip(run_id, encode(value, hint, what=_SKIPPED), by)
+
+    def fail(self, run_id: str, *, by: str, reason: str = "failed by a person") -> None:
+        """Give up on a parked run: its completed steps are compensated, then it fails."""
+        operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+
+    # -- local workers ------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` after every run this client starts and every action it takes (so
+        a worker in this process wakes at once); returns the unsubscribe call. A start that
+        finds its run already there makes nothing new due, and calls nobody."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._listeners_lock:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _workflow(self, workflow: Workflow | str) -> Workflow:
+        if self.registry is None:
+            raise ConfigError(
+                "starting a run needs the app that defines its workflow, to check the input "
+                "against its parameters: give the client the app's registry (the CLI: "
+                "--app module:attribute)"
+            )
+        return self.registry.workflow_named(
+            workflow if isinstance(workflow, str) else workflow.name
+        )
+
+    def _create(self, workflow: str, payload: str, run_id: str | None) -> Started:
+        new = NewRun(run_id or uuid.uuid4().hex, workflow, payload)
+        record, created = self.store.create_run(new, now=self.clock.now())
+        if not created:
+            _check_same_start(record, workflow, payload)
+        else:
+            self._notify()
+        return Started(record, created)
+
+    def _skip(self, run_id: str, result_json: str, by: str) -> None:
+        operations.skip_step(
+            self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
+        )
+        self._notify()
+
+    def _skipped_hint(self, run_id: str) -> Any:
+        """The return type hint of the step a parked run failed at (none if the app does
+        not define it, or the client knows no app)."""
+        name = operations.failed_step(self.store, run_id)
+        step = None if name is None or self.registry is None else self.registry.step_named(name)
+        return NO_HINT if step is None else step.return_hint
+
+    def _return_hint(self, workflow: str) -> Any:
+        if self.registry is None:
+            return NO_HINT
+        try:
+            return self.registry.workflow_named(workflow).return_hint
+        except UnknownWorkflow:  # another app's run, or a workflow since removed
+            return NO_HINT
+
+
+def _check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
+    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
+    if record.workflow != workflow or not same_input:
+        what = "workflow" if record.workflow != workflow else "input"
+        raise RunConflict(
+            f"a run with id {record.id!r} already exists with a different {what} "
+            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
+            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
+            "id, or app.handle(id) to follow the existing run."
+        )
+
+
+def _status(status: RunStatus | str) -> RunStatus:
+    try:
+        return RunStatus(status)
+    except ValueError:
+        known = ", ".join(RunStatus)
+        raise DurablyError(f"{status!r} is not a run status (one of: {known})") from None
+
+
+def _cursor(run: RunRecord) -> str:
+    """Where the next page starts, as an opaque string: the last run's (updated_at, id)."""
+    key = json.dumps([run.updated_at.isoformat(), run.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[datetime, str]:
+    try:
+        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        moment, run_id = json.loads(key)
+        at = datetime.fromisoformat(moment)
+        if at.tzinfo is None or not isinstance(run_id, str):
+            raise ValueError(cursor)
+    except (ValueError, TypeError, binascii.Error):
+        shown = cursor if len(cursor) <= 60 else cursor[:59] + "…"
+        raise DurablyError(
+            f"the cursor {shown!r} is not one durably gave out: pass the next_cursor of the "
+            "previous page as it is (none for the first page)"
+        ) from None
+    return at, run_id

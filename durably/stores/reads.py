@@ -1,0 +1,128 @@
+"""The read queries, one implementation for both stores.
+
+SQLite and PostgreSQL differ here only in how a parameter is written (`?`, `%s`) and how a
+list of values is passed (one parameter each, or one array): a `Dialect` says which. Each
+function runs on a connection the store hands it, inside the store's own transaction and
+retry handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from durably.core.history import Event
+from durably.core.status import RunStatus
+from durably.stores.base import RunRecord
+from durably.stores.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "gates",
+    "get_run",
+    "histories",
+    "runs",
+    "unclaimable",
+]
+
+
+class Connection(Protocol):
+    """What the reads need of a connection: sqlite3's and psycopg's both have it."""
+
+    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    mark: str  # how a parameter is written
+    arrays: bool  # whether a list of values is one array parameter (PostgreSQL)
+
+    def one_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
+        """`column` is one of `values` (none: false), with its parameters."""
+        if self.arrays:
+            return f"{column} = ANY({self.mark})", [list(values)]
+        return f"{column} IN ({', '.join(self.mark * len(values))})", list(values)
+
+
+SQLITE = Dialect("?", arrays=False)  # SQLite allows `IN ()`: an empty list matches nothing
+POSTGRES = Dialect("%s", arrays=True)
+
+
+def get_run(db: Connection, dialect: Dialect, run_id: str) -> RunRecord | None:
+    row = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = {dialect.mark}", (run_id,)
+    ).fetchone()
+    return None if row is None else run_of(row)
+
+
+def histories(db: Connection, dialect: Dialect, run_ids: Sequence[str]) -> dict[str, list[Event]]:
+    """The events of each of these runs, in order (a run without events is left out)."""
+    found: dict[str, list[Event]] = {}
+    if not run_ids:
+        return found
+    which, params = dialect.one_of("run_id", run_ids)
+    rows = db.execute(
+        f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq",
+        params,
+    )
+    for run_id, *event in rows:
+        found.setdefault(run_id, []).append(event_of(event))
+    return found
+
+
+def runs(
+    db: Connection,
+    dialect: Dialect,
+    *,
+    status: RunStatus | None,
+    workflow: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[RunRecord]:
+    """Most recently updated first, ties by id (descending); only those after `after`.
+
+    Only the filters given are written into the query, so the planner sees `status = ?`
+    and can walk the (status, updated_at) index instead of testing every row."""
+    mark = dialect.mark
+    where: list[str] = []
+    params: list[object] = []
+    if status is not None:
+        where.append(f"status = {mark}")
+        params.append(str(status))
+    if workflow is not None:
+        where.append(f"workflow = {mark}")
+        params.append(workflow)
+    if after is not None:
+        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
+        # ties on updated_at (every run of one batch commit shares it) by id.
+        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
+        at = ts(after[0])
+        params += [at, at, after[1]]
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
+        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+def unclaimable(
+    db: Connection, dialect: Dialect, known: Collection[str], *, now: datetime
+) -> dict[str, int]:
+    """Due runs whose workflow is not in `known`: name -> count."""
+    which, params = dialect.one_of("workflow", list(known))
+    rows = db.execute(
+        "SELECT workflow, count(*) FROM durably_runs"
+        f" WHERE available_at <= {dialect.mark} AND NOT ({which}) GROUP BY workflow",
+        [ts(now), *params],
+    ).fetchall()
+    return {name: count for name, count in rows}
+
+
+def gates(db: Connection) -> dict[str, str]:
+    return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
