@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.replay import StepRecord, error_data, fold_run
-from durably.core.status import PARKED, RunStatus
+from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Claim, RunRecord, Store
 
@@ -166,6 +166,7 @@ def _commit(
     error: ErrorInfo | None = None,
     available_at: datetime | None = None,
 ) -> None:
+    check_transition(RunStatus.RUNNING, status)  # the person's action holds the run's lease
     checkpoint = Checkpoint(claim.run_id, claim.epoch, (event,), status, None, error, available_at)
     if not store.commit([checkpoint], now=now)[0]:
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
