@@ -79,6 +79,7 @@ class Worker:
 
     def run(self) -> None:
         """Work until SIGTERM or SIGINT, then finish or hand back what is held."""
+        self._stopping = False  # here, not in serve(): a stop while the store opens counts
         asyncio.run(self._run_with_signals())
 
     def run_until_idle(self) -> int:
@@ -86,6 +87,7 @@ class Worker:
         return asyncio.run(self.drain())
 
     async def drain(self) -> int:
+        self._stopping = False
         before = self.completed
         await self.serve(until_idle=True)
         return self.completed - before
@@ -98,7 +100,6 @@ class Worker:
     async def serve(self, *, until_idle: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._stopping = False
         # A drain (a script, a test) says at once that the store is down; a long-lived
         # worker waits for it.
         store = self.app.store if until_idle else await self._open_store()

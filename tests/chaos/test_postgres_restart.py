@@ -209,6 +209,27 @@ def test_a_worker_started_while_the_server_is_down_waits_for_it(
     _stop(worker)
 
 
+def test_a_worker_waiting_for_the_server_stops_on_sigterm(
+    throwaway_postgres: ThrowawayPostgres,
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    cluster = throwaway_postgres
+    cluster.stop(mode="immediate")
+    log = tmp_path / "worker.log"
+    worker = start_worker(cluster.url, log, target=TARGET)
+    processes.append(worker)
+    deadline = time.monotonic() + WAIT
+    while "cannot open the store" not in log.read_text():  # it is waiting now
+        assert time.monotonic() < deadline, f"the worker never waited:\n{log.read_text()}"
+        assert worker.poll() is None, f"the worker exited:\n{log.read_text()}"
+        time.sleep(0.05)
+
+    worker.send_signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=WAIT) == 0, log.read_text()
+
+
 def test_restarts_while_workers_run_and_a_client_polls(
     throwaway_postgres: ThrowawayPostgres,
     processes: list[subprocess.Popen[bytes]],

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import durably
+from durably.stores import Store
 
 from .conftest import kinds
 from .processes import start_worker, wait_for_step_start
@@ -102,3 +103,29 @@ def test_either_way_the_run_is_never_left_running_with_a_live_lease(
         assert run.lease_owner is None
     statuses = sorted(str(client.get_run(h.id).status) for h in handles)
     assert statuses == ["completed", "completed", "pending", "pending"]
+
+
+class _StopsWhileOpening(durably.App):
+    """An app whose store is opened just as a stop arrives (SIGTERM during start-up)."""
+
+    stopper: durably.Worker | None = None
+
+    @property
+    def store(self) -> Store:
+        if self.stopper is not None:  # once: the first time the worker opens it
+            stopper, self.stopper = self.stopper, None
+            stopper.stop()
+        return super().store
+
+
+@pytest.mark.timeout(30)
+def test_a_stop_that_arrives_while_the_store_opens_is_not_lost(sqlite_url: str) -> None:
+    app = _StopsWhileOpening(sqlite_url)
+    worker = app.worker(poll="50ms")
+    app.stopper = worker
+    began = time.monotonic()
+
+    worker.run()  # returns at once instead of serving forever
+
+    assert time.monotonic() - began < 10
+    app.close()
