@@ -1,10 +1,13 @@
 """Engine runners: the same workloads, written once per engine, run one measurement per process.
 
-`benchmarks.compare` runs every measurement in a fresh process so that engines never share
-an interpreter (DBOS is a process-wide singleton) and machine drift hits both alike: for
-each repetition it alternates the engines' order. A runner is a module run as
+The harness drives an engine through a runner adapter (the `Runner` protocol of
+benchmarks.runners.protocol): durably in the harness's own process (runners.inprocess, for
+benchmarks.core and .scaling), or an engine's runner module in a fresh process per
+measurement (runners.processes, for benchmarks.compare), so that engines never share an
+interpreter (DBOS is a process-wide singleton); the engines take turns going first from one
+repetition to the next, so that machine drift hits both alike. A runner module is run as
 
-    python -m benchmarks.runners.<engine> <command> --url URL [options]
+    python -m benchmarks.runners.<engine>_runner <command> --url URL [options]
 
 `--url` names an empty store made for this one measurement: `sqlite:////abs/dir/engine.db`
 (the directory exists, the file does not) or `postgresql://postgres@127.0.0.1:5432/<db>`
@@ -53,4 +56,6 @@ brackets have these defaults):
   cold-start
       -> {"ready_seconds": float}: from before importing the engine to the engine being
       open on the store and ready to run work (migrations done).
+
+This package imports nothing: `python -m` imports it before a runner's cold-start clock starts.
 """

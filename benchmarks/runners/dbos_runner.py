@@ -45,7 +45,6 @@ STARTED = time.perf_counter()  # before the engine is imported
 
 import argparse
 import asyncio
-import json
 import sqlite3
 import subprocess
 import sys
@@ -67,6 +66,7 @@ from dbos import (
 from sqlalchemy.pool import Pool
 
 from benchmarks.runners import effects
+from benchmarks.runners.protocol import emit, parse_command
 
 APP = "bench"
 APP_VERSION = "bench-1"  # fixed, so that w3-recover recovers what w3-work left
@@ -420,59 +420,27 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def emit(figures: dict[str, Any]) -> None:
-    print(json.dumps(figures), flush=True)
-
-
 def fail(message: str) -> None:
     say(f"dbos_runner: {message}")
     raise SystemExit(1)
 
 
-REQUIRED = {
-    "throughput": ("workflows", "steps", "concurrency"),
-    "w3-work": ("effects",),
-    "w3-recover": ("effects",),
-}
-MODES = {"throughput": ("direct", "queue"), "queue-hop": ("in-process", "cross-process")}
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.runners.dbos_runner")
-    parser.add_argument("command", choices=sorted(COMMANDS))
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--fast", action="store_true", help="synchronous=NORMAL / off")
-    parser.add_argument("--workflows", type=int)
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--concurrency", type=int)
-    parser.add_argument("--sleep-ms", type=int, default=10)
-    parser.add_argument("--effects")
-    parser.add_argument("--hops", type=int, default=30)
-    parser.add_argument(
-        "--queue-poll-ms",
-        type=float,
-        default=QUEUE_POLL_SECONDS * 1000,
-        help="the queues' polling_interval_sec, in ms",
+    def queue_poll(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue-poll-ms",
+            type=float,
+            default=QUEUE_POLL_SECONDS * 1000,
+            help="the queues' polling_interval_sec, in ms",
+        )
+
+    return parse_command(
+        "python -m benchmarks.runners.dbos_runner",
+        argv,
+        commands={"throughput": {"mode": "direct"}, "queue-worker": {}},
+        modes={"throughput": ("direct", "queue")},
+        more=queue_poll,
     )
-    parser.add_argument("--mode", help=", ".join(f"{c}: {'|'.join(m)}" for c, m in MODES.items()))
-    args = parser.parse_args(argv)
-    defaults: dict[str, dict[str, object]] = {
-        "throughput": {"mode": "direct"},
-        "w3-work": {"workflows": 500, "steps": 10, "concurrency": 32},
-        "w3-recover": {"workflows": 500, "steps": 10, "concurrency": 32},
-        "queue-hop": {"mode": "in-process"},
-        "queue-throughput": {"workflows": 1000, "concurrency": 32},
-    }
-    for name, value in defaults.get(args.command, {}).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    for name in REQUIRED.get(args.command, ()):
-        if getattr(args, name) is None:
-            parser.error(f"{args.command} needs --{name.replace('_', '-')}")
-    modes = MODES.get(args.command)
-    if modes and args.mode not in modes:
-        parser.error(f"{args.command}: --mode is one of {', '.join(modes)}")
-    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,16 +36,16 @@ import time
 LOADED = time.perf_counter()  # before anything is imported: cold start and W3 count from here
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import asyncio
+from benchmarks.runners.protocol import BenchmarkError, emit, parse_command
 
+if TYPE_CHECKING:
     import durably
+    from benchmarks.runners.inprocess import BackgroundWorker
 
 __all__ = ["main"]
 
@@ -53,10 +53,6 @@ MODULE = "benchmarks.runners.durably_runner"
 W3_WORKER = "w3-worker"  # W3's worker keeps its name across the SIGKILL and the restart
 RESULT_WAIT = "60s"  # how long a finished run's handle may take to answer
 RECOVERY_LIMIT = 600.0  # seconds w3-recover waits for the runs to end before reporting
-
-
-class WorkNotDone(Exception):
-    """The engine did not do the work: no figure may be printed."""
 
 
 # -- stores --------------------------------------------------------------------------------
@@ -81,56 +77,6 @@ def ready(app: durably.App) -> None:
     app.store  # noqa: B018 (opening is the point)
 
 
-class BackgroundWorker:
-    """A worker serving in a thread of this process: asyncio.run(worker.serve())."""
-
-    def __init__(self, worker: durably.Worker) -> None:
-        import threading
-
-        self.worker = worker
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._serving = threading.Event()
-        self._error: BaseException | None = None
-        self._thread: threading.Thread = threading.Thread(
-            target=self._main, name="bench-worker", daemon=True
-        )
-
-    def _main(self) -> None:
-        import asyncio
-
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:
-            self._error = exc
-            self._serving.set()
-
-    async def _serve(self) -> None:
-        import asyncio
-
-        self._loop = asyncio.get_running_loop()
-        self._serving.set()
-        await self.worker.serve()
-
-    def check(self) -> None:
-        """Raise if the worker died."""
-        if self._error is not None:
-            raise WorkNotDone(f"the worker died: {self._error!r}") from self._error
-
-    def __enter__(self) -> BackgroundWorker:
-        self._thread.start()
-        self._serving.wait()
-        self.check()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.worker.stop)
-        self._thread.join(timeout=30)
-        if self._thread.is_alive():
-            raise WorkNotDone("the worker did not stop within 30 s of worker.stop()")
-        self.check()
-
-
 def wait_until(done: Callable[[], bool], limit: float, pause: float) -> bool:
     """Poll `done` every `pause` seconds for at most `limit` seconds; whether it came true."""
     deadline = time.monotonic() + limit
@@ -153,16 +99,16 @@ def check_results(
     """Every run completed with the value `expect(i)`, and the store agrees on the count."""
     for i, handle in enumerate(handles):
         if (result := handle.result(timeout=RESULT_WAIT)) != expect(i):
-            raise WorkNotDone(f"run {i} ({handle.id}) returned {result!r}, not {expect(i)!r}")
+            raise BenchmarkError(f"run {i} ({handle.id}) returned {result!r}, not {expect(i)!r}")
     if (completed := completed_runs(app, len(handles))) != len(handles):
-        raise WorkNotDone(f"{completed} runs are completed in the store, not {len(handles)}")
+        raise BenchmarkError(f"{completed} runs are completed in the store, not {len(handles)}")
 
 
 # -- throughput ----------------------------------------------------------------------------
 
 
 def throughput(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.core import chain_app
+    from benchmarks.runners.inprocess import chain_app
 
     app, chain = chain_app(args.store, args.steps)
     try:
@@ -173,7 +119,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         finished = app.run_until_idle(concurrency=args.concurrency)
         ended = time.perf_counter()
         if finished != args.workflows:
-            raise WorkNotDone(f"run_until_idle ended {finished} runs, not {args.workflows}")
+            raise BenchmarkError(f"run_until_idle ended {finished} runs, not {args.workflows}")
         check_results(app, handles, lambda i: i + args.steps)
     finally:
         app.close()
@@ -214,12 +160,14 @@ def w3_work(args: argparse.Namespace) -> None:
     app, w3 = w3_app(args)
     for i in range(args.workflows):
         app.start(w3, i)
-    print(json.dumps({"started": args.workflows}), flush=True)
+    emit({"started": args.workflows})
     app.worker(concurrency=args.concurrency, name=W3_WORKER).run()  # until SIGKILL
-    raise WorkNotDone("the worker stopped before it was killed")
+    raise BenchmarkError("the worker stopped before it was killed")
 
 
 def w3_recover(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.runners.inprocess import BackgroundWorker
+
     app, _ = w3_app(args)
     ready(app)
     ready_seconds = time.perf_counter() - LOADED
@@ -253,45 +201,29 @@ def nothing_left(app: durably.App, background: BackgroundWorker) -> bool:
 
 
 def hop_app(url: str) -> tuple[durably.App, durably.Workflow]:
-    """A workflow whose first step returns how long ago the client enqueued it."""
+    """A workflow whose first step returns how long ago the client started it."""
+    from benchmarks.runners.inprocess import add_hop
+
     app = open_app(url)
-
-    @app.step
-    async def since(t0: float) -> float:
-        return time.time() - t0
-
-    @app.workflow(name="hop")
-    async def hop(t0: float) -> float:
-        elapsed: float = await since(t0)
-        return elapsed
-
-    return app, hop
+    return app, add_hop(app)
 
 
 def queue_hop(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.runners.inprocess import time_hops
+
     app, hop = hop_app(args.store)
     ready(app)
     serving = in_process_worker(app) if args.mode == "in-process" else child_worker(args)
     with serving:
-        hop_once(app, hop)  # the worker is up and claiming: not timed
-        hops = []
-        for _ in range(args.hops):
-            hops.append(1000 * hop_once(app, hop))
-            time.sleep(0.05)  # idle again
+        hops = time_hops(app, hop, args.hops, idle=0.05)
     app.close()
     return {"hop_ms": hops}
 
 
-def hop_once(app: durably.App, hop: durably.Workflow) -> float:
-    t0 = time.time()
-    elapsed = app.start(hop, t0).result(timeout=RESULT_WAIT)
-    if not isinstance(elapsed, float) or not 0 <= elapsed < 60:
-        raise WorkNotDone(f"a hop returned {elapsed!r}, not the seconds since it was enqueued")
-    return float(elapsed)
-
-
 @contextmanager
 def in_process_worker(app: durably.App) -> Iterator[None]:
+    from benchmarks.runners.inprocess import BackgroundWorker
+
     with BackgroundWorker(app.worker()):
         yield
 
@@ -307,7 +239,7 @@ def child_worker(args: argparse.Namespace) -> Iterator[None]:
     try:
         assert child.stdout is not None
         if (line := child.stdout.readline().strip()) != "ready":
-            raise WorkNotDone(f"the worker process said {line!r}, not 'ready' (see its stderr)")
+            raise BenchmarkError(f"the worker process said {line!r}, not 'ready' (see its stderr)")
         yield
     finally:
         child.terminate()
@@ -316,9 +248,9 @@ def child_worker(args: argparse.Namespace) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-            raise WorkNotDone("the worker process did not stop within 60 s of SIGTERM") from None
+            raise BenchmarkError("the worker process did not stop within 60 s of SIGTERM") from None
     if code != 0:
-        raise WorkNotDone(f"the worker process exited with {code} on SIGTERM")
+        raise BenchmarkError(f"the worker process exited with {code} on SIGTERM")
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -330,7 +262,7 @@ def serve(args: argparse.Namespace) -> None:
 
 
 def queue_throughput(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.core import chain_app
+    from benchmarks.runners.inprocess import BackgroundWorker, chain_app
 
     app, one_step = chain_app(args.store, 1)
     ready(app)
@@ -344,7 +276,7 @@ def queue_throughput(args: argparse.Namespace) -> dict[str, Any]:
             return bool(worker.completed >= args.workflows)
 
         if not wait_until(all_ended, limit=600, pause=0.001):
-            raise WorkNotDone(f"the worker ended {worker.completed} of {args.workflows} runs")
+            raise BenchmarkError(f"the worker ended {worker.completed} of {args.workflows} runs")
         ended = time.perf_counter()
     check_results(app, handles, lambda i: i + 1)
     app.close()
@@ -381,54 +313,20 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], dict[str, Any] | None]] = {
 }
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.runners.durably_runner", description=__doc__.split("\n\n")[0]
-    )
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", required=True, help="an empty store made for this measurement")
-    common.add_argument("--fast", action="store_true", help="SQLite NORMAL / PostgreSQL off")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, parents=[common])
-
-    run = command("throughput")
-    run.add_argument("--workflows", type=int, required=True)
-    run.add_argument("--steps", type=int, required=True)
-    run.add_argument("--concurrency", type=int, required=True)
-    for name in ("w3-work", "w3-recover"):
-        w3 = command(name)
-        w3.add_argument("--workflows", type=int, default=500)
-        w3.add_argument("--steps", type=int, default=10)
-        w3.add_argument("--sleep-ms", type=float, default=10)
-        w3.add_argument("--concurrency", type=int, default=32)
-        w3.add_argument("--effects", required=True, help="the side-effect sink (a SQLite file)")
-    hop = command("queue-hop")
-    hop.add_argument("--hops", type=int, default=30)
-    hop.add_argument("--mode", choices=["in-process", "cross-process"], required=True)
-    queue = command("queue-throughput")
-    queue.add_argument("--workflows", type=int, default=1000)
-    queue.add_argument("--concurrency", type=int, default=32)
-    command("cold-start")
-    command("serve").add_argument("--concurrency", type=int, default=32)
-    return parser.parse_args(argv)
-
-
 def progress(message: str) -> None:
     print(f"durably runner: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_command(f"python -m {MODULE}", argv, commands={"serve": {"concurrency": 32}})
     args.store = store_url(args.url, fast=args.fast)
     try:
         figures = COMMANDS[args.command](args)
-    except WorkNotDone as exc:
+    except BenchmarkError as exc:
         progress(f"{args.command}: {exc}")
         return 1
     if figures is not None:
-        print(json.dumps(figures), flush=True)
+        emit(figures)
     return 0
 
 
