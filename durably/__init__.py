@@ -14,6 +14,7 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
 from durably.app import App, RunHandle
+from durably.client import Start
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow, escalate
@@ -68,6 +69,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SchemaTooNew",
+    "Start",
     "Step",
     "StepFailed",
     "StepOptions",

@@ -3,18 +3,18 @@ actions) are those of its `client`, the one client API of durably.client."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
-from durably.client import Client, DeadLetter
+from durably.client import Client, DeadLetter, Start
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
-from durably.core.status import FINAL, RunStatus
+from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
-from durably.errors import ConfigError, StoreUnavailable
+from durably.errors import ConfigError
 from durably.hooks import Hooks, chain
 from durably.registry import Registry
 from durably.resilience import Dependency
@@ -23,6 +23,7 @@ from durably.runtime.engine import Settings
 from durably.runtime.worker import Worker
 from durably.stores import RunRecord, Store, open_store, resolve_url
 from durably.testing import Faults
+from durably.waiting import DEFAULT_POLL
 
 __all__ = ["App", "RunHandle"]
 
@@ -183,6 +184,23 @@ class App:
         started = self.client.start(workflow, args, kwargs, id=id)
         return RunHandle(self, started.run.id)
 
+    def start_many(self, starts: Sequence[Start]) -> list[RunHandle]:
+        """Start a batch of runs in one transaction (see `Client.start_many`); their
+        handles in order."""
+        return [RunHandle(self, started.run.id) for started in self.client.start_many(starts)]
+
+    async def start_async(
+        self, workflow: Workflow | str, /, *args: Any, id: str | None = None, **kwargs: Any
+    ) -> RunHandle:
+        """`start` from an event loop: the store call runs in a thread."""
+        started = await self.client.start_async(workflow, args, kwargs, id=id)
+        return RunHandle(self, started.run.id)
+
+    async def start_many_async(self, starts: Sequence[Start]) -> list[RunHandle]:
+        """`start_many` from an event loop: the store call runs in a thread."""
+        started = await self.client.start_many_async(starts)
+        return [RunHandle(self, each.run.id) for each in started]
+
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run."""
         self.client.get(run_id)
@@ -256,6 +274,7 @@ class App:
         return self._store
 
     def close(self) -> None:
+        self.client.close()  # its listener for ended runs, if a handle waited
         if self._store is not None:
             self._store.close()
             self._store = None if self._url is not None else self._store
@@ -271,43 +290,30 @@ class RunHandle:
     def status(self) -> RunStatus:
         return self.app.get_run(self.id).status
 
-    def result(self, timeout: Duration | None = None) -> Any:
+    async def status_async(self) -> RunStatus:
+        """`status` from an event loop: the store call runs in a thread."""
+        return (await asyncio.to_thread(self.app.get_run, self.id)).status
+
+    def result(self, timeout: Duration | None = None, *, poll: Duration = DEFAULT_POLL) -> Any:
         """Wait for the run to end and return its result; raise WorkflowFailed if it failed.
 
-        A store outage is waited out like a run still in progress: with a timeout, the
-        TimeoutError names the last store error; with none, it keeps waiting."""
-        deadline = (
-            None if timeout is None else time.monotonic() + parse_duration(timeout).total_seconds()
-        )
-        pause = 0.002
-        record: RunRecord | None = None
-        while True:
-            try:
-                record, unavailable = self.app.get_run(self.id), None
-            except StoreUnavailable as exc:  # the workers wait it out too
-                unavailable = exc
-            if unavailable is None and record is not None and record.status in FINAL:
-                return self.app.client.outcome(record)
-            if deadline is not None and time.monotonic() >= deadline:
-                if unavailable is not None:
-                    seen = "" if record is None else f" (last seen {record.status})"
-                    raise TimeoutError(
-                        f"run {self.id!r} could not be read after {timeout}{seen}; "
-                        f"the last store error: {unavailable}"
-                    )
-                assert record is not None
-                detail = (
-                    ""
-                    if record.error is None
-                    else f" ({record.error.error_class}: {record.error.message})"
-                )
-                raise TimeoutError(
-                    f"run {self.id!r} is still {record.status}{detail} after {timeout}"
-                )
-            time.sleep(
-                pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))
-            )
-            pause = min(pause * 2, 0.1)
+        The store says when the run ends (LISTEN/NOTIFY on PostgreSQL, a local socket on
+        SQLite); the run is also read again every `poll` in case that word is lost. A store
+        outage is waited out like a run still in progress: with a timeout, the TimeoutError
+        names the last store error; with none, it keeps waiting."""
+        record = self.app.client.wait(self.id, timeout=timeout, poll=poll)
+        return self.app.client.outcome(record)
+
+    async def result_async(
+        self,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (result()'s own, on the loop too)
+        *,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """`result` from an event loop, without blocking it: the store calls run in a
+        thread, and the wait for the run's end is on the loop."""
+        record = await self.app.client.wait_async(self.id, timeout=timeout, poll=poll)
+        return self.app.client.outcome(record)
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

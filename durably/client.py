@@ -8,6 +8,7 @@ still read runs and act on them; only starting a run needs it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -24,6 +25,7 @@ from durably.codec import NO_HINT, decode, decode_given, decode_given_call, enco
 from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.definitions import Step, Workflow
+from durably.durations import Duration
 from durably.errors import (
     ConfigError,
     DurablyError,
@@ -33,9 +35,11 @@ from durably.errors import (
     WorkflowFailed,
 )
 from durably.operations import DeadLetter
+from durably.starting import Starter
 from durably.stores import NewRun, RunRecord, Store
+from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 
-__all__ = ["Client", "DeadLetter", "Definitions", "RunPage", "Started"]
+__all__ = ["Client", "DeadLetter", "Definitions", "RunPage", "Start", "Started"]
 
 _SKIPPED = "the result given for the skipped step"
 
@@ -46,6 +50,16 @@ class Definitions(Protocol):
     def workflow_named(self, name: str) -> Workflow: ...
 
     def step_named(self, name: str) -> Step | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """One run of a batch for `start_many`: what `start` takes."""
+
+    workflow: Workflow | str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +93,12 @@ class Client:
         self.clock: Clock = clock or SystemClock()
         self._listeners: list[Callable[[], None]] = []
         self._listeners_lock = threading.Lock()
+        # Concurrent starts share a commit; a lone one goes straight to create_run.
+        self._starter = Starter(
+            lambda runs: self.store.create_runs(runs, now=self.clock.now()),
+            lambda run: self.store.create_run(run, now=self.clock.now()),
+        )
+        self._finishes = Finishes(lambda: self.store)  # listens from the first wait on
 
     @property
     def store(self) -> Store:
@@ -99,10 +119,48 @@ class Client:
         The arguments are checked against the workflow's parameters: PayloadError if they do
         not fit or would not read back unchanged. RunConflict if the id is taken by a run of
         another workflow or with another input."""
-        definition = self._workflow(workflow)
-        what = f"workflow {definition.name!r}"
-        payload = encode_call(args, kwargs or {}, definition.fn, what=what)
-        return self._create(definition.name, payload, id)
+        name, payload = self._encoded(Start(workflow, args, kwargs, id))
+        return self._create(name, payload, id)
+
+    def start_many(self, starts: Sequence[Start]) -> list[Started]:
+        """`start` for each, in one transaction; the answers in order.
+
+        Every input is checked before anything is written (PayloadError: nothing started).
+        RunConflict if an id is taken by a run of another workflow or with another input:
+        the other runs of the batch are started all the same (starting them again is safe)."""
+        encoded = [self._encoded(item) for item in starts]
+        new = [
+            NewRun(item.id or uuid.uuid4().hex, name, payload)
+            for item, (name, payload) in zip(starts, encoded, strict=True)
+        ]
+        outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
+        if any(created for _, created in outcomes):
+            self._notify()
+        conflicts: list[RunConflict] = []
+        for run, (record, created) in zip(new, outcomes, strict=True):
+            if not created:
+                try:
+                    _check_same_start(record, run.workflow, run.input)
+                except RunConflict as conflict:
+                    conflicts.append(conflict)
+        if conflicts:
+            raise conflicts[0]
+        return [Started(record, created) for record, created in outcomes]
+
+    async def start_async(
+        self,
+        workflow: Workflow | str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        id: str | None = None,
+    ) -> Started:
+        """`start` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(self.start, workflow, args, kwargs, id=id)
+
+    async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
+        """`start_many` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(self.start_many, starts)
 
     def start_json(self, workflow: str, input: str, *, id: str | None = None) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
@@ -142,6 +200,35 @@ class Client:
         found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after)
         page = found[:limit]
         return RunPage(page, _cursor(page[-1]) if len(found) > limit else None)
+
+    def wait(
+        self, run_id: str, *, timeout: Duration | None = None, poll: Duration = DEFAULT_POLL
+    ) -> RunRecord:
+        """The run's record once it has ended (completed, failed, timed out, cancelled).
+
+        Woken by the store when the run ends (durably.waiting), and reads it again every
+        `poll` in case that word is lost. A store outage is waited out; TimeoutError at
+        `timeout` names the status last seen, or the last store error."""
+        return wait_for_end(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    async def wait_async(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (wait()'s own, on the loop too)
+        poll: Duration = DEFAULT_POLL,
+    ) -> RunRecord:
+        """`wait` from an event loop: reads run in a thread, the wait is on the loop."""
+        return await wait_for_end_async(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    def close(self) -> None:
+        """Stop listening for runs that end (until the next `wait`); the store is not
+        closed: it is the caller's."""
+        self._finishes.close()
 
     def history(self, run_id: str) -> list[Event]:
         """The run's events in order; RunNotFound if no run has this id."""
@@ -232,9 +319,15 @@ class Client:
             workflow if isinstance(workflow, str) else workflow.name
         )
 
+    def _encoded(self, item: Start) -> tuple[str, str]:
+        """The workflow's name and the input checked and encoded for it."""
+        definition = self._workflow(item.workflow)
+        what = f"workflow {definition.name!r}"
+        return definition.name, encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
+
     def _create(self, workflow: str, payload: str, run_id: str | None) -> Started:
         new = NewRun(run_id or uuid.uuid4().hex, workflow, payload)
-        record, created = self.store.create_run(new, now=self.clock.now())
+        record, created = self._starter.create(new)
         if not created:
             _check_same_start(record, workflow, payload)
         else:

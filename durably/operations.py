@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.replay import StepRecord, error_data, fold_run
+from durably.core.payloads import Compensating, Result, RunFailed, RunRetried, encode_payload
+from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Claim, RunRecord, Store
@@ -56,7 +57,7 @@ def retry(
         position = None  # retry the compensations
     else:
         position = from_step if from_step is not None else _stopped_at(phase.steps)
-    data = json.dumps({"by": by, "from_step": position})
+    data = encode_payload(RunRetried(by, position))
     _hand_back(
         store,
         claim,
@@ -82,9 +83,8 @@ def skip_step(
     if step is None:  # changed in between: let a worker look at it again
         _hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
         raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
-    event = Event(
-        _next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, result_json
-    )
+    data = encode_payload(Result(result_json))
+    event = Event(_next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, data)
     _hand_back(store, claim, now, event)
 
 
@@ -100,10 +100,11 @@ def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> N
     phase = fold_run(claim.events)
     error = ErrorInfo("durably.FailedByPerson", f"{reason} (by {by})")
     if phase.compensating is not None:  # its compensation already failed: end it as is
-        event = Event(_next(claim), EventKind.RUN_FAILED, now, None, None, None, error_data(error))
+        data = encode_payload(RunFailed(error))
+        event = Event(_next(claim), EventKind.RUN_FAILED, now, None, None, None, data)
         _commit(store, claim, now, event, status=RunStatus.FAILED, error=error)
         return
-    data = error_data(error, then=str(RunStatus.FAILED))
+    data = encode_payload(Compensating(error, RunStatus.FAILED))
     _hand_back(
         store, claim, now, Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
     )

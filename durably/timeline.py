@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.history import Event, EventKind
+from durably.core.payloads import Claimed, Failure, StepStarted, payload_of
+from durably.errors import PayloadError
 from durably.stores.base import RunRecord
 
 __all__ = ["TimelineRow", "describe_run", "timeline"]
@@ -77,17 +79,17 @@ def _detail(event: Event) -> str:
     if event.data is None:
         return ""
     try:
-        data = json.loads(event.data)
-    except ValueError:
+        payload = payload_of(event)
+    except PayloadError:
         return f"(unreadable: {_short(event.data, 80)})"
-    if event.kind is EventKind.STEP_STARTED and isinstance(data, dict):
-        return f"key={data.get('key')} input={_short(json.dumps(data.get('input')), 80)}"
-    if isinstance(data, dict) and "error_class" in data:
-        return f"{data['error_class']}: {_short(str(data.get('message')), 120)}"
-    if event.kind is EventKind.CLAIMED and isinstance(data, dict):
-        taken = f", took over from {data['took_over_from']}" if "took_over_from" in data else ""
-        return f"by {data.get('owner')} (epoch {data.get('epoch')}){taken}"
-    return _short(event.data, 120)
+    if isinstance(payload, StepStarted):
+        return f"key={payload.key} input={_short(json.dumps(payload.input), 80)}"
+    if isinstance(payload, Failure):
+        return f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
+    if isinstance(payload, Claimed):
+        taken = f", took over from {payload.took_over_from}" if payload.took_over_from else ""
+        return f"by {payload.owner} (epoch {payload.epoch}){taken}"
+    return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
 
 
 def _short(text: str, limit: int) -> str:

@@ -1,4 +1,7 @@
-"""The events a run's history is made of. A history is append-only; `seq` orders it."""
+"""The events a run's history is made of. A history is append-only; `seq` orders it.
+
+What each kind carries in `Event.data`, typed, and its JSON both ways: durably.core.payloads.
+"""
 
 from __future__ import annotations
 

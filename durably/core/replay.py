@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.errors import NonDeterminismError, PayloadError
+from durably.core.payloads import AttemptFailed, Claimed, Compensating, StepFailed, read_payload
+from durably.errors import NonDeterminismError
 
 __all__ = [
     "Execute",
@@ -16,13 +16,11 @@ __all__ = [
     "RunPhase",
     "StepRecord",
     "WorkerDeaths",
-    "error_data",
     "fold_deaths",
     "fold_run",
     "fold_steps",
     "next_action",
     "progressed",
-    "read_error",
 ]
 
 
@@ -34,7 +32,8 @@ class StepRecord:
     name: str
     attempts: int = 0  # attempts started (since the last manual retry)
     first_started_at: datetime | None = None  # of the current series of attempts
-    started: str | None = None  # data of the latest step_started event (key, input)
+    # the latest step_started event (read its StepStarted only when needed: compensation)
+    started: Event | None = None
     result: str | None = None  # JSON of the result, once completed
     error: ErrorInfo | None = None  # the final failure, once failed
     failure_reason: str = "terminal"  # why it failed: terminal, attempts exhausted, ...
@@ -118,7 +117,7 @@ def fold_deaths(events: Iterable[Event]) -> WorkerDeaths:
     for event in events:
         kind = event.kind
         if kind is EventKind.CLAIMED:
-            if event.data and "took_over_from" in event.data:
+            if read_payload(event, Claimed).took_over_from is not None:
                 count, last_alone, suspect = count + 1, alone, True
             alone = False  # a new lease: whether it runs alone is recorded anew
         elif kind is EventKind.RUNNING_ALONE:
@@ -143,8 +142,8 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
     attempts: dict[int, int] = {}
     for event in events:
         if event.kind is EventKind.COMPENSATING:
-            compensating = read_error(event)
-            final_status = str(_field(event, "then") or "failed")
+            payload = read_payload(event, Compensating)
+            compensating, final_status = payload.error, str(payload.then)
         elif event.kind is EventKind.COMPENSATION_STARTED and event.position is not None:
             attempts[event.position] = attempts.get(event.position, 0) + 1
         elif event.kind is EventKind.COMPENSATION_COMPLETED and event.position is not None:
@@ -215,43 +214,21 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
             known,
             attempts=known.attempts + 1,
             first_started_at=known.first_started_at or event.at,
-            started=event.data,
+            started=event,
             in_flight=True,
         )
     if kind in (EventKind.STEP_COMPLETED, EventKind.STEP_SKIPPED):
         return replace(known, result=event.data, completed=True, error=None, in_flight=False)
     if kind is EventKind.STEP_FAILED:
-        reason = str(_field(event, "reason") or "terminal")
-        return replace(known, error=read_error(event), failure_reason=reason, in_flight=False)
+        failed = read_payload(event, StepFailed)
+        return replace(known, error=failed.error, failure_reason=failed.reason, in_flight=False)
     if kind is EventKind.STEP_ATTEMPT_FAILED:
         # a timed-out attempt, or one whose reconcile did not conclude, may still have
         # happened: it stays unknown, so the next attempt reconciles first
-        return replace(known, in_flight=bool(_field(event, "unknown")))
+        return replace(known, in_flight=read_payload(event, AttemptFailed).unknown)
     return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again
-
-
-def _field(event: Event, name: str) -> object:
-    try:
-        return json.loads(event.data or "{}").get(name)
-    except (ValueError, AttributeError):
-        return None
 
 
 def _reopen(steps: dict[int, StepRecord], start: int) -> dict[int, StepRecord]:
     """A manual retry: every step from `start` on runs again, with fresh attempts."""
     return {position: record for position, record in steps.items() if position < start}
-
-
-def error_data(error: ErrorInfo, **extra: object) -> str:
-    return json.dumps({"error_class": error.error_class, "message": error.message, **extra})
-
-
-def read_error(event: Event) -> ErrorInfo:
-    try:
-        data = json.loads(event.data or "")
-        return ErrorInfo(str(data["error_class"]), str(data["message"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PayloadError(
-            f"event #{event.seq} ({event.kind}) of run step {event.name!r} holds unreadable "
-            f"error data {event.data!r}: {exc}"
-        ) from exc

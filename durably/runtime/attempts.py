@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from durably.clock import Clock
+from durably.core import payloads
 from durably.core.history import ErrorInfo, EventKind
-from durably.core.replay import error_data
 from durably.errors import Escalated, StepFailed, StepTimeout
 from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
@@ -76,11 +76,11 @@ def record_failure(
                           first_attempt_at=first_started_at, now=clock.now(), rng=rng)  # fmt: skip
         reason = decision.reason if isinstance(decision, GiveUp) else ""
     if reason:
-        data = error_data(info, reason=reason, attempts=scope.attempt)
+        data = payloads.encode_payload(payloads.StepFailed(info, reason, scope.attempt))
         writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
         raise StepFailed(step.name, info.error_class, info.message, reason) from error
     due: datetime = decision.due
-    data = error_data(info, retry_at=due.isoformat(), unknown=unknown)
+    data = payloads.encode_payload(payloads.AttemptFailed(info, due, unknown))
     writer.append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
     log.info(
         "run %s: step %s attempt %d failed (%s), retry at %s",

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from durably.clock import Clock
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.replay import error_data
+from durably.core.payloads import RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
@@ -104,7 +104,7 @@ class HistoryWriter:
         error: ErrorInfo | None = None,
     ) -> None:
         """End the run in `status`, with the event `kind` (run_completed, run_failed)."""
-        self.append(kind, data=None if error is None else error_data(error))
+        self.append(kind, data=None if error is None else encode_payload(RunFailed(error)))
         await self.flush(status, result=result, error=error)
         if error is not None:
             log.info(
@@ -115,7 +115,7 @@ class HistoryWriter:
 
     async def park(self, status: RunStatus, error: ErrorInfo, *, reason: str) -> None:
         """Stop and wait for a person: the run joins the dead-letter list."""
-        self.append(EventKind.RUN_PARKED, data=error_data(error, reason=reason))
+        self.append(EventKind.RUN_PARKED, data=encode_payload(RunParked(error, reason)))
         await self.flush(status, error=error)
         log.warning(
             "run %s parked (%s): %s: %s", self.run_id, reason, error.error_class, error.message

@@ -13,12 +13,22 @@ from typing import TYPE_CHECKING
 from durably.clock import Clock
 from durably.codec import decode, decode_call
 from durably.core.history import ErrorInfo, EventKind
-from durably.core.replay import StepRecord, error_data, fold_run
+from durably.core.payloads import (
+    Compensating,
+    CompensationAttemptFailed,
+    CompensationFailed,
+    CompensationStarted,
+    StepStarted,
+    encode_payload,
+    read_payload,
+)
+from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
+from durably.errors import PayloadError
 from durably.retry import GiveUp, classify, decide
 from durably.runtime.attempts import call_user
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope, step_key
+from durably.runtime.context import StepScope
 from durably.runtime.engine import Engine
 from durably.runtime.flow import Suspend
 
@@ -47,7 +57,8 @@ class Compensation:
         the run in `final` (or park it, if an undo fails for good)."""
         phase = fold_run(self._writer.events)
         if phase.compensating is None:
-            self._writer.append(EventKind.COMPENSATING, data=error_data(error, then=str(final)))
+            data = encode_payload(Compensating(error, final))
+            self._writer.append(EventKind.COMPENSATING, data=data)
         for record in reversed(phase.steps):
             if record.completed and record.position not in phase.compensated:
                 step = self._engine.registry.step_named(record.name)
@@ -61,19 +72,20 @@ class Compensation:
         """One attempt at one step's undo: True once done; False if the run was parked."""
         assert step.compensate_fn is not None
         writer, position, name = self._writer, record.position, step.name
-        started = json.loads(record.started or "{}")
+        if record.started is None:  # the engine starts every step it completes
+            raise PayloadError(f"step {name!r} (#{position}) completed but was never started")
+        started = read_payload(record.started, StepStarted)
         what = f"the recorded input of step {name!r}"
-        args, kwargs = decode_call(json.dumps(started.get("input", {})), step.fn, what=what)
+        args, kwargs = decode_call(json.dumps(started.input), step.fn, what=what)
         # the undo takes the step's parameters, however they were passed, then the result
         bound = inspect.signature(step.fn).bind(*args, **kwargs)
         bound.apply_defaults()
         result = decode(record.result or "null", step.return_hint, what=what)
-        key = f"{started.get('key', step_key(writer.run_id, position, name))}:undo"
+        key = f"{started.key}:undo"
         scope = StepScope(writer.run_id, position, name, attempt, key)
         await self._before_new_work()
-        writer.append(
-            EventKind.COMPENSATION_STARTED, position, name, attempt, json.dumps({"key": key})
-        )
+        data = encode_payload(CompensationStarted(key))
+        writer.append(EventKind.COMPENSATION_STARTED, position, name, attempt, data)
         await writer.flush()
         try:
             await call_user(step.compensate_fn, [*bound.args, result], bound.kwargs, scope, step)
@@ -90,7 +102,7 @@ class Compensation:
                           first_attempt_at=now, now=now, rng=self._rng)  # fmt: skip
         position, name = record.position, step.name
         if isinstance(decision, GiveUp):
-            data = error_data(error, reason=decision.reason, attempts=attempt)
+            data = encode_payload(CompensationFailed(error, decision.reason, attempt))
             self._writer.append(EventKind.COMPENSATION_FAILED, position, name, attempt, data)
             message = f"compensation of step {name!r} failed ({decision.reason}): {error.message}"
             parked = ErrorInfo(error.error_class, message)
@@ -98,6 +110,6 @@ class Compensation:
                 RunStatus.COMPENSATION_FAILED, parked, reason="compensation failed"
             )
             return False
-        data = error_data(error, retry_at=decision.due.isoformat())
+        data = encode_payload(CompensationAttemptFailed(error, decision.due))
         self._writer.append(EventKind.COMPENSATION_ATTEMPT_FAILED, position, name, attempt, data)
         raise Suspend(decision.due) from exc

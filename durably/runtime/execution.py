@@ -16,7 +16,6 @@ limits (gating), undoing completed steps (compensation), unwinding (flow).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -24,12 +23,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durably.codec import decode, decode_call, encode, encode_call
+from durably.core import payloads
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import (
     Replay,
     RunPhase,
     StepRecord,
-    error_data,
     fold_run,
     next_action,
     progressed,
@@ -62,8 +61,10 @@ __all__ = ["RunExecution"]
 
 log = logging.getLogger("durably.execution")
 
-_ALONE_REASON = json.dumps({"reason": "a worker died while running it"})
-_NEXT_SUSPECT = json.dumps({"reason": "ran alone past where its worker died; others wait"})
+_ALONE_REASON = payloads.encode_payload(payloads.RunningAlone("a worker died while running it"))
+_NEXT_SUSPECT = payloads.encode_payload(
+    payloads.Released("ran alone past where its worker died; others wait")
+)
 
 
 class RunExecution:
@@ -106,10 +107,10 @@ class RunExecution:
     def lost(self, value: bool) -> None:
         self._writer.lost = value
 
-    def run_alone(self, after: Callable[[], bool]) -> None:
-        """Run with nothing else in this process until past the point of the last death.
-        `after()` is called then; True means other suspects wait to run alone, so this run
-        is handed back rather than kept."""
+    def run_alone(self, after: Callable[[], bool], *, others: int = 0) -> None:
+        """Run with no run but other suspects (`others` of them, started together) in this
+        process until past the point of the last death. `after()` is called then; True means
+        other suspects wait for their turn, so this run is handed back rather than kept."""
         self.alone = True
         self._after_alone = after
 
@@ -196,7 +197,7 @@ class RunExecution:
     async def _before_new_work(self) -> None:
         """Before a step or an undo starts: a run that ran alone and has an outcome to record
         is past the point where its last worker died. Commit that proof, and let the worker
-        run others again (handing this run back if other suspects wait to run alone)."""
+        run others again (handing this run back if other suspects wait for their turn)."""
         if not self.alone or not progressed(self._writer.pending):
             return
         await self._writer.flush()
@@ -252,7 +253,7 @@ class RunExecution:
         await self._before_new_work()
         await self._gates.enter(self._writer, step, position)
         scope = StepScope(self.run_id, position, step.name, action.attempt, key)
-        data = json.dumps({"key": key})[:-1] + f', "input": {input_json}}}'
+        data = payloads.step_started_data(key, input_json)
         started = self._writer.append(
             EventKind.STEP_STARTED, position, step.name, action.attempt, data
         )
@@ -263,7 +264,7 @@ class RunExecution:
         try:
             if unknown and step.reconcile_fn is not None:
                 found = await call_user(step.reconcile_fn, args, kwargs, scope, step)
-                found_data = json.dumps({"found": found is not None})
+                found_data = payloads.encode_payload(payloads.StepReconciled(found is not None))
                 self._writer.append(
                     EventKind.STEP_RECONCILED, position, step.name, action.attempt, found_data
                 )
@@ -314,7 +315,7 @@ class RunExecution:
             result = encode(value, step.return_hint, what=what)
         except PayloadError as exc:
             error = ErrorInfo.of(exc)
-            data = error_data(error, reason="terminal")
+            data = payloads.encode_payload(payloads.StepFailed(error, "terminal"))
             self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
             raise StepFailed(step.name, error.error_class, error.message) from None
         self._writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)

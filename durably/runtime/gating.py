@@ -5,12 +5,12 @@ slot back (and tell the breaker how it went) after it. The arithmetic is pure
 from __future__ import annotations
 
 import functools
-import json
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from durably.clock import Clock
 from durably.core.history import EventKind
+from durably.core.payloads import StepWaiting, encode_payload
 from durably.resilience.gates import Wait, entering, leaving
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.committer import Committer
@@ -46,8 +46,8 @@ class Gates:
         update = functools.partial(self._engine.store.update_gate, name, change)
         answer = await self._committer.call(update)
         if isinstance(answer, Wait):
-            data = {"waiting": answer.reason, "dependency": name, "until": answer.until.isoformat()}
-            writer.append(EventKind.STEP_WAITING, position, step.name, None, json.dumps(data))
+            data = encode_payload(StepWaiting(answer.reason, name, answer.until))
+            writer.append(EventKind.STEP_WAITING, position, step.name, None, data)
             raise Suspend(answer.until)
 
     async def leave(self, run_id: str, step: Step, position: int, *, failed: bool) -> None:

@@ -87,6 +87,11 @@ class Store(Protocol):
         """Create a pending run due now; if the id exists, return that run and False."""
         ...
 
+    def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
+        """`create_run` for each run, in one transaction; the answers in order. An id given
+        twice is created once, by its first occurrence; the later ones answer False."""
+        ...
+
     def claim(
         self,
         owner: str,
@@ -137,6 +142,15 @@ class Store(Protocol):
         run due (started one, or handed one back); returns the call that stops watching.
 
         Best effort: a wake-up that is missed is covered by the worker's poll."""
+        ...
+
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call `wake(run_id)`, from a thread of the store's, after a commit of any process
+        ends a run (a final or parked status); `wake(None)` when any run may have ended
+        unheard (the listener was cut off). Returns once listening, so that a run that
+        ends afterwards is heard; returns the call that stops watching.
+
+        Best effort: a waiter re-reads the run now and then (durably.waiting)."""
         ...
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:

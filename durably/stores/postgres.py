@@ -9,10 +9,9 @@ commits are idempotent, and a claim whose answer was lost is found again by re-r
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 from collections.abc import Callable, Collection, Sequence
-from contextlib import suppress
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -23,11 +22,20 @@ from psycopg import sql
 
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
-from durably.errors import ConfigError, StoreUnavailable
+from durably.errors import ConfigError
 from durably.stores import reads
 from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
 from durably.stores.pg_connections import Connections, redact
-from durably.stores.rows import checkpoint_params, claimed_data, event_row, from_ts, ts
+from durably.stores.pg_listen import Listener
+from durably.stores.rows import (
+    RUN_COLUMNS,
+    checkpoint_params,
+    claimed_data,
+    event_row,
+    from_ts,
+    run_of,
+    ts,
+)
 from durably.stores.schema import check_schema, migrate
 
 __all__ = ["PostgresStore", "redact"]
@@ -93,13 +101,19 @@ WITH v AS (
 ), woken AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
     WHERE v.status = 'pending' AND v.available_at <= %(now)s
+), finished AS (
+    SELECT pg_notify('durably_done', v.id) FROM v JOIN fenced USING (id)
+    WHERE v.status NOT IN ('pending', 'running')
 )
-SELECT id FROM fenced WHERE (SELECT count(*) FROM woken) >= 0
+SELECT id FROM fenced
+WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM finished) >= 0
 UNION ALL SELECT id FROM applied
 """
 # One statement, so one round trip: the fenced update of every run in the batch, the insert
 # of the events of those whose epoch held (a CTE sees the update's RETURNING), and a wake-up
-# for runs handed back due now. (`woken` is referenced so that PostgreSQL evaluates it.)
+# for runs handed back due now, and a word to waiting handles for runs that end (`finished`:
+# a final or parked status, so neither pending nor running; a checkpoint that keeps its run
+# running has no status). Both are referenced so that PostgreSQL evaluates them.
 # A checkpoint whose first event is in the history already was applied by an earlier try of
 # this commit, whose answer was lost with its connection: `applied` reports it and keeps it
 # out of the update and the insert. The whole event is compared, not only its seq: after a
@@ -139,6 +153,26 @@ WITH created AS (
 )
 SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
+_CREATE_MANY = """
+WITH v AS (
+    SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[])
+        WITH ORDINALITY AS v(id, workflow, input, n)
+), created AS (
+    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
+        event_count)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1 FROM v ORDER BY n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, workflow
+), started AS (
+    INSERT INTO durably_events (run_id, seq, kind, at)
+    SELECT id, 1, %(kind)s, %(at)s FROM created
+), woken AS (
+    SELECT pg_notify('durably_due', workflow) FROM (SELECT DISTINCT workflow FROM created) AS w
+)
+SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
+"""
+# A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
+# NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
 _CLAIMED = """
 SELECT r.id, r.workflow, r.input, r.lease_epoch FROM durably_runs AS r
 JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
@@ -152,6 +186,7 @@ WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(no
 # that moved on since has other events after it). `now` tells one claim from another: every
 # claim the engine makes passes a fresh one.
 _WAKE_CHANNEL = "durably_due"
+_DONE_CHANNEL = "durably_done"  # payload: the id of a run that ended
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
 
 
@@ -215,6 +250,32 @@ class PostgresStore:
         existing = self.get_run(run.id)
         assert existing is not None
         return existing, False
+
+    def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
+        if not runs:
+            return []
+        params = {
+            "id": [run.id for run in runs],
+            "workflow": [run.workflow for run in runs],
+            "input": [run.input for run in runs],
+            "at": ts(now),
+            "kind": str(EventKind.RUN_STARTED),
+        }
+        # Safe to repeat, like create_run: a second try finds the first's runs as existing.
+        made = self._db.run(lambda db: {row[0] for row in db.execute(_CREATE_MANY, params)})
+        others = list(dict.fromkeys(run.id for run in runs if run.id not in made))
+        existing: dict[str, RunRecord] = {}
+        if others:  # read after the insert: a run another transaction created is visible now
+            existing = self._db.run(lambda db: _runs_by_id(db, others))
+        outcomes: list[tuple[RunRecord, bool]] = []
+        for run in runs:
+            if run.id in made:
+                made.discard(run.id)  # its first occurrence created it; a repeat found it
+                existing[run.id] = _created_record(run, now)
+                outcomes.append((existing[run.id], True))
+            else:
+                outcomes.append((existing[run.id], False))
+        return outcomes
 
     def claim(
         self,
@@ -316,10 +377,18 @@ class PostgresStore:
         )
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        return _Listener(self._url, self.url, wake, self._notify).stop
+        poke = functools.partial(self._notify, _WAKE_CHANNEL)
+        return Listener(self._url, self.url, _WAKE_CHANNEL, lambda _: wake(), poke).stop
 
-    def _notify(self) -> None:
-        self._db.run(lambda db: db.execute(f"NOTIFY {_WAKE_CHANNEL}"))
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        def heard(payload: str | None) -> None:
+            wake(payload or None)  # "": a poke, or any run
+
+        poke = functools.partial(self._notify, _DONE_CHANNEL)
+        return Listener(self._url, self.url, _DONE_CHANNEL, heard, poke).stop
+
+    def _notify(self, channel: str) -> None:
+        self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         def read_modify_write(db: psycopg.Connection[Any]) -> T:
@@ -442,57 +511,6 @@ def _claimed_row(
     return (run_id, seq, EventKind.CLAIMED, at, None, None, None, data)
 
 
-class _Listener:
-    """LISTEN on the wake-up channel on a connection of its own, in a thread of its own.
-
-    If the connection drops, it reconnects with backoff; meanwhile (and for any NOTIFY that
-    is missed) the worker's poll finds due runs.
-    """
-
-    def __init__(
-        self, url: str, shown_url: str, wake: Callable[[], None], poke: Callable[[], None]
-    ) -> None:
-        self._url, self._shown_url, self._wake, self._poke = url, shown_url, wake, poke
-        self._stopping = threading.Event()
-        self._listening = threading.Event()
-        self._thread = threading.Thread(target=self._listen, name="durably-listen", daemon=True)
-        self._thread.start()
-        # Return once LISTEN is in effect, so that whatever the caller looks at next, nothing
-        # started afterwards goes unheard (unless the server is slow to answer: then polling).
-        self._listening.wait(timeout=5)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        with suppress(StoreUnavailable, psycopg.Error):
-            self._poke()  # out of its wait now, not at its timeout
-        self._thread.join(timeout=5)
-
-    def _listen(self) -> None:
-        pause, interrupted = 0.1, False
-        while not self._stopping.is_set():
-            try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as db:
-                    db.execute(f"LISTEN {_WAKE_CHANNEL}")
-                    self._listening.set()
-                    pause = 0.1
-                    if interrupted:  # anything started while not listening
-                        self._wake()
-                        interrupted = False
-                    while not self._stopping.is_set():
-                        for _ in db.notifies(timeout=0.5, stop_after=1):
-                            if not self._stopping.is_set():
-                                self._wake()
-            except psycopg.Error as exc:
-                log.warning(
-                    "wake-ups from %s interrupted (%s); polling until they are back",
-                    self._shown_url,
-                    redact(str(exc).strip()),
-                )
-                interrupted = True
-                self._stopping.wait(pause)
-                pause = min(pause * 2, 5.0)
-
-
 def _without_option(url: str, name: str) -> tuple[str, str | None]:
     """The URL without the query option `name` (which libpq would refuse), and its value.
 
@@ -506,6 +524,13 @@ def _without_option(url: str, name: str) -> tuple[str, str | None]:
         else:
             kept.append(pair)
     return urlunsplit(parts._replace(query="&".join(kept))), value
+
+
+def _runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, RunRecord]:
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ANY(%s)", (list(ids),)
+    ).fetchall()
+    return {record.id: record for record in map(run_of, rows)}
 
 
 def _created_record(run: NewRun, now: datetime) -> RunRecord:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.payloads import Claimed, encode_payload
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
 from durably.stores.base import Checkpoint, RunRecord
@@ -80,10 +80,9 @@ def event_row(run_id: str, event: Event) -> tuple[Any, ...]:
 
 
 def claimed_data(owner: str, epoch: int, previous_status: str, previous_owner: str | None) -> str:
-    data: dict[str, object] = {"owner": owner, "epoch": epoch}
-    if previous_status == RunStatus.RUNNING and previous_owner:
-        data["took_over_from"] = previous_owner  # its lease had expired
-    return json.dumps(data)
+    # claimed while still running: the previous owner's lease had expired
+    expired = previous_owner if previous_status == RunStatus.RUNNING and previous_owner else None
+    return encode_payload(Claimed(owner, epoch, took_over_from=expired))
 
 
 def check_version(found: int, latest: int, url: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from durably.core.history import Event, EventKind
-from durably.core.status import RunStatus
+from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores import reads
 from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
@@ -30,13 +30,14 @@ from durably.stores.rows import (
     ts,
 )
 from durably.stores.schema import check_schema, migrate
-from durably.stores.wakeups import LocalWakeups
+from durably.stores.wakeups import LocalWakeups, run_messages
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_IDS_PER_READ = 500  # under SQLite's limit on a statement's parameters
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -89,6 +90,7 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._wakeups = LocalWakeups(self.path)
+        self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
         if create:
             self._migrate()
         else:
@@ -118,6 +120,38 @@ class SQLiteStore:
         if created:
             self._wakeups.notify()
         return run_of(row), created
+
+    def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
+        at = ts(now)
+        created: list[bool] = []
+        rows: dict[str, tuple[object, ...]] = {}
+        with self._write() as db:
+            for run in runs:
+                made = (
+                    db.execute(
+                        "INSERT INTO durably_runs (id, workflow, status, input, created_at,"
+                        " updated_at, available_at, event_count)"
+                        " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1) ON CONFLICT (id) DO NOTHING",
+                        (run.id, run.workflow, run.input, at, at, at),
+                    ).rowcount
+                    == 1
+                )
+                if made:
+                    db.execute(
+                        _INSERT_EVENT,
+                        (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None),
+                    )
+                created.append(made)
+            ids = list(dict.fromkeys(run.id for run in runs))
+            for first in range(0, len(ids), _IDS_PER_READ):
+                chunk = ids[first : first + _IDS_PER_READ]
+                found = db.execute(
+                    f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id IN ({_marks(chunk)})", chunk
+                )
+                rows.update((row[0], row) for row in found)
+        if any(created):
+            self._wakeups.notify()
+        return [(run_of(rows[run.id]), made) for run, made in zip(runs, created, strict=True)]
 
     def claim(
         self,
@@ -202,6 +236,9 @@ class SQLiteStore:
                 results.append(fenced_in)
         if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
             self._wakeups.notify()
+        ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
+        if ended:
+            self._finishes.notify(run_messages(ended))
         return results
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
@@ -214,7 +251,16 @@ class SQLiteStore:
             ).rowcount
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        return self._wakeups.watch(wake)
+        return self._wakeups.watch(lambda _message: wake())
+
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        def heard(message: bytes) -> None:
+            if not message:  # any run
+                wake(None)
+            for run_id in message.decode().splitlines():
+                wake(run_id)
+
+        return self._finishes.watch(heard)
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         with self._write() as db:
@@ -265,6 +311,7 @@ class SQLiteStore:
             self._connections.clear()
         self._local = threading.local()
         self._wakeups.close()
+        self._finishes.close()
 
     # -- connections and transactions ---------------------------------------------------
 
@@ -367,6 +414,11 @@ class SQLiteStore:
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
         return run_id, workflow, input_, epoch, count
+
+
+def _ends(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint ends its run (for now, if parked): handles waiting hear of it."""
+    return checkpoint.status in FINAL or checkpoint.status in PARKED
 
 
 def _applied(db: sqlite3.Connection, checkpoint: Checkpoint) -> bool:

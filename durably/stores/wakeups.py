@@ -6,6 +6,9 @@ watching worker binds a Unix datagram socket in a directory named after the data
 and a writer sends an empty datagram to every socket there. It is best effort by design: a
 datagram that is lost, or a machine without Unix sockets, only means the worker finds the run
 at its next poll.
+
+The same mechanism, on a channel of its own (a second directory), tells waiting handles that
+runs ended: those datagrams carry the run ids, one per line (an empty one: any run).
 """
 
 from __future__ import annotations
@@ -18,31 +21,49 @@ import socket
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["LocalWakeups"]
+__all__ = ["LocalWakeups", "run_messages"]
 
 log = logging.getLogger("durably.wakeups")
 
 _SUPPORTED = hasattr(socket, "AF_UNIX")
+_LARGEST = 8192  # bytes in one datagram: well under every platform's limit
+
+
+def run_messages(run_ids: Sequence[str]) -> list[bytes]:
+    """Run ids as datagrams, one id a line, none over _LARGEST (a longer id: b"", any run)."""
+    messages: list[bytes] = []
+    current = b""
+    for run_id in run_ids:
+        line = run_id.encode()
+        if len(line) >= _LARGEST:
+            return [b""]
+        if current and len(current) + 1 + len(line) > _LARGEST:
+            messages.append(current)
+            current = b""
+        current = line if not current else current + b"\n" + line
+    return [*messages, current] if current else messages
 
 
 class LocalWakeups:
     """Wake-ups among the processes of one machine that share one database file."""
 
-    def __init__(self, database: str | Path) -> None:
+    def __init__(self, database: str | Path, channel: str = "") -> None:
         # Socket paths are limited to ~100 bytes, so the directory is short and named by a
         # hash of the database's real path rather than placed beside it.
         real = os.path.realpath(database).encode()
         digest = hashlib.sha256(real).hexdigest()[:16]
         uid = os.getuid() if hasattr(os, "getuid") else 0
-        self.directory = Path(tempfile.gettempdir()) / f"durably-{uid}-{digest}"
+        suffix = f"-{channel}" if channel else ""
+        self.directory = Path(tempfile.gettempdir()) / f"durably-{uid}-{digest}{suffix}"
         self._sender: socket.socket | None = None
         self._lock = threading.Lock()
 
-    def notify(self) -> None:
-        """Wake every process watching this database (without blocking; never raises)."""
+    def notify(self, messages: Sequence[bytes] = (b"",)) -> None:
+        """Send each message to every process watching this database (without blocking;
+        never raises)."""
         if not _SUPPORTED:
             return
         try:
@@ -56,16 +77,19 @@ class LocalWakeups:
                 sender.setblocking(False)
             for name in names:
                 path = os.path.join(self.directory, name)
-                try:
-                    sender.sendto(b"", path)
-                except (ConnectionRefusedError, FileNotFoundError):
-                    with contextlib.suppress(OSError):  # its process is gone
-                        os.unlink(path)
-                except OSError:
-                    pass  # a full queue already holds a wake-up
+                for message in messages:
+                    try:
+                        sender.sendto(message, path)
+                    except (ConnectionRefusedError, FileNotFoundError):
+                        with contextlib.suppress(OSError):  # its process is gone
+                            os.unlink(path)
+                        break
+                    except OSError:
+                        break  # a full queue: its reader is behind (and polls)
 
-    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call `wake` (from a thread of its own) on every notify; returns the stop call."""
+    def watch(self, wake: Callable[[bytes], None]) -> Callable[[], None]:
+        """Call `wake(message)` (from a thread of its own) on every message; returns the
+        stop call."""
         if not _SUPPORTED:
             return lambda: None
         try:
@@ -82,13 +106,13 @@ class LocalWakeups:
         def listen() -> None:
             while not stopping.is_set():
                 try:
-                    listener.recv(16)
+                    message = listener.recv(_LARGEST)
                 except TimeoutError:
                     continue
                 except OSError:
                     return  # closed
                 if not stopping.is_set():
-                    wake()
+                    wake(message)
 
         thread = threading.Thread(target=listen, name="durably-wakeups", daemon=True)
         thread.start()

@@ -19,6 +19,7 @@ import click
 
 import durably
 from durably.core.history import EventKind
+from durably.core.payloads import Claimed, StepReconciled, payload_of
 from durably.core.status import FINAL, PARKED, RunStatus
 from examples.orders.services import Services
 
@@ -91,10 +92,12 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
             if event.kind is EventKind.STEP_ATTEMPT_FAILED and event.name:
                 service = dependencies.get(event.name) or event.name
                 retried[service] = retried.get(service, 0) + 1
-            elif event.kind is EventKind.CLAIMED and event.data and "took_over_from" in event.data:
-                taken_over += 1
-            elif event.kind is EventKind.STEP_RECONCILED and event.data and "true" in event.data:
-                reconciled += 1
+            elif event.kind in (EventKind.CLAIMED, EventKind.STEP_RECONCILED):
+                payload = payload_of(event)
+                if isinstance(payload, Claimed) and payload.took_over_from is not None:
+                    taken_over += 1
+                elif isinstance(payload, StepReconciled) and payload.found:
+                    reconciled += 1
     effects = services.report()
     letters = app.dead_letters(limit=1_000)
     rows: list[tuple[str, object]] = [

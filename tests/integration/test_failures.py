@@ -393,4 +393,4 @@ def test_a_corrupt_recorded_failure_parks_the_run(app: durably.App, store_url: s
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PayloadError"
-    assert "unreadable error data" in run.error.message
+    assert "event #4 (step_failed) of step 'boom' holds unreadable data" in run.error.message

@@ -39,6 +39,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 def test_there_is_a_core_to_check() -> None:
     assert {
         "durably.core.history",
+        "durably.core.payloads",
         "durably.core.replay",
         "durably.core.status",
         "durably.retry",

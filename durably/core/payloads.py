@@ -1,0 +1,424 @@
+"""What each kind of event carries in `Event.data`, typed: one frozen class per kind, and the
+one place that encodes them to JSON and decodes them back.
+
+The stored format is the JSON objects the engine has always written, key for key, so older
+histories decode unchanged (tests/unit/test_payloads.py holds one literal of each). Keys this
+version does not know are ignored; a missing or mistyped key is a PayloadError naming the
+event, as is data that is not JSON.
+
+Results are not wrapped: the data of `step_completed` and `step_skipped` is the result's
+JSON text as the codec made it, and stays so (the hot path appends it as is, and replay hands
+it to the codec as is). `Result` only names it, for callers that read any event's payload.
+
+Kinds that carry nothing (`run_started`, `compensation_completed`, `run_completed`) decode to
+None, as does any event whose data is None (`released` by a stopping worker).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeAlias, TypeVar
+
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.status import RunStatus
+from durably.errors import PayloadError
+
+__all__ = [
+    "PAYLOAD_CLASSES",
+    "AttemptFailed",
+    "Claimed",
+    "Compensating",
+    "CompensationAttemptFailed",
+    "CompensationFailed",
+    "CompensationStarted",
+    "Failure",
+    "Payload",
+    "Released",
+    "Result",
+    "RunFailed",
+    "RunParked",
+    "RunRetried",
+    "RunningAlone",
+    "StepFailed",
+    "StepReconciled",
+    "StepStarted",
+    "StepWaiting",
+    "encode_payload",
+    "payload_of",
+    "read_payload",
+    "step_started_data",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """`claimed`: who leased the run, under which epoch; whose expired lease it took over."""
+
+    owner: str
+    epoch: int
+    took_over_from: str | None = None  # the key is left out when nobody was taken over
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    """`step_started`: the attempt's idempotency key and the step's call as codec.encode_call
+    wrote it (`{"args": [...], "kwargs": {...}}`), parsed. The engine writes it with
+    `step_started_data`, which embeds the encoded call's text as is."""
+
+    key: str
+    input: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """`step_completed`, `step_skipped`: a step's result as JSON text, stored as is."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """`attempt_failed`: another attempt follows at `retry_at`. `unknown`: the failed
+    attempt may have taken effect (a timeout), so the next one reconciles first."""
+
+    error: ErrorInfo
+    retry_at: datetime
+    unknown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StepReconciled:
+    """`step_reconciled`: whether the reconcile hook found the unknown attempt's effect."""
+
+    found: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """`step_failed`: the step's final failure. `attempts` is left out when no attempt
+    counted (a result that could not be stored)."""
+
+    error: ErrorInfo
+    reason: str = "terminal"  # terminal, attempts exhausted, budget exhausted, escalated
+    attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepWaiting:
+    """`step_waiting`: a breaker or limit of `dependency` said wait until `until`."""
+
+    waiting: str  # breaker open, rate limit, concurrency limit
+    dependency: str
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Compensating:
+    """`compensating`: why the run is being undone, and the status it ends in then."""
+
+    error: ErrorInfo
+    then: RunStatus = RunStatus.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationStarted:
+    """`compensation_started`: the undo's idempotency key (the step's, plus `:undo`)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationAttemptFailed:
+    """`compensation_attempt_failed`: the undo is tried again at `retry_at`."""
+
+    error: ErrorInfo
+    retry_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationFailed:
+    """`compensation_failed`: the undo failed for good; the run is parked."""
+
+    error: ErrorInfo
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """`run_failed`: the failure the run ended with (its status says failed or timed out)."""
+
+    error: ErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class RunParked:
+    """`run_parked`: the run waits for a person, and why."""
+
+    error: ErrorInfo
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRetried:
+    """`run_retried`: who retried the run, and from which step (None: its compensations)."""
+
+    by: str
+    from_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """`released` with a reason: a run that ran alone handed back for the next suspect."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAlone:
+    """`running_alone`: why the run now runs with nothing else on its worker."""
+
+    reason: str
+
+
+Payload: TypeAlias = (
+    Claimed
+    | StepStarted
+    | Result
+    | AttemptFailed
+    | StepReconciled
+    | StepFailed
+    | StepWaiting
+    | Compensating
+    | CompensationStarted
+    | CompensationAttemptFailed
+    | CompensationFailed
+    | RunFailed
+    | RunParked
+    | RunRetried
+    | Released
+    | RunningAlone
+)
+P = TypeVar("P", bound=Payload)
+
+# The payloads that carry an error, as `.error`: for readers of any kind's failure.
+Failure: TypeAlias = (
+    AttemptFailed
+    | StepFailed
+    | Compensating
+    | CompensationAttemptFailed
+    | CompensationFailed
+    | RunFailed
+    | RunParked
+)
+
+# The payload class of each kind; None: the kind carries no data. Every kind is here (a unit
+# test checks it), so a new kind is given its payload when it is added.
+PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
+    EventKind.RUN_STARTED: None,
+    EventKind.CLAIMED: Claimed,
+    EventKind.STEP_STARTED: StepStarted,
+    EventKind.STEP_COMPLETED: Result,
+    EventKind.STEP_ATTEMPT_FAILED: AttemptFailed,
+    EventKind.STEP_RECONCILED: StepReconciled,
+    EventKind.STEP_FAILED: StepFailed,
+    EventKind.STEP_WAITING: StepWaiting,
+    EventKind.STEP_SKIPPED: Result,
+    EventKind.COMPENSATING: Compensating,
+    EventKind.COMPENSATION_STARTED: CompensationStarted,
+    EventKind.COMPENSATION_COMPLETED: None,
+    EventKind.COMPENSATION_ATTEMPT_FAILED: CompensationAttemptFailed,
+    EventKind.COMPENSATION_FAILED: CompensationFailed,
+    EventKind.RUN_COMPLETED: None,
+    EventKind.RUN_FAILED: RunFailed,
+    EventKind.RUN_PARKED: RunParked,
+    EventKind.RUN_RETRIED: RunRetried,
+    EventKind.RELEASED: Released,
+    EventKind.RUNNING_ALONE: RunningAlone,
+}
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def step_started_data(key: str, input_json: str) -> str:
+    """The data of `step_started`, built as text: written once per step attempt, it embeds
+    the already-encoded input rather than parsing and encoding it again."""
+    return '{"key": ' + json.dumps(key) + ', "input": ' + input_json + "}"
+
+
+def encode_payload(payload: Payload) -> str:
+    """The JSON text stored in `Event.data` for `payload`."""
+    if isinstance(payload, Result):
+        return payload.text
+    if isinstance(payload, StepStarted):
+        return step_started_data(payload.key, json.dumps(payload.input))
+    return json.dumps(_fields(payload))
+
+
+def _fields(payload: Payload) -> dict[str, object]:
+    """The JSON object of a payload, keys in the order the engine has always written them."""
+    match payload:
+        case Claimed(owner, epoch, took_over_from):
+            fields: dict[str, object] = {"owner": owner, "epoch": epoch}
+            if took_over_from is not None:
+                fields["took_over_from"] = took_over_from
+            return fields
+        case AttemptFailed(error, retry_at, unknown):
+            return {**_error(error), "retry_at": retry_at.isoformat(), "unknown": unknown}
+        case StepReconciled(found):
+            return {"found": found}
+        case StepFailed(error, reason, attempts):
+            fields = {**_error(error), "reason": reason}
+            if attempts is not None:
+                fields["attempts"] = attempts
+            return fields
+        case StepWaiting(waiting, dependency, until):
+            return {"waiting": waiting, "dependency": dependency, "until": until.isoformat()}
+        case Compensating(error, then):
+            return {**_error(error), "then": str(then)}
+        case CompensationStarted(key):
+            return {"key": key}
+        case CompensationAttemptFailed(error, retry_at):
+            return {**_error(error), "retry_at": retry_at.isoformat()}
+        case CompensationFailed(error, reason, attempts):
+            return {**_error(error), "reason": reason, "attempts": attempts}
+        case RunFailed(error):
+            return _error(error)
+        case RunParked(error, reason):
+            return {**_error(error), "reason": reason}
+        case RunRetried(by, from_step):
+            return {"by": by, "from_step": from_step}
+        case Released(reason) | RunningAlone(reason):
+            return {"reason": reason}
+    raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
+
+
+def _error(error: ErrorInfo) -> dict[str, object]:
+    return {"error_class": error.error_class, "message": error.message}
+
+
+# -- decoding -----------------------------------------------------------------------------
+
+
+def payload_of(event: Event) -> Payload | None:
+    """The typed payload of `event`: None if its kind carries none or its data is None.
+    Raises PayloadError, naming the event, if the data cannot be read as its kind's."""
+    cls = PAYLOAD_CLASSES.get(event.kind)
+    text = event.data
+    if cls is None or text is None:
+        return None
+    if cls is Result:
+        return Result(text)
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise _Unreadable(f"a JSON object was expected, not {type(data).__name__}")
+        return _DECODERS[cls](data)
+    except (ValueError, _Unreadable) as exc:  # JSONDecodeError and bad ISO times are both
+        raise _unreadable(event, str(exc)) from None
+
+
+def read_payload(event: Event, cls: type[P]) -> P:
+    """The payload of `event`, which must be a `cls`: for readers that know the kind."""
+    payload = payload_of(event)
+    if not isinstance(payload, cls):
+        found = "no data" if payload is None else type(payload).__name__
+        raise _unreadable(event, f"a {cls.__name__} was expected, found {found}")
+    return payload
+
+
+class _Unreadable(Exception):
+    """A field is missing or of the wrong type (turned into a PayloadError naming the event)."""
+
+
+def _unreadable(event: Event, why: str) -> PayloadError:
+    step = "" if event.name is None else f" of step {event.name!r}"
+    return PayloadError(
+        f"event #{event.seq} ({event.kind}){step} holds unreadable data {event.data!r}: {why}"
+    )
+
+
+def _str(data: Mapping[str, object], key: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise _Unreadable(_wanted(key, "a string", value, key in data))
+    return value
+
+
+def _int(data: Mapping[str, object], key: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):  # JSON true is no number
+        raise _Unreadable(_wanted(key, "an integer", value, key in data))
+    return value
+
+
+def _optional_int(data: Mapping[str, object], key: str) -> int | None:
+    return None if data.get(key) is None else _int(data, key)
+
+
+def _bool(data: Mapping[str, object], key: str, default: bool | None = None) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise _Unreadable(_wanted(key, "true or false", value, key in data))
+    return value
+
+
+def _object(data: Mapping[str, object], key: str) -> Mapping[str, object]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise _Unreadable(_wanted(key, "an object", value, key in data))
+    return value
+
+
+def _time(data: Mapping[str, object], key: str) -> datetime:
+    return datetime.fromisoformat(_str(data, key))  # a ValueError if it is no ISO 8601 time
+
+
+def _wanted(key: str, what: str, value: object, present: bool) -> str:
+    return f"{key!r} should be {what}, not {value!r}" if present else f"{key!r} is missing"
+
+
+def _read_error(data: Mapping[str, object]) -> ErrorInfo:
+    return ErrorInfo(_str(data, "error_class"), _str(data, "message"))
+
+
+def _then(data: Mapping[str, object]) -> RunStatus:
+    return RunStatus(_str(data, "then", "failed"))  # a ValueError if it is no status
+
+
+# Defaults are the ones the engine's readers have always applied to a missing key.
+_DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
+    Claimed: lambda d: Claimed(
+        _str(d, "owner"),
+        _int(d, "epoch"),
+        None if d.get("took_over_from") is None else _str(d, "took_over_from"),
+    ),
+    StepStarted: lambda d: StepStarted(_str(d, "key"), _object(d, "input")),
+    AttemptFailed: lambda d: AttemptFailed(
+        _read_error(d), _time(d, "retry_at"), _bool(d, "unknown", False)
+    ),
+    StepReconciled: lambda d: StepReconciled(_bool(d, "found")),
+    StepFailed: lambda d: StepFailed(
+        _read_error(d), _str(d, "reason", "terminal"), _optional_int(d, "attempts")
+    ),
+    StepWaiting: lambda d: StepWaiting(
+        _str(d, "waiting"), _str(d, "dependency"), _time(d, "until")
+    ),
+    Compensating: lambda d: Compensating(_read_error(d), _then(d)),
+    CompensationStarted: lambda d: CompensationStarted(_str(d, "key")),
+    CompensationAttemptFailed: lambda d: CompensationAttemptFailed(
+        _read_error(d), _time(d, "retry_at")
+    ),
+    CompensationFailed: lambda d: CompensationFailed(
+        _read_error(d), _str(d, "reason"), _int(d, "attempts")
+    ),
+    RunFailed: lambda d: RunFailed(_read_error(d)),
+    RunParked: lambda d: RunParked(_read_error(d), _str(d, "reason")),
+    RunRetried: lambda d: RunRetried(_str(d, "by"), _optional_int(d, "from_step")),
+    Released: lambda d: Released(_str(d, "reason")),
+    RunningAlone: lambda d: RunningAlone(_str(d, "reason")),
+}

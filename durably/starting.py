@@ -1,0 +1,93 @@
+"""Starts that share a commit: threads calling `start` at once create their runs in one
+transaction, the way a worker's checkpoints share one (runtime/committer.py).
+
+Leader and followers, without a thread of its own: a caller that finds nobody committing
+commits what is queued, its own run first; callers that come meanwhile queue and wait, and
+when the commit is done the first of them leads the next one. A lone caller commits at once
+on its own thread, so it pays no hand-off.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from durably.stores import NewRun, RunRecord
+
+__all__ = ["Starter"]
+
+Created = tuple[RunRecord, bool]
+
+
+class _Queued:
+    __slots__ = ("done", "error", "leads", "outcome", "run")
+
+    def __init__(self, run: NewRun) -> None:
+        self.run = run
+        # Set when `outcome` or `error` is in, or it leads; a leader needs none (it costs a
+        # few microseconds, which a lone caller would pay on every start).
+        self.done: threading.Event | None = None
+        self.leads = False
+        self.outcome: Created | None = None
+        self.error: BaseException | None = None
+
+
+class Starter:
+    """`create(run)`: alone, through `create_one` (the store's `create_run`); with others
+    queued, through `create_runs` (the store's, one transaction for the batch)."""
+
+    def __init__(
+        self,
+        create_runs: Callable[[Sequence[NewRun]], list[Created]],
+        create_one: Callable[[NewRun], Created],
+    ) -> None:
+        self._create_runs = create_runs
+        self._create_one = create_one
+        self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._leading = False
+
+    def create(self, run: NewRun) -> Created:
+        """Create the run (or find it, as `Store.create_run`), maybe in a shared commit."""
+        mine = _Queued(run)
+        with self._lock:
+            self._queue.append(mine)
+            leads = not self._leading
+            self._leading = True
+            if not leads:
+                mine.done = threading.Event()
+        if mine.done is not None:
+            mine.done.wait()
+            leads = mine.leads
+        if leads:
+            self._lead()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.outcome is not None
+        return mine.outcome
+
+    def _lead(self) -> None:
+        with self._lock:
+            batch, self._queue = self._queue, []
+        try:
+            if len(batch) == 1:  # the usual case: the store's one-run call, as without us
+                outcomes = [self._create_one(batch[0].run)]
+            else:
+                outcomes = self._create_runs([queued.run for queued in batch])
+        except BaseException as exc:  # the commit failed for everyone in it
+            for queued in batch:
+                queued.error = exc
+        else:
+            for queued, outcome in zip(batch, outcomes, strict=True):
+                queued.outcome = outcome
+        finally:
+            with self._lock:
+                if self._queue:  # came while we committed: the first of them leads next
+                    self._queue[0].leads = True
+                    assert self._queue[0].done is not None
+                    self._queue[0].done.set()
+                else:
+                    self._leading = False
+            for queued in batch:
+                if queued.done is not None:
+                    queued.done.set()
