@@ -179,9 +179,11 @@ class Released:
 
 @dataclass(frozen=True, slots=True)
 class RunningAlone:
-    """`running_alone`: why the run now runs with nothing else on its worker."""
+    """`running_alone`: why the run now runs with no other run on its worker but `others`
+    suspects started together with it (0: strictly alone)."""
 
     reason: str
+    others: int = 0
 
 
 Payload: TypeAlias = (
@@ -292,6 +294,8 @@ def _fields(payload: Payload) -> dict[str, object]:
             return {**_error(error), "reason": reason}
         case RunRetried(by, from_step):
             return {"by": by, "from_step": from_step}
+        case RunningAlone(reason, others) if others:
+            return {"reason": reason, "others": others}
         case Released(reason) | RunningAlone(reason):
             return {"reason": reason}
     raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
@@ -420,5 +424,5 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
     RunParked: lambda d: RunParked(_read_error(d), _str(d, "reason")),
     RunRetried: lambda d: RunRetried(_str(d, "by"), _optional_int(d, "from_step")),
     Released: lambda d: Released(_str(d, "reason")),
-    RunningAlone: lambda d: RunningAlone(_str(d, "reason")),
+    RunningAlone: lambda d: RunningAlone(_str(d, "reason"), _optional_int(d, "others") or 0),
 }

@@ -7,7 +7,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import AttemptFailed, Claimed, Compensating, StepFailed, read_payload
+from durably.core.payloads import (
+    AttemptFailed,
+    Claimed,
+    Compensating,
+    RunningAlone,
+    StepFailed,
+    read_payload,
+)
 from durably.errors import NonDeterminismError
 
 __all__ = [
@@ -79,14 +86,17 @@ class WorkerDeaths:
     """What the history says about the workers that died (or lost their lease) under a run.
 
     A worker that dies takes every run it holds down with it, so a death alone says nothing
-    about which run caused it. A run taken over from a dead worker is a suspect: it next runs
-    alone on its worker (a `running_alone` event) until it gets past the point where it was
-    when the worker died. A death while it ran alone is its own doing.
+    about which run caused it. A run taken over from a dead worker is a suspect. The suspects
+    first run together with no other run (a `running_alone` event naming how many others),
+    until each gets past the point where it was when the worker died; if a worker dies while
+    they run together, each next runs strictly alone. A death while a run ran strictly alone
+    is its own doing.
     """
 
     count: int = 0  # takeovers since the last manual retry, whoever caused them
-    last_alone: bool = False  # the latest of those deaths happened while the run ran alone
+    last_alone: bool = False  # the latest of those deaths happened while it ran strictly alone
     suspect: bool = False  # taken over, and not yet past that point running alone
+    strict: bool = False  # the latest death happened among suspects: next, strictly alone
 
     def poison(self, limit: int) -> bool:
         """Whether the run is to be parked: more than `limit` workers died under it, and the
@@ -113,20 +123,24 @@ _PROGRESS = frozenset(
 
 
 def fold_deaths(events: Iterable[Event]) -> WorkerDeaths:
-    count, last_alone, suspect, alone = 0, False, False, False
+    count, last_alone, suspect, strict = 0, False, False, False
+    alone, together = False, False  # this lease runs it alone; with other suspects
     for event in events:
         kind = event.kind
         if kind is EventKind.CLAIMED:
             if read_payload(event, Claimed).took_over_from is not None:
-                count, last_alone, suspect = count + 1, alone, True
-            alone = False  # a new lease: whether it runs alone is recorded anew
+                count, suspect = count + 1, True
+                # died while isolated (among suspects, or alone): from now on, strictly alone
+                last_alone, strict = alone and not together, strict or alone
+            alone = together = False  # a new lease: whether it runs alone is recorded anew
         elif kind is EventKind.RUNNING_ALONE:
-            alone = True
+            others = 0 if event.data is None else read_payload(event, RunningAlone).others
+            alone, together = True, others > 0
         elif kind in _PROGRESS and alone:
-            alone = suspect = False  # past the point of the last death: no longer alone
+            alone = suspect = strict = False  # past the point of the last death
         elif kind is EventKind.RUN_RETRIED:
             count, last_alone = 0, False  # a person looked; the suspicion stays
-    return WorkerDeaths(count, last_alone, suspect)
+    return WorkerDeaths(count, last_alone, suspect, strict)
 
 
 def progressed(events: Iterable[Event]) -> bool:

@@ -61,7 +61,7 @@ __all__ = ["RunExecution"]
 
 log = logging.getLogger("durably.execution")
 
-_ALONE_REASON = payloads.encode_payload(payloads.RunningAlone("a worker died while running it"))
+_ALONE_REASON = "a worker died while running it"
 _NEXT_SUSPECT = payloads.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
@@ -96,6 +96,8 @@ class RunExecution:
         # Set by the worker for a run taken over from a dead worker: nothing else runs in
         # this process until the run gets past the point where that worker died.
         self.alone = False
+        self.strict = False  # set by the worker: a worker died among suspects run together
+        self._others = 0  # suspects started together with this one
         self._after_alone: Callable[[], bool] = lambda: False
 
     @property
@@ -112,6 +114,7 @@ class RunExecution:
         process until past the point of the last death. `after()` is called then; True means
         other suspects wait for their turn, so this run is handed back rather than kept."""
         self.alone = True
+        self._others = others
         self._after_alone = after
 
     async def run(self) -> None:
@@ -144,7 +147,8 @@ class RunExecution:
             phase = self._phase = fold_run(self._writer.events)
             self._check_poison(phase)
             if self.alone:
-                self._writer.append(EventKind.RUNNING_ALONE, data=_ALONE_REASON)
+                alone = payloads.RunningAlone(_ALONE_REASON, self._others)
+                self._writer.append(EventKind.RUNNING_ALONE, data=payloads.encode_payload(alone))
                 await self._writer.flush()
             if phase.compensating is not None:
                 final = RunStatus(phase.final_status or "failed")

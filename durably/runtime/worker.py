@@ -18,9 +18,11 @@ from collections import deque
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
-from durably.core.replay import fold_deaths
+from durably.core.history import EventKind
+from durably.core.payloads import Claimed, read_payload
+from durably.core.replay import WorkerDeaths, fold_deaths
 from durably.durations import Duration, parse_duration
-from durably.errors import StoreUnavailable
+from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
@@ -68,7 +70,7 @@ class Worker:
         # Runs taken over from a dead worker wait here to run alone, one after another, so
         # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
         self._suspects: deque[RunExecution] = deque()
-        self._alone: RunExecution | None = None  # the suspect running now, alone
+        self._alone: list[RunExecution] = []  # suspects running now with no other run
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -195,10 +197,15 @@ class Worker:
         assert self._loop is not None
         for claim in claims:
             execution = RunExecution(claim, self._engine, committer, self._loop)
+            try:
+                deaths = fold_deaths(claim.events)
+            except PayloadError:  # an unreadable history: its execution parks the run
+                deaths = WorkerDeaths()
             if self._settings.hooks is not None:
-                takeover = "took_over_from" in (claim.events[-1].data or "")
+                takeover = _taken_over(claim)
                 self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
-            if fold_deaths(claim.events).suspect:
+            if deaths.suspect:
+                execution.strict = deaths.strict
                 self._suspects.append(execution)
             else:
                 self._launch(execution)
@@ -210,21 +217,29 @@ class Worker:
 
     def _isolating(self) -> bool:
         """Whether a suspect waits to run alone, or runs alone now: nothing new starts."""
-        alone = self._alone
-        return bool(self._suspects) or (alone is not None and alone.alone and not alone.closed)
+        running = any(execution.alone and not execution.closed for execution in self._alone)
+        return bool(self._suspects) or running
 
     def _start_alone(self) -> None:
-        """Once nothing else runs here, start the next suspect, alone."""
+        """Once nothing else runs here, start suspects with no other run: all those that may
+        run together (a crash among them was never seen) at once, else one strictly alone."""
         if self._active or not self._suspects:
             return
-        execution = self._suspects.popleft()
-        if execution.lost:
-            self._poke()  # its lease went while it waited; look at the next one
+        waiting = [execution for execution in self._suspects if not execution.lost]
+        self._suspects.clear()
+        together = [execution for execution in waiting if not execution.strict]
+        strict = [execution for execution in waiting if execution.strict]
+        start = together or strict[:1]
+        self._suspects.extend(strict if together else strict[1:])
+        if not start:
+            self._poke()  # their leases went while they waited: look again
             return
-        execution.run_alone(after=self._alone_over)
-        self._alone = execution
-        log.info("run %s: running it alone, as a worker died under it", execution.run_id)
-        self._launch(execution)
+        self._alone = start
+        for execution in start:
+            execution.run_alone(after=self._alone_over, others=len(start) - 1)
+            self._launch(execution)
+        how = "alone" if len(start) == 1 else f"with {len(start) - 1} other(s) taken over"
+        log.info("running %d run(s) a dead worker held %s", len(start), how)
 
     def _alone_over(self) -> bool:
         """The suspect running alone got past where its worker died; True if it is to be
@@ -248,8 +263,8 @@ class Worker:
         if entry is None or entry[1] is not task:
             return  # a stale execution of a run claimed again
         execution, _ = self._active.pop(run_id)
-        if execution is self._alone:
-            self._alone = None
+        if execution in self._alone:
+            self._alone.remove(execution)
         if not task.cancelled():
             error = task.exception()
             if error is not None:
@@ -367,6 +382,16 @@ class Worker:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._poke)
+
+
+def _taken_over(claim: Claim) -> bool:
+    """Whether this claim took the run over from a worker whose lease had expired."""
+    last = claim.events[-1]
+    try:
+        claimed = read_payload(last, Claimed) if last.kind is EventKind.CLAIMED else None
+    except PayloadError:
+        return False
+    return claimed is not None and claimed.took_over_from is not None
 
 
 def _deaf() -> None:

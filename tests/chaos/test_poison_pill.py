@@ -48,7 +48,8 @@ def test_only_the_run_that_kills_its_workers_is_parked(
     assert poisoned.status is RunStatus.NEEDS_ATTENTION
     assert poisoned.error is not None
     assert poisoned.error.error_class == "durably.errors.PoisonPill"
-    assert 1 <= crashes <= LIMIT + 1, crashes
+    story = [(str(e.kind), e.data) for e in client.history("poison") if e.position is None]
+    assert 1 <= crashes <= LIMIT + 1, f"{crashes} crashes: {story}"
     # some healthy runs shared a worker with it when it died, and were taken over
     shared = [
         run_id

@@ -189,6 +189,9 @@ def _history(*kinds: str) -> list[Event]:
             events.append(Event(seq, EventKind.CLAIMED, AT, data=json.dumps(data)))
         elif word == "alone":
             events.append(Event(seq, EventKind.RUNNING_ALONE, AT))
+        elif word == "together":  # running alone with 2 other suspects
+            data = json.dumps({"reason": "a worker died while running it", "others": 2})
+            events.append(Event(seq, EventKind.RUNNING_ALONE, AT, data=data))
         elif word == "start":
             events.append(started(seq, 0, "charge"))
         else:
@@ -230,3 +233,23 @@ def test_a_manual_retry_resets_the_count_but_not_the_suspicion() -> None:
     events.append(Event(len(events) + 1, EventKind.RUN_RETRIED, AT, data="{}"))
     deaths = fold_deaths(events)
     assert (deaths.count, deaths.last_alone, deaths.suspect) == (0, False, True)
+
+
+def test_a_death_among_suspects_is_no_conviction_but_makes_the_run_strict() -> None:
+    deaths = fold_deaths(_history("claim", "start", "takeover", "together", "takeover"))
+    assert (deaths.count, deaths.last_alone, deaths.suspect, deaths.strict) == (
+        2,
+        False,
+        True,
+        True,
+    )
+    assert not deaths.poison(limit=1)
+
+
+def test_a_run_that_died_isolated_stays_strict_until_it_gets_past_that_point() -> None:
+    events = _history("claim", "takeover", "together", "takeover", "alone", "takeover", "claim")
+    deaths = fold_deaths(events)
+    assert (deaths.count, deaths.last_alone, deaths.strict) == (3, True, True)
+    cleared = fold_deaths([*events[:-1], *_history("alone", "start", "done")[1:]])
+    assert not cleared.suspect
+    assert not cleared.strict
