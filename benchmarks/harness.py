@@ -14,13 +14,25 @@ import argparse
 import functools
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from benchmarks.environment import busy_note, run_context
-from benchmarks.report import STORE, Figure, Metric, Results, Row, Target, number
+from benchmarks.plan import (
+    STORE,
+    Bench,
+    Measure,
+    Metric,
+    Target,
+    Trial,
+    Values,
+    Workload,
+    at_least,
+    at_most,
+    number,
+)
+from benchmarks.report import Figure, Results, Row
 from benchmarks.runners.inprocess import InProcess
 from benchmarks.runners.processes import ProcessRunner
 from benchmarks.runners.protocol import BenchmarkError, Runner
@@ -28,100 +40,7 @@ from benchmarks.stores import POSTGRES_URL, Store, open_store, postgres_problem
 
 __all__ = ["Bench", "Measure", "Trial", "Values", "Workload", "at_least", "at_most", "main"]
 
-S = TypeVar("S")
-Values = dict[str, float | None]  # by figure key; None: the runner cannot tell that one apart
 OVER_FLOOR = Metric("step_over_floor", "per-step checkpoint / floor commit", "x")
-
-
-class Measure(Protocol[S]):
-    """What a workload measures and how; S is the type of the workload's size."""
-
-    per_runner: bool  # False: it measures the store alone, once per repetition
-
-    def once(self, trial: Trial, w: Workload[S]) -> Values:
-        """One repetition by one runner (or of the store alone): values by figure key."""
-
-    def metrics(self, w: Workload[S], found: Mapping[str, float]) -> list[Metric]:
-        """Its figures, in table order; `found`, what the first repetition measured, is for a
-        label that names a value."""
-
-    def record(self, w: Workload[S]) -> dict[str, Any]:
-        """Its size, as the results file's "sizes" records it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Workload(Generic[S]):
-    """One thing a benchmark measures, as data."""
-
-    name: str  # for --only
-    title: str  # in progress lines, the results' "runs" and labels: "W1", "queue hop"
-    measure: Measure[S]
-    size: S
-    quick: S  # the size with --quick
-    report: tuple[str, ...] = ()  # the keys of the measure's figures to show; all if empty
-
-    def at(self, quick: bool) -> Workload[S]:
-        return replace(self, size=self.quick) if quick else self
-
-    def metrics(self, found: Mapping[str, float]) -> list[Metric]:
-        metrics = self.measure.metrics(self, found)
-        return [m for m in metrics if m.key in self.report] if self.report else metrics
-
-
-@dataclass(frozen=True, slots=True)
-class Bench:
-    """An entry point: its workloads, durably's targets, the engines it compares."""
-
-    name: str  # the results' "benchmark", and their file names
-    doc: str  # the module's docstring; its first paragraph describes it in --help
-    workloads: tuple[Workload[Any], ...]
-    targets: Mapping[tuple[str, str], Target] = field(default_factory=dict)  # (key, store)
-    engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
-    before: Callable[[Store], None] | None = None  # a check on each store, before measuring
-
-    @property
-    def side_by_side(self) -> bool:
-        return len(self.engines) > 1
-
-
-def at_least(limit: float) -> Target:
-    return Target(limit, higher_is_better=True)
-
-
-def at_most(limit: float) -> Target:
-    return Target(limit, higher_is_better=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Trial:
-    """One repetition of one workload by one runner on one store."""
-
-    store: Store
-    runner: Runner | None  # None: the workload measures the store alone
-    workload: str  # its title
-    repetition: int  # from 1
-    runs: list[dict[str, Any]]  # every runner process's output, for the results file
-
-    @property
-    def engine(self) -> Runner:
-        if self.runner is None:
-            raise BenchmarkError(f"{self.workload} measures the store alone: it has no runner")
-        return self.runner
-
-    def fresh(self) -> AbstractContextManager[str]:
-        """A new empty store for one measurement: its URL."""
-        return self.store.fresh(STORE if self.runner is None else self.runner.name)
-
-    def record(
-        self, engine: str, command: str, options: Mapping[str, object], output: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Keep a runner process's output for the results file; return it."""
-        run: dict[str, Any] = {"store": self.store.label, "workload": self.workload}
-        run |= {"repetition": self.repetition, "engine": engine, "command": command}
-        run |= {"options": {name: str(value) for name, value in options.items()}}
-        self.runs.append({**run, "output": output})
-        return output
-
 
 # -- the command ---------------------------------------------------------------------------
 

@@ -15,41 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.environment import load_average
+from benchmarks.plan import STORE, Bench, Metric, Target, Workload, number
 from benchmarks.runners.processes import ProcessRunner
 from benchmarks.runners.protocol import CONCURRENCY
 
 if TYPE_CHECKING:
-    from benchmarks.harness import Bench, Workload
     from benchmarks.runners.protocol import Runner
     from benchmarks.stores import Store
 
 __all__ = ["RESULTS", "STORE", "Figure", "Metric", "Results", "Row", "Target", "number"]
 
 RESULTS = Path(__file__).parent / "results"
-STORE = "store"  # the one cell of a figure of the store alone, which no runner measured
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    limit: float
-    higher_is_better: bool
-
-    def met_by(self, value: float) -> bool:
-        return value >= self.limit if self.higher_is_better else value <= self.limit
-
-    def __str__(self) -> str:
-        return f"{'>=' if self.higher_is_better else '<='} {number(self.limit)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """A figure a workload yields: its stable key (the results' and the targets'), how the
-    table words it, its unit, and which way is better."""
-
-    key: str
-    label: str
-    unit: str
-    higher_is_better: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,16 +155,6 @@ def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
         print("  ".join(cells).rstrip())
         if n == 0:
             print("  ".join("-" * width for width in widths))
-
-
-def number(value: float) -> str:
-    if value == 0:
-        return "0"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}"
 
 
 def _cell(cell: Figure | str) -> str:

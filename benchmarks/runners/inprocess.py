@@ -17,7 +17,7 @@ import durably
 from benchmarks.runners.protocol import BenchmarkError, Fresh, Load, Timing
 
 if TYPE_CHECKING:
-    from benchmarks.harness import Trial
+    from benchmarks.runners.protocol import Recorder
 
 __all__ = [
     "BackgroundWorker",
@@ -44,7 +44,7 @@ class InProcess:
         with fresh() as url:
             run_chain(url, WARM_UP)
 
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+    def throughput(self, trial: Recorder, url: str, load: Load) -> Timing:
         return run_chain(url, load)
 
 

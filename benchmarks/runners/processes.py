@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.runners.protocol import BenchmarkError, Fresh, Load, Timing
 
 if TYPE_CHECKING:
-    from benchmarks.harness import Trial
+    from benchmarks.runners.protocol import Recorder
 
 __all__ = ["ROOT", "Child", "ProcessRunner"]
 
@@ -54,14 +54,14 @@ class ProcessRunner:
             argv = self.argv("cold-start", url, {})
             subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=RUN_LIMIT)
 
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+    def throughput(self, trial: Recorder, url: str, load: Load) -> Timing:
         options = {"workflows": load.workflows, "steps": load.steps}
         output = self.run(trial, "throughput", url, **options, concurrency=load.concurrency)
         if output.get("completed") != load.workflows:
             raise BenchmarkError(f"completed: {output}", [self.module, "throughput"])
         return Timing(output["start_seconds"], output["total_seconds"])
 
-    def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:
+    def run(self, trial: Recorder, command: str, url: str, **options: object) -> dict[str, Any]:
         """Run one command to its end; its JSON line, recorded in the trial."""
         argv = self.argv(command, url, options)
         try:

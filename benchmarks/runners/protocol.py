@@ -14,21 +14,28 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from benchmarks.harness import Trial
+from typing import Any, Protocol
 
 __all__ = [
     "CONCURRENCY",
     "BenchmarkError",
     "Fresh",
     "Load",
+    "Recorder",
     "Runner",
     "Timing",
     "emit",
     "parse_command",
 ]
+
+
+class Recorder(Protocol):
+    """Where a runner keeps what its processes printed (a benchmark's Trial)."""
+
+    def record(
+        self, engine: str, command: str, options: Mapping[str, object], output: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
 
 CONCURRENCY = 32  # runs in flight at once, unless a load says otherwise
 
@@ -87,7 +94,7 @@ class Runner(Protocol):
     def warm_up(self, fresh: Fresh) -> None:
         """Something small and unrecorded first: imports done, files in the page cache."""
 
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+    def throughput(self, trial: Recorder, url: str, load: Load) -> Timing:
         """Start every run of `load` on the empty store at `url` and run them to the end;
         raise BenchmarkError unless every one returned what it should."""
 
