@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
-from durably.client import Client, DeadLetter, Start
+from durably.client import Client, DeadLetter, Delivered, Start
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
 from durably.core.status import RunStatus
@@ -235,6 +235,19 @@ class App:
     def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         self.client.fail(run_id, by=by, reason=reason)
+
+    def send(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        name: str | None = None,
+        data: Any = None,
+        by: str = "app",
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Put a message in the run's inbox (see Client.send)."""
+        return self.client.send(run_id, kind, by=by, name=name, data=data, dedupe_key=dedupe_key)
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""

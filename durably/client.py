@@ -36,10 +36,10 @@ from durably.errors import (
 )
 from durably.operations import DeadLetter
 from durably.starting import Starter
-from durably.stores import NewRun, RunRecord, Store
+from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 
-__all__ = ["Client", "DeadLetter", "Definitions", "RunPage", "Start", "Started"]
+__all__ = ["Client", "DeadLetter", "Definitions", "Delivered", "RunPage", "Start", "Started"]
 
 _SKIPPED = "the result given for the skipped step"
 
@@ -66,6 +66,15 @@ class Start:
 class Started:
     run: RunRecord
     created: bool  # False: a run with this id existed already, same workflow and input
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message in a run's inbox: its id there, and False if a message with the same
+    dedupe_key was there already (this one was not stored again)."""
+
+    message_id: int
+    stored: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +293,56 @@ class Client:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
+
+    # -- commands from outside a run ----------------------------------------------------
+
+    def send(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        by: str,
+        name: str | None = None,
+        data: Any = None,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Put a message in the run's inbox: its lease holder folds it into the history
+        (a `message_received` event) exactly once. A waiting run is woken to do so; a running
+        one gets it at its next claim; a parked one keeps it until a person acts.
+
+        `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
+        message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
+        id; DurablyError if the run has ended."""
+        encoded = None if data is None else encode(data, what=f"the data of the {kind!r} message")
+        # Always a key: a send tried again after its answer was lost is then found, not doubled.
+        key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
+        message = Message(run_id, kind, by, name, encoded, key)
+        sent = self.store.send(message, now=self.clock.now())
+        if sent.outcome is SentOutcome.NO_RUN:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        if sent.outcome is SentOutcome.ENDED:
+            raise DurablyError(
+                f"run {run_id!r} has ended ({sent.status}): the {kind!r} message cannot reach it"
+            )
+        assert sent.message_id is not None
+        if sent.outcome is SentOutcome.STORED:
+            self._notify()  # a local worker may claim the woken run at once
+        return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
+
+    async def send_async(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        by: str,
+        name: str | None = None,
+        data: Any = None,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """`send` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(
+            self.send, run_id, kind, by=by, name=name, data=data, dedupe_key=dedupe_key
+        )
 
     # -- local workers ------------------------------------------------------------------
 

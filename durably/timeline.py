@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Claimed, Failure, StepStarted, payload_of
+from durably.core.payloads import Claimed, Failure, MessageReceived, StepStarted, payload_of
 from durably.errors import PayloadError
 from durably.stores.base import RunRecord
 
@@ -89,6 +89,10 @@ def _detail(event: Event) -> str:
     if isinstance(payload, Claimed):
         taken = f", took over from {payload.took_over_from}" if payload.took_over_from else ""
         return f"by {payload.owner} (epoch {payload.epoch}){taken}"
+    if isinstance(payload, MessageReceived):
+        what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
+        data = "" if payload.data is None else f": {_short(payload.data, 80)}"
+        return f"{what} from {payload.sender}{data}"
     return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
 
 

@@ -33,6 +33,7 @@ class EventKind(StrEnum):
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
     RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
     RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other
+    MESSAGE_RECEIVED = "message_received"  # a command from outside, out of the run's inbox
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ __all__ = [
     "CompensationFailed",
     "CompensationStarted",
     "Failure",
+    "MessageReceived",
     "Payload",
     "Released",
     "Result",
@@ -186,6 +187,19 @@ class RunningAlone:
     others: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """`message_received`: a message from the run's inbox (`id` is its place there), folded
+    into the history by the lease holder: what it is, its JSON `data`, who sent it, when."""
+
+    id: int
+    kind: str
+    name: str | None
+    data: str | None  # JSON text, as the sender's client encoded it
+    sender: str
+    sent_at: datetime
+
+
 Payload: TypeAlias = (
     Claimed
     | StepStarted
@@ -203,6 +217,7 @@ Payload: TypeAlias = (
     | RunRetried
     | Released
     | RunningAlone
+    | MessageReceived
 )
 P = TypeVar("P", bound=Payload)
 
@@ -240,6 +255,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.RUN_RETRIED: RunRetried,
     EventKind.RELEASED: Released,
     EventKind.RUNNING_ALONE: RunningAlone,
+    EventKind.MESSAGE_RECEIVED: MessageReceived,
 }
 
 
@@ -298,6 +314,9 @@ def _fields(payload: Payload) -> dict[str, object]:
             return {"reason": reason, "others": others}
         case Released(reason) | RunningAlone(reason):
             return {"reason": reason}
+        case MessageReceived(id_, kind, name, data, sender, sent_at):
+            return {"id": id_, "kind": kind, "name": name, "data": data, "sender": sender,
+                    "sent_at": sent_at.isoformat()}  # fmt: skip
     raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
 
 
@@ -371,6 +390,10 @@ def _bool(data: Mapping[str, object], key: str, default: bool | None = None) -> 
     return value
 
 
+def _optional_str(data: Mapping[str, object], key: str) -> str | None:
+    return None if data.get(key) is None else _str(data, key)
+
+
 def _object(data: Mapping[str, object], key: str) -> Mapping[str, object]:
     value = data.get(key)
     if not isinstance(value, dict):
@@ -425,4 +448,12 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
     RunRetried: lambda d: RunRetried(_str(d, "by"), _optional_int(d, "from_step")),
     Released: lambda d: Released(_str(d, "reason")),
     RunningAlone: lambda d: RunningAlone(_str(d, "reason"), _optional_int(d, "others") or 0),
+    MessageReceived: lambda d: MessageReceived(
+        _int(d, "id"),
+        _str(d, "kind"),
+        _optional_str(d, "name"),
+        _optional_str(d, "data"),
+        _str(d, "sender"),
+        _time(d, "sent_at"),
+    ),
 }

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from durably.clock import Clock
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import RunFailed, RunParked, encode_payload
+from durably.core.payloads import MessageReceived, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
 from durably.runtime.committer import Committer
 from durably.runtime.flow import CheckpointFailed
-from durably.stores.base import Checkpoint, Claim
+from durably.stores.base import Checkpoint, Claim, Delivery
 
 __all__ = ["HistoryWriter"]
 
@@ -49,6 +50,7 @@ class HistoryWriter:
         self.events: list[Event] = list(claim.events)  # the whole history, as far as known
         self.pending: list[Event] = []  # appended, not committed yet
         self.lost = False  # the lease is gone (or a commit failed): write nothing more
+        self.consumed: tuple[int, ...] = ()  # inbox messages appended, for the next commit
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
         self._clock = clock
@@ -68,6 +70,16 @@ class HistoryWriter:
         self._next_seq += 1
         return event
 
+    def receive(self, inbox: Sequence[Delivery]) -> None:
+        """Append a `message_received` event per message, in the inbox's order. The commit
+        that appends them takes them out of the inbox (behind the same fence): if this lease
+        ends before that, they stay there, and the next claim folds them again."""
+        for message in inbox:
+            received = MessageReceived(message.id, message.kind, message.name, message.data,
+                                       message.sender, message.sent_at)  # fmt: skip
+            self.append(EventKind.MESSAGE_RECEIVED, data=encode_payload(received))
+        self.consumed += tuple(message.id for message in inbox)
+
     async def flush(
         self,
         status: RunStatus | None = None,
@@ -80,8 +92,9 @@ class HistoryWriter:
         if status is not None:  # a leased run is running: it may move only as the table says
             check_transition(RunStatus.RUNNING, status)
         events, self.pending = tuple(self.pending), []
+        consumed, self.consumed = self.consumed, ()
         checkpoint = Checkpoint(
-            self.run_id, self.epoch, events, status, result, error, available_at
+            self.run_id, self.epoch, events, status, result, error, available_at, consumed
         )
         try:
             committed = await self._committer.commit(checkpoint)

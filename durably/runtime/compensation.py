@@ -63,6 +63,9 @@ class Compensation:
             if record.completed and record.position not in phase.compensated:
                 step = self._engine.registry.step_named(record.name)
                 if step is not None and step.compensate_fn is not None:
+                    due = phase.compensation_retry_at.get(record.position)
+                    if due is not None and due > self._clock.now():
+                        raise Suspend(due)  # claimed early (a message): no early attempt
                     attempt = phase.compensation_attempts.get(record.position, 0) + 1
                     if not await self._undo(step, record, attempt):
                         return

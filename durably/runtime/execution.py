@@ -144,6 +144,7 @@ class RunExecution:
 
     async def _drive(self) -> None:
         try:
+            self._writer.receive(self._claim.inbox)
             phase = self._phase = fold_run(self._writer.events)
             self._check_poison(phase)
             if self.alone:
@@ -248,6 +249,10 @@ class RunExecution:
         action = next_action(self._phase.steps, position, step.name)
         if isinstance(action, Replay):
             return self._replayed(step, action.record)
+        if action.not_before is not None and action.not_before > self._clock.now():
+            # Claimed before its retry (or gate wait) is due, woken by a message: wait again,
+            # with no new attempt.
+            raise Suspend(action.not_before)
         try:
             input_json = encode_call(args, kwargs, step.fn, what=f"step {step.name!r}")
             key = step.options.key(*args, **kwargs) if step.options.key else None

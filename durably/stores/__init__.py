@@ -7,15 +7,30 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from durably.errors import ConfigError
-from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord, Store
+from durably.stores.base import (
+    Checkpoint,
+    Claim,
+    Delivery,
+    Lease,
+    Message,
+    NewRun,
+    RunRecord,
+    Sent,
+    SentOutcome,
+    Store,
+)
 
 __all__ = [
     "DEFAULT_URL",
     "Checkpoint",
     "Claim",
+    "Delivery",
     "Lease",
+    "Message",
     "NewRun",
     "RunRecord",
+    "Sent",
+    "SentOutcome",
     "Store",
     "open_store",
     "resolve_url",

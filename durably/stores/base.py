@@ -9,12 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from durably.core.history import ErrorInfo, Event
 from durably.core.status import RunStatus
 
-__all__ = ["Checkpoint", "Claim", "Lease", "NewRun", "RunRecord", "Store"]
+__all__ = [
+    "Checkpoint",
+    "Claim",
+    "Delivery",
+    "Lease",
+    "Message",
+    "NewRun",
+    "RunRecord",
+    "Sent",
+    "SentOutcome",
+    "Store",
+]
 
 T = TypeVar("T")
 
@@ -49,14 +61,59 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Message:
+    """A command from outside a run, for its inbox: what it is (`kind`, e.g. "signal"), an
+    optional `name` and JSON `data`, who sent it. A second message with the same
+    `dedupe_key` to the same run is not stored again."""
+
+    run_id: str
+    kind: str
+    sender: str
+    name: str | None = None
+    data: str | None = None  # JSON
+    dedupe_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message in a run's inbox, handed to the run's lease holder with its claim."""
+
+    id: int  # the inbox's order: messages are folded into the history by it
+    kind: str
+    name: str | None
+    data: str | None
+    sender: str
+    sent_at: datetime
+
+
+class SentOutcome(StrEnum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"  # a message with this dedupe_key was stored already
+    NO_RUN = "no_run"
+    ENDED = "ended"  # the run has a final status: nothing more can reach it
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What `Store.send` did. `message_id`: the stored message's (or the duplicate's
+    original); `status`: the run's status (the final one, when ENDED)."""
+
+    outcome: SentOutcome
+    message_id: int | None = None
+    status: RunStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
-    """A run this worker now leases, with its history so far."""
+    """A run this worker now leases, with its history so far and its undelivered messages
+    (in the order they were stored)."""
 
     run_id: str
     workflow: str
     input: str
     epoch: int
     events: tuple[Event, ...]
+    inbox: tuple[Delivery, ...] = ()
 
     @property
     def lease(self) -> Lease:
@@ -69,6 +126,8 @@ class Checkpoint:
 
     Committed only while `epoch` is still the run's lease epoch. `status=None` keeps
     the run running under its lease; PENDING releases it, due at `available_at`.
+    `consumed`: ids of inbox messages folded into `events`; they leave the inbox in the
+    same fenced transaction, so a message is in the history exactly once.
     """
 
     run_id: str
@@ -78,6 +137,7 @@ class Checkpoint:
     result: str | None = None
     error: ErrorInfo | None = None
     available_at: datetime | None = None
+    consumed: tuple[int, ...] = ()
 
 
 class Store(Protocol):
@@ -92,6 +152,13 @@ class Store(Protocol):
         twice is created once, by its first occurrence; the later ones answer False."""
         ...
 
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        """Put a message in its run's inbox, in one transaction, unless the run does not
+        exist or has ended (NO_RUN, ENDED) or a message with its dedupe_key is there already
+        (DUPLICATE). A pending run is made due now and workers are woken; a running run's
+        holder gets the message at its next claim; a parked run keeps it."""
+        ...
+
     def claim(
         self,
         owner: str,
@@ -101,7 +168,8 @@ class Store(Protocol):
         lease: timedelta,
         limit: int,
     ) -> list[Claim]:
-        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease)."""
+        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease);
+        each claim carries the run's undelivered messages."""
         ...
 
     def take(

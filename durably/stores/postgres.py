@@ -23,8 +23,17 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError
-from durably.stores import reads
-from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
+from durably.stores import inbox, reads
+from durably.stores.base import (
+    Checkpoint,
+    Claim,
+    Lease,
+    Message,
+    NewRun,
+    RunRecord,
+    Sent,
+    SentOutcome,
+)
 from durably.stores.pg_connections import Connections, redact
 from durably.stores.pg_listen import Listener
 from durably.stores.rows import (
@@ -65,16 +74,16 @@ UPDATE durably_runs AS r SET
     status = 'running', lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
     available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1
 FROM picked WHERE r.id = picked.id
-RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.event_count,
+RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
     picked.previous_status, picked.previous_owner
 """
 _COMMIT = """
 WITH v AS (
     SELECT * FROM unnest(%(id)s::text[], %(epoch)s::bigint[], %(first_seq)s::int[],
         %(event_count)s::int[], %(status)s::text[], %(result)s::text[], %(error_class)s::text[],
-        %(error_message)s::text[], %(available_at)s::float8[])
+        %(error_message)s::text[], %(available_at)s::float8[], %(consumed)s::int[])
         AS v(id, epoch, first_seq, event_count, status, result, error_class, error_message,
-            available_at)
+            available_at, consumed)
 ), e AS (
     SELECT * FROM unnest(%(e_run_id)s::text[], %(e_seq)s::int[], %(e_kind)s::text[],
         %(e_at)s::float8[], %(e_position)s::int[], %(e_name)s::text[], %(e_attempt)s::int[],
@@ -90,7 +99,8 @@ WITH v AS (
         error_class = CASE WHEN v.status IS NULL THEN r.error_class ELSE v.error_class END,
         error_message = CASE WHEN v.status IS NULL THEN r.error_message ELSE v.error_message END,
         available_at = CASE WHEN v.status IS NULL THEN r.available_at ELSE v.available_at END,
-        lease_owner = CASE WHEN v.status IS NULL THEN r.lease_owner ELSE NULL END
+        lease_owner = CASE WHEN v.status IS NULL THEN r.lease_owner ELSE NULL END,
+        inbox = r.inbox - v.consumed
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
         AND v.id NOT IN (SELECT id FROM applied)
@@ -98,6 +108,10 @@ WITH v AS (
 ), appended AS (
     INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)
     SELECT * FROM e WHERE e.run_id IN (SELECT id FROM fenced)
+), consumed AS (
+    DELETE FROM durably_inbox AS i
+    USING unnest(%(c_run_id)s::text[], %(c_id)s::bigint[]) AS c(run_id, id)
+    WHERE i.run_id = c.run_id AND i.id = c.id AND c.run_id IN (SELECT id FROM fenced)
 ), woken AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
     WHERE v.status = 'pending' AND v.available_at <= %(now)s
@@ -110,7 +124,9 @@ WHERE (SELECT count(*) FROM woken) >= 0 AND (SELECT count(*) FROM finished) >= 0
 UNION ALL SELECT id FROM applied
 """
 # One statement, so one round trip: the fenced update of every run in the batch, the insert
-# of the events of those whose epoch held (a CTE sees the update's RETURNING), and a wake-up
+# of the events of those whose epoch held (a CTE sees the update's RETURNING), the deletion
+# of the inbox messages those events fold in (`consumed`; the update took their count off
+# the run's `inbox`: only the holder deletes them, so each is still there), a wake-up
 # for runs handed back due now, and a word to waiting handles for runs that end (`finished`:
 # a final or parked status, so neither pending nor running; a checkpoint that keeps its run
 # running has no status). Both are referenced so that PostgreSQL evaluates them.
@@ -174,7 +190,7 @@ SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
 # A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
 # NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
 _CLAIMED = """
-SELECT r.id, r.workflow, r.input, r.lease_epoch FROM durably_runs AS r
+SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox FROM durably_runs AS r
 JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
 WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
     AND e.kind = 'claimed' AND e.at = %(now)s
@@ -316,6 +332,17 @@ class PostgresStore:
         taken = self._lease_once(_PICK_ONE, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
 
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        def send(db: psycopg.Connection[Any]) -> Sent:
+            sent = inbox.send(db, reads.POSTGRES, message, now=now)
+            if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return sent
+
+        # Safe to repeat with a dedupe_key (the client always gives one): a send whose answer
+        # was lost with its connection is found on the second try as a DUPLICATE.
+        return self._db.run(send, transaction=True)
+
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         if not leases:
             return set()
@@ -345,7 +372,14 @@ class PostgresStore:
         }
         rows = [event_row(c.run_id, event) for c in checkpoints for event in c.events]
         events = {name: [row[i] for row in rows] for i, name in enumerate(_EVENT_ARRAYS)}
-        values = {"now": at, **columns, **events}
+        consumed = [(c.run_id, message) for c in checkpoints for message in c.consumed]
+        values = {
+            "now": at,
+            **columns,
+            **events,
+            "c_run_id": [run_id for run_id, _ in consumed],
+            "c_id": [message for _, message in consumed],
+        }
 
         def first(db: psycopg.Connection[Any]) -> set[str]:
             return {row[0] for row in db.execute(_COMMIT_FIRST, values)}
@@ -474,12 +508,10 @@ class PostgresStore:
                 _INSERT_EVENT,
                 [
                     _claimed_row(run_id, count, at, owner, epoch, previous_status, previous_owner)
-                    for run_id, _, _, epoch, count, previous_status, previous_owner in taken
+                    for run_id, _, _, epoch, _, count, previous_status, previous_owner in taken
                 ],
             )
-        return self._claims(
-            db, [(run_id, workflow, input_, epoch) for run_id, workflow, input_, epoch, *_ in taken]
-        )
+        return self._claims(db, [row[:5] for row in taken])
 
     def _leased(
         self, db: psycopg.Connection[Any], which: str, params: dict[str, Any]
@@ -488,13 +520,22 @@ class PostgresStore:
         return self._claims(db, db.execute(_CLAIMED.format(which=which), params).fetchall())
 
     def _claims(self, db: psycopg.Connection[Any], leased: Sequence[Sequence[Any]]) -> list[Claim]:
-        """Claims of (run id, workflow, input, epoch) rows, with their histories."""
+        """Claims of (run id, workflow, input, epoch, inbox count) rows, with their histories
+        and messages (read only for the runs that have some)."""
         if not leased:
             return []
         histories = reads.histories(db, reads.POSTGRES, [row[0] for row in leased])
+        mail = inbox.deliveries(db, reads.POSTGRES, [row[0] for row in leased if row[4] > 0])
         return [
-            Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
-            for run_id, workflow, input_, epoch in leased
+            Claim(
+                run_id,
+                workflow,
+                input_,
+                epoch,
+                tuple(histories.get(run_id, ())),
+                mail.get(run_id, ()),
+            )
+            for run_id, workflow, input_, epoch, _ in leased
         ]
 
 

@@ -108,6 +108,9 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
         "error_class": None if error is None else error.error_class,
         "error_message": None if error is None else error.message,
         "available_at": None if checkpoint.available_at is None else ts(checkpoint.available_at),
+        # Inbox messages folded into the events: the run's count of undelivered ones drops by
+        # as many (only the lease holder deletes them, so each of them is still there).
+        "consumed": len(checkpoint.consumed),
     }
 
 

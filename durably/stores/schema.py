@@ -58,7 +58,29 @@ _V2 = [
     "CREATE TABLE durably_gates (name TEXT PRIMARY KEY, state TEXT NOT NULL)",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2]
+_V3 = [
+    # Commands from outside a run (signals, cancel, approvals...): any process writes them
+    # here; the lease holder folds them into the history and deletes them in the same fenced
+    # commit (durably.stores.inbox).
+    """CREATE TABLE durably_inbox (
+        id {identity},
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT,
+        data TEXT,
+        sender TEXT NOT NULL,
+        dedupe_key TEXT,
+        sent_at {real} NOT NULL
+    )""",
+    "CREATE INDEX durably_inbox_by_run ON durably_inbox (run_id, id)",
+    "CREATE UNIQUE INDEX durably_inbox_once ON durably_inbox (run_id, dedupe_key)"
+    " WHERE dedupe_key IS NOT NULL",
+    # Undelivered messages per run: a claim reads the inbox only of runs that have mail, so
+    # claiming a run without any costs no extra query.
+    "ALTER TABLE durably_runs ADD COLUMN inbox INTEGER NOT NULL DEFAULT 0",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).
@@ -68,8 +90,16 @@ _HAS_META = {
 }
 
 _DIALECTS = {
-    "sqlite": {"real": "REAL", "without_rowid": " WITHOUT ROWID"},
-    "postgres": {"real": "DOUBLE PRECISION", "without_rowid": ""},
+    "sqlite": {
+        "real": "REAL",
+        "without_rowid": " WITHOUT ROWID",
+        "identity": "INTEGER PRIMARY KEY AUTOINCREMENT",  # ids never reused: order is sending
+    },
+    "postgres": {
+        "real": "DOUBLE PRECISION",
+        "without_rowid": "",
+        "identity": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    },
 }
 
 

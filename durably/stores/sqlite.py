@@ -18,8 +18,17 @@ from typing import TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import reads
-from durably.stores.base import Checkpoint, Claim, Lease, NewRun, RunRecord
+from durably.stores import inbox, reads
+from durably.stores.base import (
+    Checkpoint,
+    Claim,
+    Lease,
+    Message,
+    NewRun,
+    RunRecord,
+    Sent,
+    SentOutcome,
+)
 from durably.stores.rows import (
     RUN_COLUMNS,
     checkpoint_params,
@@ -51,7 +60,8 @@ UPDATE durably_runs SET
     error_class = CASE WHEN :status IS NULL THEN error_class ELSE :error_class END,
     error_message = CASE WHEN :status IS NULL THEN error_message ELSE :error_message END,
     available_at = CASE WHEN :status IS NULL THEN available_at ELSE :available_at END,
-    lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END
+    lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END,
+    inbox = inbox - :consumed
 WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
 """
 # The whole event, not only its seq: after a takeover, the seq a stale writer would use holds
@@ -178,9 +188,17 @@ class SQLiteStore:
                 for run_id, previous_status, previous_owner in picked
             ]
             histories = reads.histories(db, reads.SQLITE, [run_id for run_id, *_ in taken])
+            mail = inbox.deliveries(db, reads.SQLITE, [t[0] for t in taken if t[5] > 0])
         return [
-            Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())))
-            for run_id, workflow, input_, epoch, _ in taken
+            Claim(
+                run_id,
+                workflow,
+                input_,
+                epoch,
+                tuple(histories.get(run_id, ())),
+                mail.get(run_id, ()),
+            )
+            for run_id, workflow, input_, epoch, *_ in taken
         ]
 
     def take(
@@ -204,7 +222,15 @@ class SQLiteStore:
                 return None
             taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
             histories = reads.histories(db, reads.SQLITE, [run_id])
-        return Claim(*taken[:4], tuple(histories.get(run_id, ())))
+            mail = inbox.deliveries(db, reads.SQLITE, [run_id] if taken[5] > 0 else [])
+        return Claim(*taken[:4], tuple(histories.get(run_id, ())), mail.get(run_id, ()))
+
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        with self._write() as db:
+            sent = inbox.send(db, reads.SQLITE, message, now=now)
+        if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
+            self._wakeups.notify()
+        return sent
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         expires = ts(now + lease)
@@ -233,6 +259,7 @@ class SQLiteStore:
                     db.executemany(
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
                     )
+                    inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
                 results.append(fenced_in)
         if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
             self._wakeups.notify()
@@ -402,18 +429,18 @@ class SQLiteStore:
         owner: str,
         at: float,
         expires: float,
-    ) -> tuple[str, str, str, int, int]:
+    ) -> tuple[str, str, str, int, int, int]:
         """Give the run a new lease epoch and record the claim in its history."""
-        workflow, input_, epoch, count = db.execute(
+        workflow, input_, epoch, count, mail = db.execute(
             "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
             " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
             " event_count = event_count + 1 WHERE id = ?"
-            " RETURNING workflow, input, lease_epoch, event_count",
+            " RETURNING workflow, input, lease_epoch, event_count, inbox",
             (owner, expires, at, run_id),
         ).fetchone()
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
-        return run_id, workflow, input_, epoch, count
+        return run_id, workflow, input_, epoch, count, mail
 
 
 def _ends(checkpoint: Checkpoint) -> bool:

@@ -77,6 +77,7 @@ def checkpoint(
     result: str | None = None,
     error: ErrorInfo | None = None,
     available_at: datetime | None = None,
+    consumed: tuple[int, ...] = (),
 ) -> Checkpoint:
     """A checkpoint of a claimed run, under the claim's lease epoch."""
     return Checkpoint(
@@ -87,6 +88,7 @@ def checkpoint(
         result=result,
         error=error,
         available_at=available_at,
+        consumed=consumed,
     )
 
 

@@ -18,6 +18,7 @@ from durably.core.payloads import (
     CompensationAttemptFailed,
     CompensationFailed,
     CompensationStarted,
+    MessageReceived,
     Payload,
     Released,
     Result,
@@ -143,6 +144,18 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         EventKind.RUNNING_ALONE,
         '{"reason": "a worker died while running it"}',
         RunningAlone("a worker died while running it"),
+    ),
+    (
+        EventKind.MESSAGE_RECEIVED,
+        '{"id": 4, "kind": "signal", "name": "approved", "data": "{\\"by\\": \\"erin\\"}", '
+        '"sender": "erin", "sent_at": "2026-01-01T00:00:00+00:00"}',
+        MessageReceived(4, "signal", "approved", '{"by": "erin"}', "erin", AT),
+    ),
+    (  # no name, no data
+        EventKind.MESSAGE_RECEIVED,
+        '{"id": 5, "kind": "cancel", "name": null, "data": null, "sender": "ops", '
+        '"sent_at": "2026-01-01T00:00:02.500000+00:00"}',
+        MessageReceived(5, "cancel", None, None, "ops", DUE),
     ),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]

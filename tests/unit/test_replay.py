@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 import pytest
 
 from durably.core.history import Event, EventKind
-from durably.core.replay import Execute, Replay, fold_deaths, fold_steps, next_action
+from durably.core.replay import (
+    Execute,
+    Replay,
+    fold_deaths,
+    fold_run,
+    fold_steps,
+    next_action,
+    progressed,
+)
 from durably.errors import NonDeterminismError, PayloadError
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -253,3 +261,95 @@ def test_a_run_that_died_isolated_stays_strict_until_it_gets_past_that_point() -
     cleared = fold_deaths([*events[:-1], *_history("alone", "start", "done")[1:]])
     assert not cleared.suspect
     assert not cleared.strict
+
+
+# -- pending retries and waits (a run woken early by a message waits again) ---------------
+
+LATER = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+
+
+def attempt_failed(seq: int, position: int, name: str, retry_at: datetime) -> Event:
+    data = json.dumps(
+        {"error_class": "ConnectionError", "message": "reset", "retry_at": retry_at.isoformat()}
+    )
+    return Event(seq, EventKind.STEP_ATTEMPT_FAILED, AT, position, name, 1, data)
+
+
+def waiting(seq: int, position: int, name: str, until: datetime) -> Event:
+    data = json.dumps({"waiting": "rate limit", "dependency": "bank", "until": until.isoformat()})
+    return Event(seq, EventKind.STEP_WAITING, AT, position, name, None, data)
+
+
+def test_a_failed_attempt_holds_its_next_attempt_until_its_retry_time() -> None:
+    history = run_events(started(3, 0, "charge"), attempt_failed(4, 0, "charge", LATER))
+
+    action = next_action(fold_steps(history), 0, "charge")
+
+    assert action == Execute(0, attempt=2, first_started_at=AT, not_before=LATER)
+
+
+def test_a_new_attempt_clears_the_pending_retry() -> None:
+    history = run_events(
+        started(3, 0, "charge"),
+        attempt_failed(4, 0, "charge", LATER),
+        started(5, 0, "charge", attempt=2),
+    )
+
+    action = next_action(fold_steps(history), 0, "charge")
+
+    assert isinstance(action, Execute)
+    assert action.not_before is None
+    assert action.attempt == 3
+
+
+def test_a_gate_wait_holds_the_step_until_then_without_spending_an_attempt() -> None:
+    history = run_events(
+        started(3, 0, "reserve"), completed(4, 0, "reserve", 1), waiting(5, 1, "charge", LATER)
+    )
+
+    steps = fold_steps(history)
+
+    assert [record.name for record in steps] == ["reserve", "charge"]
+    assert next_action(steps, 1, "charge") == Execute(1, attempt=1, not_before=LATER)
+
+
+def test_a_step_that_failed_for_good_has_no_pending_retry() -> None:
+    history = run_events(
+        started(3, 0, "charge"),
+        attempt_failed(4, 0, "charge", LATER),
+        started(5, 0, "charge", attempt=2),
+        failed(6, 0, "charge", "ConnectionError", "reset"),
+    )
+
+    [record] = fold_steps(history)
+
+    assert record.not_before is None
+
+
+def test_a_failed_undo_is_tried_again_only_at_its_retry_time() -> None:
+    undo = {"error_class": "ConnectionError", "message": "reset", "retry_at": LATER.isoformat()}
+    compensating = json.dumps({"error_class": "Boom", "message": "no", "then": "failed"})
+    history = run_events(
+        started(3, 0, "charge"),
+        completed(4, 0, "charge", 1),
+        Event(5, EventKind.COMPENSATING, AT, data=compensating),
+        Event(6, EventKind.COMPENSATION_STARTED, AT, 0, "charge", 1, '{"key": "k:undo"}'),
+        Event(7, EventKind.COMPENSATION_ATTEMPT_FAILED, AT, 0, "charge", 1, json.dumps(undo)),
+    )
+
+    assert fold_run(history).compensation_retry_at == {0: LATER}
+    again = Event(8, EventKind.COMPENSATION_STARTED, AT, 0, "charge", 2, '{"key": "k:undo"}')
+    assert fold_run([*history, again]).compensation_retry_at == {}
+    retried = Event(8, EventKind.RUN_RETRIED, AT, data='{"by": "erin", "from_step": null}')
+    assert fold_run([*history, retried]).compensation_retry_at == {}
+
+
+def test_a_received_message_is_no_step_and_no_progress() -> None:
+    data = json.dumps(
+        {"id": 1, "kind": "signal", "name": "go", "data": None, "sender": "erin",
+         "sent_at": AT.isoformat()}
+    )  # fmt: skip
+    history = run_events(Event(3, EventKind.MESSAGE_RECEIVED, AT, data=data))
+
+    assert fold_steps(history) == []
+    assert not progressed(history)

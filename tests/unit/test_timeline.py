@@ -9,6 +9,10 @@ from durably.timeline import timeline
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 WAIT = '{"waiting": "rate limit", "dependency": "dhl", "until": "2026-01-01T00:00:30+00:00"}'
+MESSAGE = (
+    '{"id": 4, "kind": "signal", "name": "approved", "data": "{\\"by\\":\\"erin\\"}", '
+    '"sender": "erin", "sent_at": "2026-01-01T00:00:00+00:00"}'
+)
 
 
 def details(*events: Event) -> list[str]:
@@ -26,12 +30,14 @@ def test_each_kind_of_payload_reads_as_a_line() -> None:
         step(3, EventKind.STEP_STARTED, '{"key": "k-1", "input": {"args":[7],"kwargs":{}}}'),
         step(4, EventKind.STEP_FAILED, '{"error_class": "E", "message": "no", "reason": "x"}'),
         step(5, EventKind.STEP_WAITING, WAIT),
+        Event(6, EventKind.MESSAGE_RECEIVED, AT, data=MESSAGE),
     ) == [
         "",
         "by w2 (epoch 2), took over from w1",
         'key=k-1 input={"args": [7], "kwargs": {}}',
         "E: no",
         WAIT,
+        'signal \'approved\' from erin: {"by":"erin"}',
     ]
 
 
