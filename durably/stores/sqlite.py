@@ -247,11 +247,28 @@ class SQLiteStore:
         return held
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
-        at = ts(now)
+        # Looking for each checkpoint's first event up front costs ~20% of a batch, so the
+        # look-up runs only where the answer may be wrong: for a refused checkpoint (stale,
+        # or applied by an earlier try of this commit), and for the whole batch again when
+        # its events collide with ones written already (an earlier try did commit).
+        try:
+            results = self._commit_once(checkpoints, ts(now), look_first=False)
+        except sqlite3.IntegrityError:
+            results = self._commit_once(checkpoints, ts(now), look_first=True)
+        if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
+            self._wakeups.notify()
+        ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
+        if ended:
+            self._finishes.notify(run_messages(ended))
+        return results
+
+    def _commit_once(
+        self, checkpoints: Sequence[Checkpoint], at: float, *, look_first: bool
+    ) -> list[bool]:
         results: list[bool] = []
         with self._write() as db:
             for checkpoint in checkpoints:
-                if _applied(db, checkpoint):  # by an earlier try of this commit
+                if look_first and _applied(db, checkpoint):
                     results.append(True)
                     continue
                 fenced_in = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).rowcount == 1
@@ -260,12 +277,9 @@ class SQLiteStore:
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
                     )
                     inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
+                else:  # refused: a stale epoch, or applied by an earlier try of this commit
+                    fenced_in = _applied(db, checkpoint)
                 results.append(fenced_in)
-        if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
-            self._wakeups.notify()
-        ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
-        if ended:
-            self._finishes.notify(run_messages(ended))
         return results
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
