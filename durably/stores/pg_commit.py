@@ -1,0 +1,106 @@
+"""The PostgreSQL checkpoint commit: one statement for a whole batch, in the variants a
+batch needs. Text only: the store (durably.stores.postgres) runs it."""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["EVENT_ARRAYS", "commit_sql"]
+
+_COMMIT = """
+WITH v AS (
+    SELECT * FROM unnest(%(id)s::text[], %(epoch)s::bigint[], %(first_seq)s::int[],
+        %(event_count)s::int[], %(status)s::text[], %(result)s::text[], %(error_class)s::text[],
+        %(error_message)s::text[], %(available_at)s::float8[], %(consumed)s::int[])
+        AS v(id, epoch, first_seq, event_count, status, result, error_class, error_message,
+            available_at, consumed)
+), e AS (
+    SELECT * FROM unnest(%(e_run_id)s::text[], %(e_seq)s::int[], %(e_kind)s::text[],
+        %(e_at)s::float8[], %(e_position)s::int[], %(e_name)s::text[], %(e_attempt)s::int[],
+        %(e_data)s::text[]) AS e(run_id, seq, kind, at, position, name, attempt, data)
+), applied AS (
+    {applied}
+), fenced AS (
+    UPDATE durably_runs AS r SET
+        updated_at = %(now)s,
+        event_count = coalesce(v.event_count, r.event_count),
+        status = coalesce(v.status, r.status),
+        result = CASE WHEN v.status IS NULL THEN r.result ELSE v.result END,
+        error_class = CASE WHEN v.status IS NULL THEN r.error_class ELSE v.error_class END,
+        error_message = CASE WHEN v.status IS NULL THEN r.error_message ELSE v.error_message END,
+        available_at = CASE WHEN v.status IS NULL THEN r.available_at ELSE v.available_at END,
+        lease_owner = CASE WHEN v.status IS NULL THEN r.lease_owner ELSE NULL END,
+        inbox = r.inbox - v.consumed
+    FROM v
+    WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
+        AND v.id NOT IN (SELECT id FROM applied)
+    RETURNING r.id
+), appended AS (
+    INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)
+    SELECT * FROM e WHERE e.run_id IN (SELECT id FROM fenced)
+){consumed}, woken AS (
+    SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
+    WHERE v.status = 'pending' AND v.available_at <= %(now)s
+){finished}
+SELECT id FROM fenced
+WHERE (SELECT count(*) FROM woken) >= 0{finished_ref}
+UNION ALL SELECT id FROM applied
+"""
+_CONSUMED = """, consumed AS (
+    DELETE FROM durably_inbox AS i
+    USING unnest(%(c_run_id)s::text[], %(c_id)s::bigint[]) AS c(run_id, id)
+    WHERE i.run_id = c.run_id AND i.id = c.id AND c.run_id IN (SELECT id FROM fenced)
+)"""
+_FINISHED = """, ended AS (
+    SELECT string_agg(v.id, E'\\n') AS ids FROM v JOIN fenced USING (id)
+    WHERE v.status NOT IN ('pending', 'running')
+), finished AS (
+    SELECT pg_notify('durably_done', CASE WHEN length(ids) < 7900 THEN ids ELSE '' END)
+    FROM ended WHERE ids IS NOT NULL
+)"""
+# One statement, so one round trip: the fenced update of every run in the batch, the insert
+# of the events of those whose epoch held (a CTE sees the update's RETURNING), the deletion
+# of the inbox messages those events fold in (`consumed`; the update took their count off
+# the run's `inbox`: only the holder deletes them, so each is still there), a wake-up
+# for runs handed back due now, and a word to waiting handles for runs that end (`finished`:
+# a final or parked status, so neither pending nor running; a checkpoint that keeps its run
+# running has no status). That word is one NOTIFY a batch naming its ended runs, a line
+# each (one per run cost ~10% of a batch), or "" (any run) past the 8,000-byte payload
+# limit. Both are referenced so that PostgreSQL evaluates them.
+# A checkpoint whose first event is in the history already was applied by an earlier try of
+# this commit, whose answer was lost with its connection: `applied` reports it and keeps it
+# out of the update and the insert. The whole event is compared, not only its seq: after a
+# takeover, the seq a stale writer would use holds the new owner's CLAIMED event.
+# That look-up costs ~5% of a large batch, so a commit first runs without it, and again with
+# it only when the first answer may be wrong: its connection was lost, its events collide
+# with ones already written, or a checkpoint was refused (all three rare).
+_APPLIED = """SELECT v.id FROM v
+    JOIN e ON e.run_id = v.id AND e.seq = v.first_seq
+    JOIN durably_events AS d ON d.run_id = e.run_id AND d.seq = e.seq
+    WHERE d.kind = e.kind AND d.at = e.at AND d.position IS NOT DISTINCT FROM e.position
+        AND d.name IS NOT DISTINCT FROM e.name AND d.attempt IS NOT DISTINCT FROM e.attempt"""
+
+
+@functools.cache
+def commit_sql(*, again: bool, consumes: bool, ends: bool) -> str:
+    """The commit statement with only the parts a batch needs: the inbox deletion when it
+    folds messages, the finish notice when it ends runs (each part costs a few % of a batch
+    of 32 that needs neither), the applied look-up when its first answer may be wrong."""
+    return _COMMIT.format(
+        applied=_APPLIED if again else "SELECT NULL::text AS id WHERE false",
+        consumed=_CONSUMED if consumes else "",
+        finished=_FINISHED if ends else "",
+        finished_ref=" AND (SELECT count(*) FROM finished) >= 0" if ends else "",
+    )
+
+
+EVENT_ARRAYS = (
+    "e_run_id",
+    "e_seq",
+    "e_kind",
+    "e_at",
+    "e_position",
+    "e_name",
+    "e_attempt",
+    "e_data",
+)
