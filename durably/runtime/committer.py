@@ -4,6 +4,12 @@ in one transaction, waking each caller only after its checkpoint is durable.
 A store call made from the event loop would block every run on it; one thread per call
 would pay a thread hop and a commit per checkpoint. One writer thread turns N concurrent
 checkpoints into one transaction and one fsync.
+
+The loop, not a race, decides where a batch ends: the checkpoints queued during one pass of
+the event loop are handed to the thread together, at the start of the next pass. Left to the
+thread, a batch would end wherever the thread happened to take the GIL from a loop still busy
+queueing (it asks after 5 ms), and once split, the runs stay out of step, paying a commit per
+half from then on.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ class Committer:
         self._stopping = threading.Event()
         self._working = threading.Lock()  # held while store work is under way
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
+        self._gathering: list[_Commit] = []  # queued in this pass of the loop, not handed over
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -81,6 +88,7 @@ class Committer:
 
     def stop(self) -> None:
         """Commit what is queued, then end the thread."""
+        self._hand_over()
         self._stopping.set()
         self._queue.put(_STOP)
         if self._thread is not None:
@@ -91,7 +99,8 @@ class Committer:
         run_id = checkpoint.run_id
         if run_id not in self._queued and self._solo() and self._working.acquire(blocking=False):
             try:  # nothing else is in flight: commit here, without the hand-off
-                committed = self._commit_inline(checkpoint) if self._queue.empty() else None
+                idle = self._queue.empty() and not self._gathering
+                committed = self._commit_inline(checkpoint) if idle else None
             except StoreUnavailable:
                 committed = None  # the thread retries it, with backoff, without blocking the loop
             finally:
@@ -102,8 +111,16 @@ class Committer:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queued.add(run_id)
         future.add_done_callback(lambda _: self._queued.discard(run_id))
-        self._queue.put(_Commit(checkpoint, future))
+        if not self._gathering:
+            asyncio.get_running_loop().call_soon(self._hand_over)
+        self._gathering.append(_Commit(checkpoint, future))
         return await future
+
+    def _hand_over(self) -> None:
+        """Give the thread the checkpoints gathered in the last pass of the loop, as one item."""
+        if self._gathering:
+            gathered, self._gathering = self._gathering, []
+            self._queue.put(gathered)
 
     def _commit_inline(self, checkpoint: Checkpoint) -> bool:
         if self._hooks is not None:
@@ -116,6 +133,7 @@ class Committer:
     async def call(self, fn: Callable[[], T]) -> T:
         """Run other store work (claims, renewals) on the committer's thread."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._hand_over()  # checkpoints queued before this call reach the store before it
         self._queue.put(_Call(fn, future))
         return await future
 
@@ -138,7 +156,7 @@ class Committer:
         first = self._queue.get()
         if first is _STOP:
             return [], True
-        batch = [first]
+        batch = first if isinstance(first, list) else [first]
         while len(batch) < self._max_batch:
             try:
                 item = self._queue.get_nowait()
@@ -146,7 +164,7 @@ class Committer:
                 break
             if item is _STOP:
                 return batch, True
-            batch.append(item)
+            batch.extend(item if isinstance(item, list) else [item])
         return batch, False
 
     def _commit(self, commits: list[_Commit]) -> None:
