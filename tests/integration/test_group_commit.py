@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -123,3 +124,47 @@ def _step_checkpoint(claim: Claim, clock: FakeClock) -> Checkpoint:
     seq = claim.events[-1].seq + 1
     event = Event(seq, EventKind.STEP_STARTED, clock.now(), 0, "s", 1, None)
     return Checkpoint(claim.run_id, claim.epoch, (event,))
+
+
+class _RecordingCommits:
+    """The real store, recording the size of each commit."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.batches: list[int] = []
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        self.batches.append(len(checkpoints))
+        return self._store.commit(checkpoints, now=now)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_checkpoints_queued_in_one_pass_of_the_loop_commit_together(
+    store: Store, clock: FakeClock
+) -> None:
+    """Where a batch ends is the loop's decision, not a race with the writer thread: runs
+    that checkpoint in the same pass share one commit even when the loop is slow between
+    them (here it sleeps, which lets the thread run)."""
+    ids = [f"r{i}" for i in range(8)]
+    for run_id in ids:
+        store.create_run(NewRun(run_id, "w", "[]"), now=clock.now())
+    claims = store.claim("me", ["w"], now=clock.now(), lease=timedelta(seconds=30), limit=10)
+    recording = _RecordingCommits(store)
+
+    async def commit_all() -> list[bool]:
+        committer = Committer(recording, clock)  # type: ignore[arg-type]
+        committer.start(asyncio.get_running_loop())
+
+        async def step(claim: Claim) -> bool:
+            time.sleep(0.006)  # noqa: ASYNC251 (a slow step, past the switch interval)
+            return await committer.commit(_step_checkpoint(claim, clock))
+
+        try:  # the runs resume in the same pass, as after a shared commit
+            return await asyncio.gather(*(step(claim) for claim in claims))
+        finally:
+            committer.stop()
+
+    assert asyncio.run(commit_all()) == [True] * len(ids)
+    assert recording.batches == [len(ids)]
