@@ -14,6 +14,7 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
 from durably.app import App, RunHandle
+from durably.calls import now, random, sleep, sleep_until, uuid4, wait_for_signal
 from durably.client import Start
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
@@ -30,6 +31,7 @@ from durably.errors import (
     RunConflict,
     RunNotFound,
     SchemaTooNew,
+    SignalTimeout,
     StepFailed,
     StepTimeout,
     StoreError,
@@ -69,6 +71,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SchemaTooNew",
+    "SignalTimeout",
     "Start",
     "Step",
     "StepFailed",
@@ -84,4 +87,10 @@ __all__ = [
     "WorkflowFailed",
     "escalate",
     "idempotency_key",
+    "now",
+    "random",
+    "sleep",
+    "sleep_until",
+    "uuid4",
+    "wait_for_signal",
 ]

@@ -249,6 +249,31 @@ class App:
         """Put a message in the run's inbox (see Client.send)."""
         return self.client.send(run_id, kind, by=by, name=name, data=data, dedupe_key=dedupe_key)
 
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str = "app",
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Send the signal `name` (with a JSON `payload`) to a run's durably.wait_for_signal
+        (see Client.signal)."""
+        return self.client.signal(run_id, name, payload, by=by, dedupe_key=dedupe_key)
+
+    async def signal_async(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str = "app",
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """`signal` from an event loop, without blocking it."""
+        return await self.client.signal_async(run_id, name, payload, by=by, dedupe_key=dedupe_key)
+
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""
         return Worker(self, **options)

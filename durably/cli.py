@@ -327,6 +327,24 @@ def bench(options: tuple[str, ...]) -> None:
     sys.exit(compare.main(list(options)))
 
 
+@cli.command(epilog=_PRECEDENCE)
+@_where
+@click.argument("run_id")
+@click.argument("name")
+@click.option(
+    "--data", "data_json", default="null", show_default=True, metavar="JSON",
+    help="The signal's payload, as JSON.",
+)  # fmt: skip
+@_BY
+def signal(
+    app_target: str | None, store_url: str | None, run_id: str, name: str, data_json: str, by: str
+) -> None:
+    """Send the signal NAME to run RUN_ID: its durably.wait_for_signal(NAME) takes it."""
+    with _client(app_target, store_url) as client:
+        delivered = client.signal_json(run_id, name, data_json, by=by)
+        click.echo(f"signal {name!r} sent to run {run_id} (message {delivered.message_id})")
+
+
 # -- finding the app and the store ----------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from durably.errors import (
     WorkflowFailed,
 )
 from durably.operations import DeadLetter
+from durably.runtime.waits import SIGNAL_KIND
 from durably.starting import Starter
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
@@ -321,13 +322,55 @@ class Client:
         if sent.outcome is SentOutcome.NO_RUN:
             raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
         if sent.outcome is SentOutcome.ENDED:
+            what = f"the {kind} {name!r}" if name else f"the {kind!r} message"
             raise DurablyError(
-                f"run {run_id!r} has ended ({sent.status}): the {kind!r} message cannot reach it"
+                f"run {run_id!r} has finished ({sent.status}), so {what} cannot reach it: "
+                "a message reaches only a run that has not ended"
             )
         assert sent.message_id is not None
         if sent.outcome is SentOutcome.STORED:
             self._notify()  # a local worker may claim the woken run at once
         return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
+
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Send the signal `name` to the run: its oldest durably.wait_for_signal(name) that
+        has none yet takes it (woken if it waits), or the next one it makes; signals of one
+        name queue up in the order they were sent. `payload` must be JSON (PayloadError
+        otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
+        run; DurablyError, naming its status, for a run that has finished."""
+        if not isinstance(name, str) or not name:
+            raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
+        return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
+
+    def signal_json(self, run_id: str, name: str, payload: str, *, by: str) -> Delivered:
+        """`signal` with the payload as JSON text a person wrote (`durably signal`)."""
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            raise DurablyError(f"the signal's --data is not JSON: {exc}") from None
+        return self.signal(run_id, name, value, by=by)
+
+    async def signal_async(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """`signal` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(
+            self.signal, run_id, name, payload, by=by, dedupe_key=dedupe_key
+        )
 
     async def send_async(
         self,

@@ -126,6 +126,14 @@ class Escalated(DurablyError):
     """A workflow asked for a person (durably.escalate); the run waits for their answer."""
 
 
+class SignalTimeout(DurablyError):
+    """durably.wait_for_signal: no signal of that name came before the wait's timeout."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class StepTimeout(DurablyError):
     """A step attempt ran past its timeout. Whether its effect happened is unknown."""
 

@@ -34,6 +34,13 @@ class EventKind(StrEnum):
     RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
     RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other
     MESSAGE_RECEIVED = "message_received"  # a command from outside, out of the run's inbox
+    # Durable calls a workflow makes besides steps, at a position like a step's:
+    TIMER_SET = "timer_set"  # durably.sleep / sleep_until (data: until)
+    TIMER_FIRED = "timer_fired"  # the timer's time came; the workflow goes on
+    SIGNAL_WAITING = "signal_waiting"  # durably.wait_for_signal (data: until, or none)
+    SIGNAL_RECEIVED = "signal_received"  # the signal the wait took (data: message, payload)
+    SIGNAL_TIMED_OUT = "signal_timed_out"  # no signal before the wait's timeout
+    VALUE_RECORDED = "value_recorded"  # durably.now / uuid4 / random (data: the value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,9 +6,10 @@ histories decode unchanged (tests/unit/test_payloads.py holds one literal of eac
 version does not know are ignored; a missing or mistyped key is a PayloadError naming the
 event, as is data that is not JSON.
 
-Results are not wrapped: the data of `step_completed` and `step_skipped` is the result's
-JSON text as the codec made it, and stays so (the hot path appends it as is, and replay hands
-it to the codec as is). `Result` only names it, for callers that read any event's payload.
+Results are not wrapped: the data of `step_completed`, `step_skipped` and `value_recorded`
+is the result's (or value's) JSON text as the codec made it, and stays so (the hot path
+appends it as is, and replay hands it to the codec as is). `Result` only names it, for
+callers that read any event's payload.
 
 Kinds that carry nothing (`run_started`, `compensation_completed`, `run_completed`) decode to
 None, as does any event whose data is None (`released` by a stopping worker).
@@ -43,10 +44,12 @@ __all__ = [
     "RunParked",
     "RunRetried",
     "RunningAlone",
+    "SignalReceived",
     "StepFailed",
     "StepReconciled",
     "StepStarted",
     "StepWaiting",
+    "WaitStarted",
     "encode_payload",
     "payload_of",
     "read_payload",
@@ -75,7 +78,8 @@ class StepStarted:
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """`step_completed`, `step_skipped`: a step's result as JSON text, stored as is."""
+    """`step_completed`, `step_skipped`: a step's result as JSON text, stored as is;
+    `value_recorded`: the value (durably.now, uuid4, random) likewise."""
 
     text: str
 
@@ -200,6 +204,25 @@ class MessageReceived:
     sent_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class WaitStarted:
+    """`timer_set`, `signal_waiting`: the wait ends at `until` (a timer's time, a signal's
+    timeout; None: a signal awaited with no timeout), or earlier, at the workflow's deadline."""
+
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """`signal_received`: the inbox message (`message`, its id there) the wait took, with
+    the signal's JSON payload as the sender wrote it, who sent it and when."""
+
+    message: int
+    data: str | None
+    sender: str
+    sent_at: datetime
+
+
 Payload: TypeAlias = (
     Claimed
     | StepStarted
@@ -218,6 +241,8 @@ Payload: TypeAlias = (
     | Released
     | RunningAlone
     | MessageReceived
+    | WaitStarted
+    | SignalReceived
 )
 P = TypeVar("P", bound=Payload)
 
@@ -256,6 +281,12 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.RELEASED: Released,
     EventKind.RUNNING_ALONE: RunningAlone,
     EventKind.MESSAGE_RECEIVED: MessageReceived,
+    EventKind.TIMER_SET: WaitStarted,
+    EventKind.TIMER_FIRED: None,
+    EventKind.SIGNAL_WAITING: WaitStarted,
+    EventKind.SIGNAL_RECEIVED: SignalReceived,
+    EventKind.SIGNAL_TIMED_OUT: None,
+    EventKind.VALUE_RECORDED: Result,
 }
 
 
@@ -316,6 +347,11 @@ def _fields(payload: Payload) -> dict[str, object]:
             return {"reason": reason}
         case MessageReceived(id_, kind, name, data, sender, sent_at):
             return {"id": id_, "kind": kind, "name": name, "data": data, "sender": sender,
+                    "sent_at": sent_at.isoformat()}  # fmt: skip
+        case WaitStarted(until):
+            return {"until": None if until is None else until.isoformat()}
+        case SignalReceived(message, data, sender, sent_at):
+            return {"message": message, "data": data, "sender": sender,
                     "sent_at": sent_at.isoformat()}  # fmt: skip
     raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
 
@@ -455,5 +491,9 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
         _optional_str(d, "data"),
         _str(d, "sender"),
         _time(d, "sent_at"),
+    ),
+    WaitStarted: lambda d: WaitStarted(None if d.get("until") is None else _time(d, "until")),
+    SignalReceived: lambda d: SignalReceived(
+        _int(d, "message"), _optional_str(d, "data"), _str(d, "sender"), _time(d, "sent_at")
     ),
 }

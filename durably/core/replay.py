@@ -13,8 +13,10 @@ from durably.core.payloads import (
     Compensating,
     CompensationAttemptFailed,
     RunningAlone,
+    SignalReceived,
     StepFailed,
     StepWaiting,
+    WaitStarted,
     read_payload,
 )
 from durably.errors import NonDeterminismError
@@ -29,16 +31,19 @@ __all__ = [
     "fold_run",
     "fold_steps",
     "next_action",
+    "next_wait",
     "progressed",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """What the history says about the step call at one position."""
+    """What the history says about the step call at one position, or about another durable
+    call there (`call`: "timer", "signal" or "value"; their names begin with "durably.")."""
 
     position: int
     name: str
+    call: str = "step"
     attempts: int = 0  # attempts started (since the last manual retry)
     first_started_at: datetime | None = None  # of the current series of attempts
     # the latest step_started event (read its StepStarted only when needed: compensation)
@@ -52,6 +57,8 @@ class StepRecord:
     # time, or a breaker or limit said wait until then. A run can be claimed earlier (a
     # message woke it); it then waits again rather than retrying early.
     not_before: datetime | None = None
+    waiting: bool = False  # a timer or signal wait began and has not ended
+    message: int | None = None  # the inbox message a signal wait took
 
     @property
     def settled(self) -> bool:
@@ -196,17 +203,22 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
     )
 
 
-_STEP_KINDS = frozenset(
-    {
-        EventKind.STEP_STARTED,
-        EventKind.STEP_COMPLETED,
-        EventKind.STEP_ATTEMPT_FAILED,
-        EventKind.STEP_FAILED,
-        EventKind.STEP_SKIPPED,
-        EventKind.STEP_RECONCILED,
-        EventKind.STEP_WAITING,
-    }
-)
+# The kind of durable call each positioned event belongs to.
+_CALL_OF = {
+    EventKind.STEP_STARTED: "step",
+    EventKind.STEP_COMPLETED: "step",
+    EventKind.STEP_ATTEMPT_FAILED: "step",
+    EventKind.STEP_FAILED: "step",
+    EventKind.STEP_SKIPPED: "step",
+    EventKind.STEP_RECONCILED: "step",
+    EventKind.STEP_WAITING: "step",
+    EventKind.TIMER_SET: "timer",
+    EventKind.TIMER_FIRED: "timer",
+    EventKind.SIGNAL_WAITING: "signal",
+    EventKind.SIGNAL_RECEIVED: "signal",
+    EventKind.SIGNAL_TIMED_OUT: "signal",
+    EventKind.VALUE_RECORDED: "value",
+}
 
 
 def fold_steps(events: Iterable[Event]) -> list[StepRecord]:
@@ -217,9 +229,10 @@ def fold_steps(events: Iterable[Event]) -> list[StepRecord]:
             if event.position is not None:  # None: a retry of the compensations only
                 steps = _reopen(steps, event.position)
             continue
-        if event.kind not in _STEP_KINDS or event.position is None or event.name is None:
+        call = _CALL_OF.get(event.kind)
+        if call is None or event.position is None or event.name is None:
             continue
-        known = steps.get(event.position) or StepRecord(event.position, event.name)
+        known = steps.get(event.position) or StepRecord(event.position, event.name, call)
         steps[event.position] = _apply(known, event)
     return [steps[position] for position in sorted(steps)]
 
@@ -242,8 +255,21 @@ def next_action(steps: Sequence[StepRecord], position: int, name: str) -> Replay
     )
 
 
+def next_wait(steps: Sequence[StepRecord], position: int, name: str) -> StepRecord | None:
+    """What the history holds of the timer, signal wait or value at `position` (None: the
+    call is new), after the same determinism check as a step's."""
+    if position >= len(steps):
+        return None
+    recorded = steps[position]
+    if recorded.name != name:
+        raise NonDeterminismError(position=position, recorded=recorded.name, called=name)
+    return recorded
+
+
 def _apply(known: StepRecord, event: Event) -> StepRecord:
     kind = event.kind
+    if known.call != "step":
+        return _apply_wait(known, event)
     if kind is EventKind.STEP_STARTED:
         return replace(
             known,
@@ -269,6 +295,30 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
     if kind is EventKind.STEP_WAITING:  # no attempt was made; the gate is asked again then
         return replace(known, not_before=read_payload(event, StepWaiting).until)
     return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again
+
+
+def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
+    kind = event.kind
+    if kind in (EventKind.TIMER_SET, EventKind.SIGNAL_WAITING):
+        until = read_payload(event, WaitStarted).until
+        return replace(known, attempts=1, first_started_at=event.at, started=event,
+                       not_before=until, waiting=True)  # fmt: skip
+    if kind is EventKind.TIMER_FIRED:
+        return replace(known, result="null", completed=True, waiting=False)
+    if kind is EventKind.SIGNAL_RECEIVED:
+        received = read_payload(event, SignalReceived)
+        return replace(known, result=received.data or "null", completed=True, waiting=False,
+                       message=received.message)  # fmt: skip
+    if kind is EventKind.SIGNAL_TIMED_OUT:
+        error = ErrorInfo("durably.errors.SignalTimeout", signal_timeout_message(known))
+        return replace(known, error=error, failure_reason="timed out", waiting=False)
+    return replace(known, result=event.data, completed=True)  # value_recorded
+
+
+def signal_timeout_message(record: StepRecord) -> str:
+    name = record.name.partition(":")[2]
+    until = "" if record.not_before is None else f" by {record.not_before.isoformat()}"
+    return f"no signal {name!r} came{until}"
 
 
 def _reopen(steps: dict[int, StepRecord], start: int) -> dict[int, StepRecord]:

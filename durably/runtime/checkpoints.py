@@ -126,10 +126,13 @@ class HistoryWriter:
         if self._hooks is not None:
             self._hooks.run_finished(self.run_id, self.workflow, str(status))
 
-    async def park(self, status: RunStatus, error: ErrorInfo, *, reason: str) -> None:
-        """Stop and wait for a person: the run joins the dead-letter list."""
+    async def park(
+        self, status: RunStatus, error: ErrorInfo, *, reason: str, wake_at: datetime | None = None
+    ) -> None:
+        """Stop and wait for a person: the run joins the dead-letter list. `wake_at`: unless
+        nobody acts by then (its deadline), when a worker takes it up again by itself."""
         self.append(EventKind.RUN_PARKED, data=encode_payload(RunParked(error, reason)))
-        await self.flush(status, error=error)
+        await self.flush(status, error=error, available_at=wake_at)
         log.warning(
             "run %s parked (%s): %s: %s", self.run_id, reason, error.error_class, error.message
         )

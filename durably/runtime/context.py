@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably.errors import DurablyError
 
-__all__ = ["Execution", "StepScope", "current_execution", "idempotency_key", "step_key"]
+if TYPE_CHECKING:
+    from durably.runtime.waits import Waits
+
+__all__ = [
+    "Execution",
+    "StepScope",
+    "current_execution",
+    "idempotency_key",
+    "in_step",
+    "step_key",
+]
+
+T = TypeVar("T")
 
 
 class Execution(Protocol):
@@ -24,6 +37,13 @@ class Execution(Protocol):
     def call_step_blocking(
         self, step: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any: ...
+
+    @property
+    def waits(self) -> Waits: ...
+
+    def on_loop(self, call: Callable[[], T]) -> T: ...
+
+    def clock_now(self) -> datetime: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +61,11 @@ _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
 
 def current_execution() -> Execution | None:
     return _execution.get()
+
+
+def in_step() -> bool:
+    """Whether code runs inside a step's body (rather than the workflow's own code)."""
+    return _step.get() is not None
 
 
 def step_key(run_id: str, position: int, name: str) -> str:

@@ -20,7 +20,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core import payloads
@@ -31,6 +31,7 @@ from durably.core.replay import (
     StepRecord,
     fold_run,
     next_action,
+    next_wait,
     progressed,
 )
 from durably.core.status import RunStatus
@@ -52,6 +53,7 @@ from durably.runtime.engine import Engine
 from durably.runtime.flow import Abandoned, CheckpointFailed, Suspend
 from durably.runtime.gating import Gates
 from durably.runtime.threads import in_daemon_thread
+from durably.runtime.waits import Waits
 from durably.stores.base import Claim
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["RunExecution"]
 
 log = logging.getLogger("durably.execution")
+T = TypeVar("T")
 
 _ALONE_REASON = "a worker died while running it"
 _NEXT_SUSPECT = payloads.encode_payload(
@@ -76,7 +79,8 @@ class RunExecution:
         settings = engine.settings
         self.run_id = claim.run_id
         self.epoch = claim.epoch
-        self.wake_at: datetime | None = None  # set when the run was handed back to wait
+        self.suspended = False  # handed back to wait (until wake_at; None: for a message)
+        self.wake_at: datetime | None = None
         self._claim = claim
         self._engine = engine
         self._workflow = engine.registry.workflow_named(claim.workflow)
@@ -89,6 +93,7 @@ class RunExecution:
         self._writer = HistoryWriter(claim, committer, self._clock, settings.hooks)
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
+        self.waits = Waits(self._writer, self._clock, self._place)
         self._phase: RunPhase | None = None
         self._position = 0
         self.closed = False
@@ -125,6 +130,7 @@ class RunExecution:
         except Suspend as wait:
             self.wake_at = self._due(wait.due)
             await self._writer.flush(RunStatus.PENDING, available_at=self.wake_at)
+            self.suspended = True
         except LeaseLost as exc:
             self.lost = True
             log.warning("run %s: %s", self.run_id, exc)
@@ -165,7 +171,12 @@ class RunExecution:
         except StepFailed as exc:
             if exc.reason != "terminal":  # a person decides: retry, skip, or fail
                 error = ErrorInfo.of(exc)
-                await self._writer.park(RunStatus.NEEDS_ATTENTION, error, reason=exc.reason)
+                # unless the workflow's deadline comes first: it wakes the run to time out
+                deadline = self._deadline()
+                wake = deadline if deadline and deadline > self._clock.now() else None
+                await self._writer.park(
+                    RunStatus.NEEDS_ATTENTION, error, reason=exc.reason, wake_at=wake
+                )
             else:
                 await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
             return
@@ -317,6 +328,28 @@ class RunExecution:
         future = asyncio.run_coroutine_threadsafe(self.call_step(step, args, kwargs), self._loop)
         return future.result()
 
+    def on_loop(self, call: Callable[[], T]) -> T:
+        """`call()` on the run's event loop: at once from async workflow code, by a hop (and
+        blocking) from a sync workflow's thread."""
+        if self.is_async:
+            return call()
+
+        async def hop() -> T:
+            return call()
+
+        return asyncio.run_coroutine_threadsafe(hop(), self._loop).result()
+
+    def clock_now(self) -> datetime:
+        return self._clock.now()
+
+    def _place(self, name: str) -> tuple[int, StepRecord | None]:
+        """The next position, for a timer, signal wait or value named `name`."""
+        self._check_body_may_go_on()
+        assert self._phase is not None
+        position = self._position
+        self._position += 1
+        return position, next_wait(self._phase.steps, position, name)
+
     def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
         self._check_body_may_go_on()  # an outcome that comes too late is not recorded
         what = f"the result of step {step.name!r}"
@@ -349,9 +382,9 @@ class RunExecution:
             return None
         return events[0].at + self._workflow.deadline
 
-    def _due(self, due: datetime) -> datetime:
+    def _due(self, due: datetime | None) -> datetime | None:
         """A wait ends at its due time, or at the deadline if that comes first."""
         deadline = self._deadline()
         if deadline is not None and (self._phase is None or self._phase.compensating is None):
-            return min(due, deadline)
+            return deadline if due is None else min(due, deadline)
         return due

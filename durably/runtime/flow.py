@@ -11,10 +11,12 @@ __all__ = ["Abandoned", "CheckpointFailed", "Suspend"]
 
 
 class Suspend(BaseException):
-    """The run must wait until `due` (a retry's backoff, a breaker or limit, a hand-back):
-    it is released to the store with that due time, and any worker resumes it by replay."""
+    """The run must wait until `due` (a retry's backoff, a breaker or limit, a hand-back, a
+    timer): it is released to the store with that due time, and any worker resumes it by
+    replay. None: no time ends the wait (a signal awaited with no timeout); only a message to
+    the run, or its deadline, wakes it."""
 
-    def __init__(self, due: datetime) -> None:
+    def __init__(self, due: datetime | None) -> None:
         self.due = due
 
 

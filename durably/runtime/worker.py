@@ -269,14 +269,15 @@ class Worker:
             error = task.exception()
             if error is not None:
                 log.error("run %s: the worker failed while executing it: %r", run_id, error)
-            elif execution.wake_at is not None:
-                self._wake_at(execution.wake_at)
+            elif execution.suspended:
+                if execution.wake_at is not None:
+                    self._wake_at(execution.wake_at)
             elif not execution.lost:
                 self.completed += 1
         self._poke()
 
     def _wake_at(self, due: datetime) -> None:
-        """Claim a run that waits (a retry's backoff) back as soon as it is due."""
+        """Claim a run that waits (a retry's backoff, a timer) back as soon as it is due."""
         assert self._loop is not None
         delay = max(0.0, (due - self._clock.now()).total_seconds())
         if delay < 3600:

@@ -57,11 +57,13 @@ def send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -
             (message.run_id, message.dedupe_key),
         ).fetchone()
         return Sent(SentOutcome.DUPLICATE, first[0], status)
-    # A pending run waiting for a later due time (a backoff, a sleep) is due now: its
-    # execution folds the message and then waits again for what it waited for.
+    # A pending run waiting for a later due time (a backoff, a sleep), or for a message only
+    # (no due time), is due now: its execution folds the message and then waits again for
+    # what it waited for.
     db.execute(
-        f"UPDATE durably_runs SET inbox = inbox + 1, available_at = CASE"
-        f" WHEN status = 'pending' AND available_at > {mark} THEN {mark} ELSE available_at END"
+        "UPDATE durably_runs SET inbox = inbox + 1, available_at = CASE"
+        f" WHEN status = 'pending' AND (available_at IS NULL OR available_at > {mark})"
+        f" THEN {mark} ELSE available_at END"
         f" WHERE id = {mark}",
         (at, at, message.run_id),
     )

@@ -28,19 +28,22 @@ WITH v AS (
         result = CASE WHEN v.status IS NULL THEN r.result ELSE v.result END,
         error_class = CASE WHEN v.status IS NULL THEN r.error_class ELSE v.error_class END,
         error_message = CASE WHEN v.status IS NULL THEN r.error_message ELSE v.error_message END,
-        available_at = CASE WHEN v.status IS NULL THEN r.available_at ELSE v.available_at END,
+        available_at = CASE WHEN v.status IS NULL THEN r.available_at
+            WHEN v.status = 'pending' AND r.inbox > v.consumed
+                AND (v.available_at IS NULL OR v.available_at > %(now)s) THEN %(now)s
+            ELSE v.available_at END,
         lease_owner = CASE WHEN v.status IS NULL THEN r.lease_owner ELSE NULL END,
         inbox = r.inbox - v.consumed
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
         AND v.id NOT IN (SELECT id FROM applied)
-    RETURNING r.id
+    RETURNING r.id, r.available_at
 ), appended AS (
     INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)
     SELECT * FROM e WHERE e.run_id IN (SELECT id FROM fenced)
 ){consumed}, woken AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
-    WHERE v.status = 'pending' AND v.available_at <= %(now)s
+    WHERE v.status = 'pending' AND fenced.available_at <= %(now)s
 ){finished}
 SELECT id FROM fenced
 WHERE (SELECT count(*) FROM woken) >= 0{finished_ref}
@@ -58,15 +61,16 @@ _FINISHED = """, ended AS (
     SELECT pg_notify('durably_done', CASE WHEN length(ids) < 7900 THEN ids ELSE '' END)
     FROM ended WHERE ids IS NOT NULL
 )"""
-# One statement, so one round trip: the fenced update of every run in the batch, the insert
-# of the events of those whose epoch held (a CTE sees the update's RETURNING), the deletion
-# of the inbox messages those events fold in (`consumed`; the update took their count off
-# the run's `inbox`: only the holder deletes them, so each is still there), a wake-up
-# for runs handed back due now, and a word to waiting handles for runs that end (`finished`:
-# a final or parked status, so neither pending nor running; a checkpoint that keeps its run
-# running has no status). That word is one NOTIFY a batch naming its ended runs, a line
-# each (one per run cost ~10% of a batch), or "" (any run) past the 8,000-byte payload
-# limit. Both are referenced so that PostgreSQL evaluates them.
+# One statement, so one round trip: the fenced update of every run in the batch, the insert of
+# the events of those whose epoch held (a CTE sees the update's RETURNING), the deletion of the
+# inbox messages those events fold in (`consumed`; the update took their count off the run's
+# `inbox`: only the holder deletes them, so each is still there), a wake-up for runs handed back
+# due now (a hand-back to wait is due now all the same when messages came in while the run was
+# leased: its next claim folds them), and a word to waiting handles for runs that end
+# (`finished`: a final or parked status, so neither pending nor running; a checkpoint that keeps
+# its run running has no status). That word is one NOTIFY a batch naming its ended runs, a line
+# each (one per run cost ~10% of a batch), or "" (any run) past the 8,000-byte payload limit.
+# Both are referenced so that PostgreSQL evaluates them.
 # A checkpoint whose first event is in the history already was applied by an earlier try of
 # this commit, whose answer was lost with its connection: `applied` reports it and keeps it
 # out of the update and the insert. The whole event is compared, not only its seq: after a

@@ -21,7 +21,6 @@ __all__ = [
     "event_of",
     "event_row",
     "from_ts",
-    "released_due",
     "run_of",
     "ts",
 ]
@@ -112,12 +111,3 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
         # as many (only the lease holder deletes them, so each of them is still there).
         "consumed": len(checkpoint.consumed),
     }
-
-
-def released_due(checkpoint: Checkpoint, now: datetime) -> bool:
-    """Whether a checkpoint hands its run back due at once (another worker may take it)."""
-    return (
-        checkpoint.status == RunStatus.PENDING
-        and checkpoint.available_at is not None
-        and checkpoint.available_at <= now
-    )

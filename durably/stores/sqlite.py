@@ -34,7 +34,6 @@ from durably.stores.rows import (
     checkpoint_params,
     claimed_data,
     event_row,
-    released_due,
     run_of,
     ts,
 )
@@ -59,10 +58,14 @@ UPDATE durably_runs SET
     result = CASE WHEN :status IS NULL THEN result ELSE :result END,
     error_class = CASE WHEN :status IS NULL THEN error_class ELSE :error_class END,
     error_message = CASE WHEN :status IS NULL THEN error_message ELSE :error_message END,
-    available_at = CASE WHEN :status IS NULL THEN available_at ELSE :available_at END,
+    available_at = CASE WHEN :status IS NULL THEN available_at
+        WHEN :status = 'pending' AND inbox > :consumed
+            AND (:available_at IS NULL OR :available_at > :now) THEN :now
+        ELSE :available_at END,
     lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END,
     inbox = inbox - :consumed
 WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
+RETURNING status, available_at
 """
 # The whole event, not only its seq: after a takeover, the seq a stale writer would use holds
 # the new owner's CLAIMED event.
@@ -252,10 +255,10 @@ class SQLiteStore:
         # or applied by an earlier try of this commit), and for the whole batch again when
         # its events collide with ones written already (an earlier try did commit).
         try:
-            results = self._commit_once(checkpoints, ts(now), look_first=False)
+            results, due_now = self._commit_once(checkpoints, ts(now), look_first=False)
         except sqlite3.IntegrityError:
-            results = self._commit_once(checkpoints, ts(now), look_first=True)
-        if any(released_due(c, now) for c, ok in zip(checkpoints, results, strict=True) if ok):
+            results, due_now = self._commit_once(checkpoints, ts(now), look_first=True)
+        if due_now:
             self._wakeups.notify()
         ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
         if ended:
@@ -264,14 +267,22 @@ class SQLiteStore:
 
     def _commit_once(
         self, checkpoints: Sequence[Checkpoint], at: float, *, look_first: bool
-    ) -> list[bool]:
+    ) -> tuple[list[bool], bool]:
+        """Whether each checkpoint was fenced in, and whether one handed its run back due now."""
         results: list[bool] = []
+        due_now = False
         with self._write() as db:
             for checkpoint in checkpoints:
                 if look_first and _applied(db, checkpoint):
                     results.append(True)
                     continue
-                fenced_in = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).rowcount == 1
+                row = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).fetchone()
+                fenced_in = row is not None
+                if row is not None and checkpoint.status is not None:
+                    status, available_at = row
+                    due_now |= (
+                        status == "pending" and available_at is not None and available_at <= at
+                    )
                 if fenced_in:
                     db.executemany(
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
@@ -280,7 +291,7 @@ class SQLiteStore:
                 else:  # refused: a stale epoch, or applied by an earlier try of this commit
                     fenced_in = _applied(db, checkpoint)
                 results.append(fenced_in)
-        return results
+        return results, due_now
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         at = ts(now)

@@ -91,15 +91,18 @@ def test_a_message_wakes_a_run_in_backoff_and_the_retry_keeps_its_time(
     assert [e.attempt for e in of_kind(app, "run-1", EventKind.STEP_STARTED)] == [1, 2]
 
 
-def test_a_message_to_a_running_run_is_folded_at_its_next_claim(
+def test_a_message_to_a_running_run_is_folded_as_soon_as_the_run_is_handed_back(
     app: durably.App, clock: FakeClock, store_url: str
 ) -> None:
+    """A message that comes while the run is leased is not folded by that lease; the run's
+    hand-back to wait (here a retry's backoff) is due at once, so the next claim folds it,
+    and the run then waits for its retry as before."""
     calls: list[str] = []
 
     @app.step(retry=Retry(attempts=3, initial="10s", jitter="none"))
     async def ask() -> str:
         calls.append("ask")
-        if len(calls) == 1:  # sent while this run is leased: nobody wakes it
+        if len(calls) == 1:  # sent while this run is leased
             sent = app.send("run-1", "signal", name="during", by="ops")
             assert app.get_run("run-1").status is RunStatus.RUNNING
             assert sent.stored
@@ -112,20 +115,19 @@ def test_a_message_to_a_running_run_is_folded_at_its_next_claim(
 
     app.start(job, id="run-1")
     app.run_until_idle()
-    assert messages(app, "run-1") == []  # not folded by the lease it arrived under
-    assert inbox_rows(store_url) == 1
-    assert app.get_run("run-1").available_at == clock.now() + timedelta(seconds=10)
-
-    clock.advance("10s")
-    app.run_until_idle()
-
-    assert app.handle("run-1").result(timeout=0) == "ok"
-    [received] = messages(app, "run-1")
+    [received] = messages(app, "run-1")  # folded by the claim that followed the hand-back
     assert (received.name, received.sender) == ("during", "ops")
+    assert inbox_rows(store_url) == 0
+    assert calls == ["ask"]  # the message did not bring the retry forward
+    assert app.get_run("run-1").available_at == clock.now() + timedelta(seconds=10)
     history = kinds(app.history("run-1"))
     second_claim = len(history) - 1 - history[::-1].index("claimed")
     assert history[second_claim + 1] == "message_received"  # folded before replay goes on
-    assert inbox_rows(store_url) == 0
+
+    clock.advance("10s")
+    app.run_until_idle()
+    assert app.handle("run-1").result(timeout=0) == "ok"
+    assert calls == ["ask", "ask"]
 
 
 def test_a_worker_that_dies_before_its_first_checkpoint_leaves_the_message_to_the_next(
@@ -245,7 +247,7 @@ def test_the_client_refuses_what_cannot_be_delivered(app: durably.App, clock: Fa
 
     app.run_until_idle()
     assert len(messages(app, "run-1")) == 1
-    with pytest.raises(DurablyError, match=r"ended \(completed\)"):
+    with pytest.raises(DurablyError, match=r"has finished \(completed\)"):
         app.send("run-1", "signal", by="erin")
 
 

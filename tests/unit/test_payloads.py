@@ -26,10 +26,12 @@ from durably.core.payloads import (
     RunningAlone,
     RunParked,
     RunRetried,
+    SignalReceived,
     StepFailed,
     StepReconciled,
     StepStarted,
     StepWaiting,
+    WaitStarted,
     encode_payload,
     payload_of,
     read_payload,
@@ -53,6 +55,12 @@ STEP_KINDS = {
     EventKind.COMPENSATION_COMPLETED,
     EventKind.COMPENSATION_ATTEMPT_FAILED,
     EventKind.COMPENSATION_FAILED,
+    EventKind.TIMER_SET,
+    EventKind.TIMER_FIRED,
+    EventKind.SIGNAL_WAITING,
+    EventKind.SIGNAL_RECEIVED,
+    EventKind.SIGNAL_TIMED_OUT,
+    EventKind.VALUE_RECORDED,
 }
 
 
@@ -157,6 +165,23 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         '"sent_at": "2026-01-01T00:00:02.500000+00:00"}',
         MessageReceived(5, "cancel", None, None, "ops", DUE),
     ),
+    (
+        EventKind.TIMER_SET,
+        '{"until": "2026-01-01T00:00:02.500000+00:00"}',
+        WaitStarted(DUE),
+    ),
+    (EventKind.SIGNAL_WAITING, '{"until": null}', WaitStarted(None)),
+    (
+        EventKind.SIGNAL_RECEIVED,
+        '{"message": 4, "data": "{\\"ok\\": true}", "sender": "erin", '
+        '"sent_at": "2026-01-01T00:00:00+00:00"}',
+        SignalReceived(4, '{"ok": true}', "erin", AT),
+    ),
+    (
+        EventKind.VALUE_RECORDED,
+        '"2026-01-01T00:00:00+00:00"',
+        Result('"2026-01-01T00:00:00+00:00"'),
+    ),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 
@@ -167,6 +192,8 @@ def test_every_kind_has_its_payload_class_or_none() -> None:
         EventKind.RUN_STARTED,
         EventKind.COMPENSATION_COMPLETED,
         EventKind.RUN_COMPLETED,
+        EventKind.TIMER_FIRED,
+        EventKind.SIGNAL_TIMED_OUT,
     }
 
 

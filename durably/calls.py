@@ -1,0 +1,122 @@
+"""What workflow code calls besides its steps: durable timers, signal waits, and values that
+replay unchanged (the clock, ids, random numbers).
+
+Like a step call, each is recorded in the run's history at its place in the workflow. In an
+async workflow `sleep`, `sleep_until` and `wait_for_signal` are awaited; in a sync workflow
+the same calls block. `now`, `uuid4` and `random` are plain calls in both.
+
+Why they exist: a workflow body runs again on every replay, so anything it reads from the
+world must come back the same. `datetime.now()` in a workflow body is a bug: after a crash
+the replay sees another time, and a branch on it may take another path than the first run
+did (durably then stops the run with a NonDeterminismError, or, worse, it repeats a step
+with other arguments). `durably.now()` is read once and recorded; replays get the recorded
+value.
+"""
+
+from __future__ import annotations
+
+import json
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from durably.durations import Duration, parse_duration
+from durably.errors import DurablyError
+from durably.runtime.context import Execution, current_execution, in_step
+
+__all__ = ["now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
+
+T = TypeVar("T")
+
+
+def sleep(duration: Duration) -> Any:
+    """Wait `duration` ("10m", "2d", seconds, a timedelta), durably: the run is handed back
+    and holds no worker until the time comes, across restarts of every worker."""
+    delta = parse_duration(duration, what="the sleep's duration")
+    return _wait("sleep", lambda execution: _until(execution, delta))
+
+
+def sleep_until(moment: datetime) -> Any:
+    """Wait until `moment` (a datetime with a time zone), durably."""
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise DurablyError(
+            f"durably.sleep_until() needs a datetime with a time zone, not {moment!r}; "
+            "for example datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)"
+        )
+    return _wait("sleep_until", lambda _execution: moment)
+
+
+def wait_for_signal(name: str, *, timeout: Duration | None = None) -> Any:
+    """The payload of the next signal `name` sent to this run (app.signal, `durably signal`),
+    waiting for it durably. Signals sent before the wait are kept and taken in the order they
+    came, each by one wait. Raises durably.SignalTimeout if `timeout` passes first."""
+    if not isinstance(name, str) or not name:
+        raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
+    delta = None if timeout is None else parse_duration(timeout, what="the signal's timeout")
+
+    def wait(execution: Execution) -> Any:
+        return json.loads(execution.waits.wait_for_signal(name, delta))
+
+    return _call("wait_for_signal", wait, awaited=True)
+
+
+def now() -> datetime:
+    """The current time (UTC), recorded on first execution and the same on every replay."""
+    return _value("now", lambda execution: json.dumps(execution.clock_now().isoformat()),
+                  datetime.fromisoformat)  # fmt: skip
+
+
+def uuid4() -> _uuid.UUID:
+    """A random UUID, recorded on first execution and the same on every replay."""
+    return _value("uuid4", lambda _execution: json.dumps(str(_uuid.uuid4())), _uuid.UUID)
+
+
+def random() -> float:
+    """A random float in [0, 1), recorded on first execution and the same on every replay."""
+    return _value("random", lambda _execution: json.dumps(_random.random()), float)
+
+
+# -- plumbing -------------------------------------------------------------------------------
+
+
+def _until(execution: Execution, delta: timedelta) -> datetime:
+    return execution.clock_now() + delta
+
+
+def _wait(what: str, until: Callable[[Execution], datetime]) -> Any:
+    def wait(execution: Execution) -> None:
+        execution.waits.sleep_until(until(execution))
+
+    return _call(what, wait, awaited=True)
+
+
+def _value(kind: str, make: Callable[[Execution], str], read: Callable[[Any], T]) -> T:
+    def value(execution: Execution) -> T:
+        return read(json.loads(execution.waits.value(kind, lambda: make(execution))))
+
+    result: T = _call(kind, value, awaited=False)
+    return result
+
+
+def _call(what: str, call: Callable[[Execution], Any], *, awaited: bool) -> Any:
+    """`call(execution)` on the run's loop; for an awaited call in an async workflow, an
+    awaitable that makes it."""
+    execution = current_execution()
+    if execution is None or in_step():
+        where = "inside a step" if execution is not None else "outside a workflow"
+        raise DurablyError(
+            f"durably.{what}() was called {where}; it is recorded in the workflow's history, "
+            "so call it from workflow code (the function decorated with @app.workflow)"
+        )
+    if awaited and execution.is_async:
+        return _awaitable(lambda: call(execution))
+    return execution.on_loop(lambda: call(execution))
+
+
+def _awaitable(call: Callable[[], T]) -> Awaitable[T]:
+    async def made() -> T:
+        return call()
+
+    return made()
