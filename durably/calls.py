@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from durably.durations import Duration, parse_duration
-from durably.errors import DurablyError
+from durably.errors import DurablyError, NotInWorkflow
 from durably.runtime.context import Execution, current_execution, in_step
 
 __all__ = ["now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
@@ -34,7 +34,7 @@ T = TypeVar("T")
 def sleep(duration: Duration) -> Any:
     """Wait `duration` ("10m", "2d", seconds, a timedelta), durably: the run is handed back
     and holds no worker until the time comes, across restarts of every worker."""
-    delta = parse_duration(duration, what="the sleep's duration")
+    delta = _duration(duration, "the sleep's duration")
     return _wait("sleep", lambda execution: _until(execution, delta))
 
 
@@ -54,7 +54,7 @@ def wait_for_signal(name: str, *, timeout: Duration | None = None) -> Any:
     came, each by one wait. Raises durably.SignalTimeout if `timeout` passes first."""
     if not isinstance(name, str) or not name:
         raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
-    delta = None if timeout is None else parse_duration(timeout, what="the signal's timeout")
+    delta = None if timeout is None else _duration(timeout, "the signal's timeout")
 
     def wait(execution: Execution) -> Any:
         return json.loads(execution.waits.wait_for_signal(name, delta))
@@ -79,6 +79,13 @@ def random() -> float:
 
 
 # -- plumbing -------------------------------------------------------------------------------
+
+
+def _duration(value: Duration, what: str) -> timedelta:
+    try:
+        return parse_duration(value, what=what)
+    except ValueError as exc:
+        raise DurablyError(str(exc)) from None
 
 
 def _until(execution: Execution, delta: timedelta) -> datetime:
@@ -106,7 +113,7 @@ def _call(what: str, call: Callable[[Execution], Any], *, awaited: bool) -> Any:
     execution = current_execution()
     if execution is None or in_step():
         where = "inside a step" if execution is not None else "outside a workflow"
-        raise DurablyError(
+        raise NotInWorkflow(
             f"durably.{what}() was called {where}; it is recorded in the workflow's history, "
             "so call it from workflow code (the function decorated with @app.workflow)"
         )

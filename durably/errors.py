@@ -126,6 +126,11 @@ class Escalated(DurablyError):
     """A workflow asked for a person (durably.escalate); the run waits for their answer."""
 
 
+class NotInWorkflow(DurablyError):
+    """A call that is recorded in a workflow's history (durably.sleep, now, ...) was made
+    outside workflow code: outside any run, or inside a step. Never retried."""
+
+
 class SignalTimeout(DurablyError):
     """durably.wait_for_signal: no signal of that name came before the wait's timeout."""
 

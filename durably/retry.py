@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from durably.durations import Duration, parse_duration
-from durably.errors import PayloadError, Terminal, Throttled
+from durably.errors import NotInWorkflow, PayloadError, Terminal, Throttled
 
 __all__ = [
     "NEVER_RETRIED",
@@ -29,6 +29,7 @@ __all__ = [
 NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Terminal,
     PayloadError,
+    NotInWorkflow,
     AssertionError,
     NotImplementedError,
     TypeError,

@@ -34,6 +34,11 @@ def make_app(store: str | None) -> durably.App:
     async def count(n: int, *, step: int = 1) -> int:
         return n + step
 
+    @app.workflow
+    async def await_approval(order: str) -> str:
+        decision = await durably.wait_for_signal("approved")
+        return f"{order}: {decision['by']}"
+
     return app
 
 

@@ -228,6 +228,37 @@ def test_start_makes_a_run_from_json_input_once(
     assert app.handle(counted.id).result(timeout=0) == 6
 
 
+def test_signal_sends_json_to_a_waiting_run_and_refuses_what_cannot_arrive(
+    app: durably.App, store_url: str, elsewhere: Path
+) -> None:
+    app.start("await_approval", "o7", id="o7")
+    app.run_until_idle()
+    assert app.get_run("o7").status is RunStatus.PENDING
+
+    bad = durably_cli(
+        "signal", "o7", "approved", "--data", "{oops", "--app", APP,
+        cwd=elsewhere, app_store=store_url,
+    )  # fmt: skip
+    unknown = durably_cli(
+        "signal", "nobody", "approved", "--app", APP, cwd=elsewhere, app_store=store_url
+    )
+    sent = durably_cli(
+        "signal", "o7", "approved", "--data", '{"by": "erin"}', "--by", "erin", "--app", APP,
+        cwd=elsewhere, app_store=store_url,
+    )  # fmt: skip
+
+    refused(bad, 1, "the signal's --data is not JSON")
+    refused(unknown, 1, "no run has the id 'nobody'")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("signal 'approved' sent to run o7 (message ")
+    app.run_until_idle()
+    assert app.handle("o7").result(timeout=0) == "o7: erin"
+    finished = durably_cli(
+        "signal", "o7", "approved", "--app", APP, cwd=elsewhere, app_store=store_url
+    )
+    refused(finished, 1, "has finished (completed), so the signal 'approved' cannot reach it")
+
+
 @pytest.mark.parametrize(
     ("given", "message"),
     [
