@@ -1,0 +1,96 @@
+"""Waits with real worker processes and real SIGKILLs, on both stores: a timer that comes due
+while every worker is down, and signals sent while the run's worker is being killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import durably
+from durably import RunStatus
+from durably.core.history import EventKind
+from durably.core.payloads import SignalReceived, read_payload
+from tests.chaos.waits_app import build
+from tests.integration.processes import start_worker
+
+pytestmark = pytest.mark.chaos
+
+TARGET = "tests.chaos.waits_app:app"
+
+
+def wait_until(what: str, done: Callable[[], bool], log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"{what} did not happen within {timeout}s:\n{log.read_text()}")
+
+
+def kill(worker: subprocess.Popen[bytes]) -> None:
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
+
+
+def test_a_timer_due_while_every_worker_is_down_fires_when_one_starts(
+    store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    client = build(durably.App(store_url))
+    log = tmp_path / "worker.log"
+    try:
+        handle = client.start("nap", 1.0, id="nap-1")
+        processes.append(start_worker(store_url, log, target=TARGET))
+        wait_until(
+            "the timer was set",
+            lambda: any(e.kind is EventKind.TIMER_SET for e in client.history("nap-1")),
+            log,
+        )
+        kill(processes[0])  # the only worker dies while the run sleeps
+        time.sleep(1.5)  # the timer comes due with nobody to run it
+        run = client.get_run("nap-1")
+        assert run.status is RunStatus.PENDING
+        assert run.lease_owner is None  # it held no worker while it slept
+
+        processes.append(start_worker(store_url, tmp_path / "second.log", target=TARGET))
+        assert handle.result(timeout=30) == "woke"
+        fired = [e for e in client.history("nap-1") if e.kind is EventKind.TIMER_FIRED]
+        assert len(fired) == 1
+    finally:
+        client.close()
+
+
+def test_signals_sent_while_the_worker_is_killed_arrive_once_each_in_order(
+    store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    count = 30
+    client = build(durably.App(store_url))
+    options = ("--name", "signal-worker", "--poll", "50ms")  # a restart recovers at once
+    try:
+        handle = client.start("collect", count, id="c-1")
+        processes.append(start_worker(store_url, tmp_path / "w0.log", *options, target=TARGET))
+        kills = 0
+        for item in range(count):
+            client.signal("c-1", "item", item, by="sender")
+            if item in (7, 15, 23):  # kill the worker right after a signal, and replace it
+                kill(processes[-1])
+                kills += 1
+                log = tmp_path / f"w{kills}.log"
+                processes.append(start_worker(store_url, log, *options, target=TARGET))
+            time.sleep(0.01)
+        assert handle.result(timeout=60) == list(range(count))  # none lost, none twice
+
+        taken = [
+            read_payload(e, SignalReceived).message
+            for e in client.history("c-1")
+            if e.kind is EventKind.SIGNAL_RECEIVED
+        ]
+        assert len(taken) == count
+        assert len(set(taken)) == count  # each message taken by exactly one wait
+    finally:
+        client.close()
