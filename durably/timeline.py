@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Claimed, Failure, MessageReceived, StepStarted, payload_of
+from durably.core.payloads import (
+    Claimed,
+    Failure,
+    MessageReceived,
+    SignalReceived,
+    StepStarted,
+    WaitStarted,
+    payload_of,
+)
+from durably.core.status import RunStatus
 from durably.errors import PayloadError
 from durably.stores.base import RunRecord
 
@@ -68,6 +77,8 @@ def describe_run(run: RunRecord) -> list[tuple[str, str]]:
     if run.available_at is not None:
         label = "lease expires" if run.lease_owner else "due"
         pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
+    elif run.status is RunStatus.PENDING:
+        pairs.append(("due", "when a signal comes (it waits with no timeout)"))
     if run.result is not None:
         pairs.append(("result", _short(run.result, 200)))
     if run.error is not None:
@@ -89,11 +100,20 @@ def _detail(event: Event) -> str:
     if isinstance(payload, Claimed):
         taken = f", took over from {payload.took_over_from}" if payload.took_over_from else ""
         return f"by {payload.owner} (epoch {payload.epoch}){taken}"
+    if isinstance(payload, WaitStarted):
+        return "no timeout" if payload.until is None else f"until {_time(payload.until)}"
+    if isinstance(payload, SignalReceived):
+        data = _short(payload.data or "null", 80)
+        return f"message {payload.message} from {payload.sender}: {data}"
     if isinstance(payload, MessageReceived):
         what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
         data = "" if payload.data is None else f": {_short(payload.data, 80)}"
         return f"{what} from {payload.sender}{data}"
     return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
+
+
+def _time(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds")
 
 
 def _short(text: str, limit: int) -> str:

@@ -46,3 +46,31 @@ def test_data_that_is_not_its_kinds_payload_is_shown_as_unreadable() -> None:
         Event(1, EventKind.CLAIMED, AT, data='{"owner": "w"}'),
         step(2, EventKind.STEP_FAILED, "{oops"),
     ) == ['(unreadable: {"owner": "w"})', "(unreadable: {oops)"]
+
+
+def test_timers_signals_and_values_read_as_words() -> None:
+    def call(seq: int, kind: EventKind, name: str, data: str | None = None) -> Event:
+        return Event(seq, kind, AT, 0, name, None, data)
+
+    rows = timeline(
+        [
+            call(1, EventKind.TIMER_SET, "durably.sleep", '{"until": "2026-01-08T00:00:00+00:00"}'),
+            call(2, EventKind.TIMER_FIRED, "durably.sleep"),
+            call(3, EventKind.SIGNAL_WAITING, "durably.signal:approved", '{"until": null}'),
+            call(
+                4,
+                EventKind.SIGNAL_RECEIVED,
+                "durably.signal:approved",
+                '{"message": 9, "data": "{\\"ok\\": true}", "sender": "erin", '
+                '"sent_at": "2026-01-01T00:00:00+00:00"}',
+            ),
+            call(5, EventKind.VALUE_RECORDED, "durably.now", '"2026-01-01T00:00:00+00:00"'),
+        ]
+    )
+    assert [(row.what, row.step, row.detail) for row in rows] == [
+        ("timer_set", "#0 durably.sleep", "until 2026-01-08T00:00:00.000+00:00"),
+        ("timer_fired", "#0 durably.sleep", ""),
+        ("signal_waiting", "#0 durably.signal:approved", "no timeout"),
+        ("signal_received", "#0 durably.signal:approved", 'message 9 from erin: {"ok": true}'),
+        ("value_recorded", "#0 durably.now", '"2026-01-01T00:00:00+00:00"'),
+    ]
