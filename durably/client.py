@@ -34,6 +34,7 @@ from durably.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
+from durably.ids import new_run_id
 from durably.operations import DeadLetter
 from durably.runtime.waits import SIGNAL_KIND
 from durably.starting import Starter
@@ -140,7 +141,7 @@ class Client:
         the other runs of the batch are started all the same (starting them again is safe)."""
         encoded = [self._encoded(item) for item in starts]
         new = [
-            NewRun(item.id or uuid.uuid4().hex, name, payload)
+            NewRun(item.id or new_run_id(), name, payload)
             for item, (name, payload) in zip(starts, encoded, strict=True)
         ]
         outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
@@ -428,7 +429,7 @@ class Client:
         return definition.name, encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
 
     def _create(self, workflow: str, payload: str, run_id: str | None) -> Started:
-        new = NewRun(run_id or uuid.uuid4().hex, workflow, payload)
+        new = NewRun(run_id or new_run_id(), workflow, payload)
         record, created = self._starter.create(new)
         if not created:
             _check_same_start(record, workflow, payload)

@@ -14,6 +14,8 @@ DurablyError
 ├── LeaseLost                   this worker no longer owns the run
 ├── StepFailed                  a step failed for good; what a workflow sees, live and on replay
 ├── StepTimeout · DeadlineExceeded · PoisonPill · Escalated
+├── SignalTimeout               durably.wait_for_signal: no signal before its timeout
+├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
 └── WorkflowFailed              .error_class and .message of the run's failure
 
 Raised by users in steps:
@@ -34,11 +36,13 @@ __all__ = [
     "Escalated",
     "LeaseLost",
     "NonDeterminismError",
+    "NotInWorkflow",
     "PayloadError",
     "PoisonPill",
     "RunConflict",
     "RunNotFound",
     "SchemaTooNew",
+    "SignalTimeout",
     "StepFailed",
     "StepTimeout",
     "StoreError",

@@ -38,7 +38,7 @@ class EventKind(StrEnum):
     TIMER_SET = "timer_set"  # durably.sleep / sleep_until (data: until)
     TIMER_FIRED = "timer_fired"  # the timer's time came; the workflow goes on
     SIGNAL_WAITING = "signal_waiting"  # durably.wait_for_signal (data: until, or none)
-    SIGNAL_RECEIVED = "signal_received"  # the signal the wait took (data: message, payload)
+    SIGNAL_RECEIVED = "signal_received"  # the signal the wait took (data: message, data, ...)
     SIGNAL_TIMED_OUT = "signal_timed_out"  # no signal before the wait's timeout
     VALUE_RECORDED = "value_recorded"  # durably.now / uuid4 / random (data: the value)
 

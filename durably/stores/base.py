@@ -48,7 +48,9 @@ class RunRecord:
     error: ErrorInfo | None
     created_at: datetime
     updated_at: datetime
-    available_at: datetime | None  # pending: due time; running: lease expiry
+    # pending: due time (None: it waits for a signal only); running: lease expiry;
+    # needs_attention: its workflow's deadline, when it wakes to time out (else None)
+    available_at: datetime | None
     lease_owner: str | None
     lease_epoch: int
     event_count: int

@@ -31,8 +31,9 @@ _V1 = [
         lease_epoch BIGINT NOT NULL DEFAULT 0,
         event_count INTEGER NOT NULL DEFAULT 0
     )""",
-    # Only runs a worker could claim (pending or running) have available_at; finished
-    # runs leave the index, so claiming stays flat however many runs the store holds.
+    # Only runs a worker could claim (pending or running, and a parked run of a workflow
+    # with a deadline, which wakes at it) have available_at; finished runs leave the index,
+    # so claiming stays flat however many runs the store holds.
     "CREATE INDEX durably_runs_claimable ON durably_runs (available_at)"
     " WHERE available_at IS NOT NULL",
     "CREATE INDEX durably_runs_by_status ON durably_runs (status, updated_at)",
