@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ bench-core: $(STAMP)
 
 bench-scaling: $(STAMP)
 	$(BIN)/python -m benchmarks.scaling
+
+bench-sleepers: $(STAMP)
+	$(BIN)/python -m benchmarks.sleepers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

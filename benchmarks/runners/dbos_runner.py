@@ -22,9 +22,15 @@ the runner's event loop (so queued workflows run on that loop). How each command
                     (cross-process).
   queue-throughput  N one-step workflows enqueued on a queue with worker_concurrency C.
   cold-start        import, DBOS(config=...) and DBOS.launch() (migrations) on an empty store.
+  roundtrip         (not in the protocol: benchmarks.roundtrip's DBOS side) N workflows of S
+                    steps (`chain`), one at a time, each enqueued with DBOSClient on a queue
+                    that a `queue-worker` child process serves, and waited for with its
+                    handle's get_result: ms from before the enqueue to the result, after
+                    --warm-up unrecorded ones (the first of which waits for the worker).
 
 Queue workers poll; the poll interval is the queue's `polling_interval_sec` (DBOS's default is
 1 s), set here to QUEUE_POLL_SECONDS, durably's default idle poll, and reported in the JSON.
+A handle's get_result polls too, every RESULT_POLL_SECONDS (DBOS's default is 1 s).
 
 Durability: DBOS sets neither journal_mode nor synchronous on SQLite (so a new file keeps
 SQLite's rollback journal) and leaves synchronous_commit to the PostgreSQL server. This runner
@@ -78,6 +84,7 @@ HOP_IDLE_SECONDS = 0.05
 W3_QUEUE = "w3"
 HOP_QUEUE = "hop"
 THROUGHPUT_QUEUE = "throughput"
+ROUNDTRIP_QUEUE = "roundtrip"
 
 # -- the workloads ----------------------------------------------------------------------------
 
@@ -302,7 +309,7 @@ async def queue_hop(args: argparse.Namespace) -> dict[str, Any]:
 
         return hop_figures(args, await measure_hops(args.hops, enqueue), seen)
 
-    worker = start_worker_process(args)
+    worker = start_worker_process(args, HOP_QUEUE)
     try:
         seen = enforce_durability(args.url, args.fast)  # the client's connections too
         client = DBOSClient(system_database_url=args.url, application_name=APP)
@@ -338,9 +345,10 @@ async def measure_hops(count: int, enqueue: Callable[[float], Awaitable[Any]]) -
     return hops
 
 
-def start_worker_process(args: argparse.Namespace) -> subprocess.Popen[str]:
+def start_worker_process(args: argparse.Namespace, queue: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "benchmarks.runners.dbos_runner", "queue-worker"]
     command += ["--url", args.url, "--queue-poll-ms", str(args.queue_poll_ms)]
+    command += ["--queue", queue]
     command += ["--fast"] if args.fast else []
     worker = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert worker.stdout is not None
@@ -362,10 +370,10 @@ def stop_worker_process(worker: subprocess.Popen[str]) -> None:
 
 
 async def queue_worker(args: argparse.Namespace) -> None:
-    """The child of queue-hop cross-process: an idle DBOS worker on the hop queue until its
-    standard input closes."""
+    """The child of queue-hop cross-process and of roundtrip: an idle DBOS worker on the queue
+    --queue until its standard input closes."""
     launch(args)
-    await idle_worker(args, HOP_QUEUE)
+    await idle_worker(args, args.queue)
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.read)
 
@@ -394,6 +402,50 @@ async def cold_start(args: argparse.Namespace) -> dict[str, Any]:
     return {"ready_seconds": time.perf_counter() - STARTED, "durability": seen}
 
 
+async def roundtrip(args: argparse.Namespace) -> dict[str, Any]:
+    """Start -> result of `chain`, one workflow at a time, run by a worker in another process."""
+    worker = start_worker_process(args, ROUNDTRIP_QUEUE)
+    try:
+        seen = enforce_durability(args.url, args.fast)  # the client's connections too
+        client = DBOSClient(system_database_url=args.url, application_name=APP)
+        options: EnqueueOptions = {"queue_name": ROUNDTRIP_QUEUE, "workflow_name": "chain"}
+        steps = args.steps
+
+        async def one(n: int) -> tuple[float, float, Any]:
+            """ms from before the enqueue to the result in hand, the wall clock then, and the
+            workflow's handle."""
+            began = time.perf_counter()
+            handle = await client.enqueue_async(options, n, steps)
+            result = await handle.get_result(polling_interval_sec=RESULT_POLL_SECONDS)
+            elapsed, wall = 1000 * (time.perf_counter() - began), time.time()
+            if result != n + steps:
+                fail(f"workflow {n} returned {result!r}, not {n + steps}")
+            return elapsed, wall, handle
+
+        for n in range(args.warm_up):  # the first waits for the worker's first poll
+            await one(n)
+        totals: list[float] = []
+        heard: list[float | None] = []
+        for n in range(args.workflows):
+            elapsed, wall, handle = await one(n)
+            totals.append(elapsed)
+            # DBOS stamps the run's end (updated_at, ms) with the database's clock at the start
+            # of that transaction: on SQLite before Python 3.12 to the second only
+            status = await handle.get_status()
+            heard.append(1000 * wall - status.updated_at if status.updated_at else None)
+        client.destroy()
+    finally:
+        stop_worker_process(worker)
+    precise = not args.url.startswith("sqlite") or sys.version_info >= (3, 12)
+    return {
+        "roundtrip_ms": totals,
+        "heard_after_end_ms": heard if precise else None,
+        "queue_poll_seconds": args.queue_poll_ms / 1000,
+        "result_poll_seconds": RESULT_POLL_SECONDS,
+        "durability": seen,
+    }
+
+
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any] | None]]
 COMMANDS: dict[str, Command] = {
     "throughput": throughput,
@@ -403,6 +455,7 @@ COMMANDS: dict[str, Command] = {
     "queue-throughput": queue_throughput,
     "cold-start": cold_start,
     "queue-worker": queue_worker,
+    "roundtrip": roundtrip,
 }
 
 
@@ -426,20 +479,26 @@ def fail(message: str) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    def queue_poll(parser: argparse.ArgumentParser) -> None:
+    def own_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--queue-poll-ms",
             type=float,
             default=QUEUE_POLL_SECONDS * 1000,
             help="the queues' polling_interval_sec, in ms",
         )
+        parser.add_argument("--queue", default=HOP_QUEUE, help="queue-worker: the queue served")
+        parser.add_argument("--warm-up", type=int, default=10, help="roundtrip: unrecorded first")
 
     return parse_command(
         "python -m benchmarks.runners.dbos_runner",
         argv,
-        commands={"throughput": {"mode": "direct"}, "queue-worker": {}},
+        commands={
+            "throughput": {"mode": "direct"},
+            "queue-worker": {},
+            "roundtrip": {"workflows": 150, "steps": 3},
+        },
         modes={"throughput": ("direct", "queue")},
-        more=queue_poll,
+        more=own_options,
     )
 
 
