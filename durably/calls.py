@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from durably.durations import Duration, parse_duration
 from durably.errors import DurablyError, NotInWorkflow
 from durably.runtime.context import Execution, current_execution, in_step
+from durably.runtime.waits import check_signal_name
 
 __all__ = ["now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
 
@@ -52,8 +53,7 @@ def wait_for_signal(name: str, *, timeout: Duration | None = None) -> Any:
     """The payload of the next signal `name` sent to this run (app.signal, `durably signal`),
     waiting for it durably. Signals sent before the wait are kept and taken in the order they
     came, each by one wait. Raises durably.SignalTimeout if `timeout` passes first."""
-    if not isinstance(name, str) or not name:
-        raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
+    check_signal_name(name)
     delta = None if timeout is None else _duration(timeout, "the signal's timeout")
 
     def wait(execution: Execution) -> Any:

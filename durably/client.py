@@ -36,7 +36,7 @@ from durably.errors import (
 )
 from durably.ids import new_run_id
 from durably.operations import DeadLetter
-from durably.runtime.waits import SIGNAL_KIND
+from durably.runtime.waits import SIGNAL_KIND, check_signal_name
 from durably.starting import Starter
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
@@ -310,7 +310,8 @@ class Client:
     ) -> Delivered:
         """Put a message in the run's inbox: its lease holder folds it into the history
         (a `message_received` event) exactly once. A waiting run is woken to do so; a running
-        one gets it at its next claim; a parked one keeps it until a person acts.
+        one folds it once it hands itself back to wait (due at once then) or at its next
+        claim; a parked one keeps it until a person acts.
 
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
@@ -347,8 +348,7 @@ class Client:
         name queue up in the order they were sent. `payload` must be JSON (PayloadError
         otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
         run; DurablyError, naming its status, for a run that has finished."""
-        if not isinstance(name, str) or not name:
-            raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
+        check_signal_name(name)
         return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
 
     def signal_json(self, run_id: str, name: str, payload: str, *, by: str) -> Delivered:
