@@ -14,9 +14,12 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
 from durably.app import App, RunHandle
-from durably.calls import now, random, sleep, sleep_until, uuid4, wait_for_signal
+from durably.approvals import PendingApproval
+from durably.calls import approval, now, random, sleep, sleep_until, uuid4, wait_for_signal
 from durably.client import Start
+from durably.core.approvals import ApprovalRequest
 from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.payloads import Decision
 from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow, escalate
 from durably.errors import (
@@ -51,10 +54,12 @@ from durably.stores import RunRecord
 
 __all__ = [
     "App",
+    "ApprovalRequest",
     "Breaker",
     "ConfigError",
     "DeadLetter",
     "DeadlineExceeded",
+    "Decision",
     "Dependency",
     "DurablyError",
     "ErrorInfo",
@@ -65,6 +70,7 @@ __all__ = [
     "NonDeterminismError",
     "NotInWorkflow",
     "PayloadError",
+    "PendingApproval",
     "PoisonPill",
     "Retry",
     "RunConflict",
@@ -87,6 +93,7 @@ __all__ = [
     "Worker",
     "Workflow",
     "WorkflowFailed",
+    "approval",
     "escalate",
     "idempotency_key",
     "now",

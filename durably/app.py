@@ -8,9 +8,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
+from durably.approvals import PendingApproval
 from durably.client import Client, DeadLetter, Delivered, Start
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
+from durably.core.payloads import Decision
 from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
@@ -235,6 +237,30 @@ class App:
     def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         self.client.fail(run_id, by=by, reason=reason)
+
+    # -- approvals (durably.approval) and escalations ------------------------------------
+
+    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
+        """Approvals and escalations waiting for a person, oldest request first."""
+        return self.client.approvals(limit=limit)
+
+    def approve(
+        self, run_id: str, name: str, *, by: str = "app", comment: str | None = None
+    ) -> Decision:
+        """Approve the pending approval `name` of a run, as an operator (see Client.decide)."""
+        return self.client.decide(run_id, name, approved=True, by=by, comment=comment)
+
+    def reject(
+        self, run_id: str, name: str, *, by: str = "app", comment: str | None = None
+    ) -> Decision:
+        """Reject the pending approval `name` of a run, as an operator."""
+        return self.client.decide(run_id, name, approved=False, by=by, comment=comment)
+
+    def decide_with_token(
+        self, token: str, *, approved: bool, by: str = "app", comment: str | None = None
+    ) -> Decision:
+        """Approve or reject the approval a token (given to the notify step) was made for."""
+        return self.client.decide_with_token(token, approved=approved, by=by, comment=comment)
 
     def send(
         self,

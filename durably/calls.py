@@ -1,9 +1,9 @@
-"""What workflow code calls besides its steps: durable timers, signal waits, and values that
-replay unchanged (the clock, ids, random numbers).
+"""What workflow code calls besides its steps: durable timers, signal waits, approvals, and
+values that replay unchanged (the clock, ids, random numbers).
 
 Like a step call, each is recorded in the run's history at its place in the workflow. In an
-async workflow `sleep`, `sleep_until` and `wait_for_signal` are awaited; in a sync workflow
-the same calls block. `now`, `uuid4` and `random` are plain calls in both.
+async workflow `sleep`, `sleep_until`, `wait_for_signal` and `approval` are awaited; in a
+sync workflow the same calls block. `now`, `uuid4` and `random` are plain calls in both.
 
 Why they exist: a workflow body runs again on every replay, so anything it reads from the
 world must come back the same. `datetime.now()` in a workflow body is a bug: after a crash
@@ -22,12 +22,16 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from durably.codec import NO_HINT, encode
+from durably.core.approvals import ON_TIMEOUT
+from durably.definitions import Step
 from durably.durations import Duration, parse_duration
-from durably.errors import DurablyError, NotInWorkflow
+from durably.errors import DurablyError, NotInWorkflow, PayloadError
+from durably.runtime.approving import ApprovalCall
 from durably.runtime.context import Execution, current_execution, in_step
 from durably.runtime.waits import check_signal_name
 
-__all__ = ["now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
+__all__ = ["approval", "now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
 
 T = TypeVar("T")
 
@@ -60,6 +64,47 @@ def wait_for_signal(name: str, *, timeout: Duration | None = None) -> Any:
         return json.loads(execution.waits.wait_for_signal(name, delta))
 
     return _call("wait_for_signal", wait, awaited=True)
+
+
+def approval(
+    name: str,
+    *,
+    timeout: Duration | None = None,
+    on_timeout: str = "reject",
+    remind_after: Duration | None = None,
+    notify: Step | None = None,
+    details: Any = None,
+) -> Any:
+    """Wait durably for a person to approve or reject; returns the durably.Decision.
+
+    `notify`: a step (`@app.step`, taking one durably.ApprovalRequest) called with the request
+    and its single-use token, and again every `remind_after` with a fresh token. Operators can
+    decide without a token (`durably approve RUN NAME`). After `timeout`, durably decides by
+    itself (`on_timeout` "reject" or "approve"), or "escalate"s: the approval then waits for a
+    person with no timeout. Meanwhile the run is parked `needs_attention` and holds nothing.
+    """
+    check_signal_name(name, what="an approval")
+    if on_timeout not in ON_TIMEOUT:
+        raise DurablyError(
+            f"durably.approval(on_timeout=...) must be one of {', '.join(ON_TIMEOUT)}, "
+            f"not {on_timeout!r}"
+        )
+    limit = None if timeout is None else _duration(timeout, "the approval's timeout")
+    remind = None if remind_after is None else _duration(remind_after, "remind_after")
+    if notify is not None and not isinstance(notify, Step):
+        raise DurablyError(
+            f"durably.approval(notify=...) must be a step (a function decorated with @app.step "
+            f"that takes one durably.ApprovalRequest), not {notify!r}"
+        )
+    try:
+        text = None if details is None else encode(details, NO_HINT, what="the approval's details")
+    except PayloadError as exc:
+        raise DurablyError(str(exc)) from None
+    ask = ApprovalCall(name, limit, on_timeout, remind, notify, text)
+    execution = _here("approval")
+    if execution.is_async:
+        return execution.approval(ask)
+    return execution.run_blocking(lambda: execution.approval(ask))
 
 
 def now() -> datetime:
@@ -110,6 +155,14 @@ def _value(kind: str, make: Callable[[Execution], str], read: Callable[[Any], T]
 def _call(what: str, call: Callable[[Execution], Any], *, awaited: bool) -> Any:
     """`call(execution)` on the run's loop; for an awaited call in an async workflow, an
     awaitable that makes it."""
+    execution = _here(what)
+    if awaited and execution.is_async:
+        return _awaitable(lambda: call(execution))
+    return execution.on_loop(lambda: call(execution))
+
+
+def _here(what: str) -> Execution:
+    """The run whose workflow code calls durably.`what`; NotInWorkflow if none does."""
     execution = current_execution()
     if execution is None or in_step():
         where = "inside a step" if execution is not None else "outside a workflow"
@@ -117,9 +170,7 @@ def _call(what: str, call: Callable[[Execution], Any], *, awaited: bool) -> Any:
             f"durably.{what}() was called {where}; it is recorded in the workflow's history, "
             "so call it from workflow code (the function decorated with @app.workflow)"
         )
-    if awaited and execution.is_async:
-        return _awaitable(lambda: call(execution))
-    return execution.on_loop(lambda: call(execution))
+    return execution
 
 
 def _awaitable(call: Callable[[], T]) -> Awaitable[T]:

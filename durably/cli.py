@@ -17,6 +17,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -176,7 +177,7 @@ def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> Non
     """A run's state and its whole timeline: steps, attempts, keys, durations, errors."""
     with _client(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
-    for label, value in describe_run(run):
+    for label, value in describe_run(run, history):
         click.echo(f"{label + ':':<15}{value}")
     click.echo("")
     click.echo(f"{'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  DETAIL")
@@ -279,6 +280,113 @@ def dlq_fail(
         client.fail(run_id, by=by, reason=reason)
         click.echo(f"run {run_id} will be compensated and failed")
         click.echo(_worker_hint(app_target, client, "to compensate it"))
+
+
+@cli.group()
+def approvals() -> None:
+    """Approvals (durably.approval) and escalations waiting for a person.
+
+    A decision is recorded in the run's history with who made it; a worker of the app must be
+    running for the run to move on."""
+
+
+@approvals.command("list", epilog=_PRECEDENCE)
+@_where
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+def approvals_list(app_target: str | None, store_url: str | None, limit: int) -> None:
+    """Approvals waiting for a decision, oldest first: the run, the approval's name, when
+    it times out and what happens then, and its details."""
+    with _client(app_target, store_url) as client:
+        pending = client.approvals(limit=limit)
+    click.echo(f"{'RUN':<34} {'APPROVAL':<18} {'REQUESTED':<20} {'TIMES OUT':<20} THEN     DETAILS")
+    for approval in pending:
+        until = "never" if approval.until is None else _minute(approval.until)
+        then = "escalated" if approval.escalated else approval.on_timeout or "-"
+        details = (approval.details or "")[:60]
+        click.echo(
+            f"{approval.run_id:<34} {approval.name:<18} {_minute(approval.requested_at):<20} "
+            f"{until:<20} {then:<8} {details}"
+        )
+    if not pending:
+        click.echo("(no approvals waiting)")
+
+
+_COMMENT = click.option("--comment", default=None, help="Why (recorded with the decision).")
+_TOKEN = click.option(
+    "--token",
+    default=None,
+    help="Decide with the token the notify step was given, instead of RUN and NAME.",
+)
+
+
+@cli.command(epilog=_PRECEDENCE)
+@_where
+@click.argument("run_id", required=False)
+@click.argument("name", required=False)
+@_TOKEN
+@_COMMENT
+@_BY
+def approve(
+    app_target: str | None,
+    store_url: str | None,
+    run_id: str | None,
+    name: str | None,
+    token: str | None,
+    comment: str | None,
+    by: str,
+) -> None:
+    """Approve a run's approval NAME (or answer an escalation, NAME durably.escalate, True)."""
+    _decide(app_target, store_url, run_id, name, token, comment, by, approved=True)
+
+
+@cli.command(epilog=_PRECEDENCE)
+@_where
+@click.argument("run_id", required=False)
+@click.argument("name", required=False)
+@_TOKEN
+@_COMMENT
+@_BY
+def reject(
+    app_target: str | None,
+    store_url: str | None,
+    run_id: str | None,
+    name: str | None,
+    token: str | None,
+    comment: str | None,
+    by: str,
+) -> None:
+    """Reject a run's approval NAME (or answer an escalation, NAME durably.escalate, False)."""
+    _decide(app_target, store_url, run_id, name, token, comment, by, approved=False)
+
+
+def _decide(
+    app_target: str | None,
+    store_url: str | None,
+    run_id: str | None,
+    name: str | None,
+    token: str | None,
+    comment: str | None,
+    by: str,
+    *,
+    approved: bool,
+) -> None:
+    by_name = run_id is not None and name is not None
+    if by_name == (token is not None) or (token is not None and run_id is not None):
+        raise click.UsageError("give RUN and NAME, or --token (not both)")
+    with _client(app_target, store_url) as client:
+        if run_id is not None and name is not None:
+            decision = client.decide(run_id, name, approved=approved, by=by, comment=comment)
+        else:
+            assert token is not None
+            decision = client.decide_with_token(token, approved=approved, by=by, comment=comment)
+            run_id = token.rpartition(".")[0].rpartition(".")[0]
+        verdict = "approved" if decision.approved else "rejected"
+        click.echo(f"{verdict} by {decision.by}; run {run_id} goes on")
+        click.echo(_worker_hint(app_target, client, "for it to move on"))
+
+
+def _minute(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 @cli.command()

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from durably import operations
+from durably import approvals, operations
+from durably.approvals import PendingApproval
 from durably.clock import Clock, SystemClock
 from durably.codec import NO_HINT, decode, decode_given, decode_given_call, encode, encode_call
+from durably.core.approvals import ESCALATION
 from durably.core.history import Event
+from durably.core.payloads import Decision
 from durably.core.status import RunStatus
 from durably.definitions import Step, Workflow
 from durably.durations import Duration
@@ -295,6 +298,42 @@ class Client:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
+
+    # -- approvals (durably.approval) and escalations -----------------------------------
+
+    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
+        """Approvals and escalations waiting for a person, oldest request first."""
+        return approvals.pending_approvals(self.store, limit=limit)
+
+    def decide(
+        self, run_id: str, name: str, *, approved: bool, by: str, comment: str | None = None
+    ) -> Decision:
+        """Approve or reject the pending approval `name` of a run, as an operator (no token).
+        An escalation (`name` "durably.escalate") is answered True or False."""
+        if name == ESCALATION:
+            self._skip(run_id, json.dumps(approved), by)
+            return Decision(approved, by, self.clock.now(), comment)
+        decision = approvals.decide(
+            self.store,
+            run_id,
+            name,
+            approved=approved,
+            by=by,
+            now=self.clock.now(),
+            comment=comment,
+        )
+        self._notify()
+        return decision
+
+    def decide_with_token(
+        self, token: str, *, approved: bool, by: str, comment: str | None = None
+    ) -> Decision:
+        """Approve or reject the approval `token` was made for: once, whoever holds it."""
+        decision = approvals.decide_with_token(
+            self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
+        )
+        self._notify()
+        return decision
 
     # -- commands from outside a run ----------------------------------------------------
 

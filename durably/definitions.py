@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from durably.codec import return_hint
+from durably.core.approvals import ESCALATION
 from durably.errors import DurablyError, Escalated
 from durably.retry import Retry
 from durably.runtime.context import current_execution
@@ -98,7 +99,7 @@ def _ask_a_person(reason: str) -> Any:
     raise Escalated(reason)
 
 
-_ESCALATION = Step(_ask_a_person, "durably.escalate")
+_ESCALATION = Step(_ask_a_person, ESCALATION)
 
 
 def escalate(reason: str) -> Any:

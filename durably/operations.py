@@ -9,10 +9,11 @@ also checks inputs and wakes the workers of its process.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from durably.core.approvals import awaiting_approval
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Compensating, Result, RunFailed, RunRetried, encode_payload
 from durably.core.replay import StepRecord, fold_run
@@ -20,7 +21,16 @@ from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Claim, RunRecord, Store
 
-__all__ = ["DeadLetter", "dead_letters", "fail", "failed_step", "retry", "skip_step"]
+__all__ = [
+    "DeadLetter",
+    "dead_letters",
+    "fail",
+    "failed_step",
+    "hand_back",
+    "retry",
+    "skip_step",
+    "take",
+]
 
 _ACTION_LEASE = timedelta(minutes=1)
 
@@ -37,10 +47,14 @@ class DeadLetter:
 
 
 def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
-    """Runs parked for a person, newest first."""
+    """Runs parked for a person, newest first; not those that wait for an approval (they are
+    listed with durably.approvals.pending_approvals)."""
     runs = [run for status in PARKED for run in store.runs(status=status, limit=limit)]
     runs.sort(key=lambda run: run.updated_at, reverse=True)
-    return [_dead_letter(run, store.history(run.id)) for run in runs[:limit]]
+    histories = ((run, store.history(run.id)) for run in runs)
+    letters = [_dead_letter(run, events) for run, events in histories
+               if not awaiting_approval(events)]  # fmt: skip
+    return letters[:limit]
 
 
 def retry(
@@ -51,14 +65,14 @@ def retry(
     compensation is tried again."""
     if from_step is not None:
         _check_reopenable(store, run_id, from_step)
-    claim = _take(store, run_id, now=now, by=by, action="retry")
+    claim = take(store, run_id, now=now, by=by, action="retry")
     phase = fold_run(claim.events)
     if phase.compensating is not None and from_step is None:
         position = None  # retry the compensations
     else:
         position = from_step if from_step is not None else _stopped_at(phase.steps)
     data = encode_payload(RunRetried(by, position))
-    _hand_back(
+    hand_back(
         store,
         claim,
         now,
@@ -78,14 +92,14 @@ def skip_step(
     _check_status(store, run_id, action, statuses)  # checked before the run is touched
     if _failed_step(store.history(run_id)) is None:
         raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
-    claim = _take(store, run_id, now=now, by=by, action=action, statuses=statuses)
+    claim = take(store, run_id, now=now, by=by, action=action, statuses=statuses)
     step = _failed_step(claim.events)
     if step is None:  # changed in between: let a worker look at it again
-        _hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
+        hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
         raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
     data = encode_payload(Result(result_json))
     event = Event(_next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, data)
-    _hand_back(store, claim, now, event)
+    hand_back(store, claim, now, event)
 
 
 def failed_step(store: Store, run_id: str) -> str | None:
@@ -96,7 +110,7 @@ def failed_step(store: Store, run_id: str) -> str | None:
 
 def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> None:
     """Give up on a parked run: compensate its completed steps, then end it `failed`."""
-    claim = _take(store, run_id, now=now, by=by, action="fail")
+    claim = take(store, run_id, now=now, by=by, action="fail")
     phase = fold_run(claim.events)
     error = ErrorInfo("durably.FailedByPerson", f"{reason} (by {by})")
     if phase.compensating is not None:  # its compensation already failed: end it as is
@@ -105,7 +119,7 @@ def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> N
         _commit(store, claim, now, event, status=RunStatus.FAILED, error=error)
         return
     data = encode_payload(Compensating(error, RunStatus.FAILED))
-    _hand_back(
+    hand_back(
         store, claim, now, Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
     )
 
@@ -125,7 +139,7 @@ def _check_reopenable(store: Store, run_id: str, from_step: int) -> None:
         )
 
 
-def _take(
+def take(
     store: Store,
     run_id: str,
     *,
@@ -133,9 +147,14 @@ def _take(
     by: str,
     action: str,
     statuses: frozenset[RunStatus] | set[RunStatus] = PARKED,
+    refusal: Callable[[], str] | None = None,
 ) -> Claim:
+    """Lease a run for a person's action, if its status is one of `statuses`; else raise,
+    saying why (`refusal()`, when given, says it in the action's own words)."""
     claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=_ACTION_LEASE)
     if claim is None:
+        if refusal is not None:
+            raise DurablyError(refusal())
         _check_status(store, run_id, action, statuses)
         raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
     return claim
@@ -153,7 +172,7 @@ def _check_status(
         raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
 
 
-def _hand_back(store: Store, claim: Claim, now: datetime, event: Event) -> None:
+def hand_back(store: Store, claim: Claim, now: datetime, event: Event) -> None:
     _commit(store, claim, now, event, status=RunStatus.PENDING, available_at=now)
 
 

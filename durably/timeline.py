@@ -7,9 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from durably.core.approvals import fold_approvals
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
+    ApprovalRequested,
+    ApprovalToken,
     Claimed,
+    Decision,
     Failure,
     MessageReceived,
     SignalReceived,
@@ -17,7 +21,7 @@ from durably.core.payloads import (
     WaitStarted,
     payload_of,
 )
-from durably.core.status import RunStatus
+from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
 from durably.stores.base import RunRecord
 
@@ -62,8 +66,9 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
     return rows
 
 
-def describe_run(run: RunRecord) -> list[tuple[str, str]]:
-    """The run's current state as label/value pairs."""
+def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str, str]]:
+    """The run's current state as label/value pairs (with its history: what it waits for,
+    and the last heartbeat of a step under way)."""
     pairs = [
         ("run", run.id),
         ("workflow", run.workflow),
@@ -79,10 +84,34 @@ def describe_run(run: RunRecord) -> list[tuple[str, str]]:
         pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
     elif run.status is RunStatus.PENDING:
         pairs.append(("due", "when a signal comes (it waits with no timeout)"))
+    pairs += _waits_and_progress(run, events)
     if run.result is not None:
         pairs.append(("result", _short(run.result, 200)))
     if run.error is not None:
         pairs.append(("error", f"{run.error.error_class}: {run.error.message}"))
+    return pairs
+
+
+def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
+    pairs = []
+    for approval in fold_approvals(events):
+        if approval.pending and run.status not in FINAL:
+            until = "no timeout" if approval.until is None else f"until {_time(approval.until)}"
+            then = "" if approval.until is None else f", then {approval.on_timeout}"
+            escalated = " (escalated)" if approval.escalated else ""
+            pairs.append(
+                ("approval", f"{approval.name!r} waits for a decision{escalated}, {until}{then}")
+            )
+    beats = [event for event in events if event.kind is EventKind.STEP_HEARTBEAT]
+    if beats:
+        last = beats[-1]
+        pairs.append(
+            (
+                "last heartbeat",
+                f"{_time(last.at)} #{last.position} {last.name} "
+                f"attempt {last.attempt}: {_short(last.data or '', 120)}",
+            )
+        )
     return pairs
 
 
@@ -105,6 +134,21 @@ def _detail(event: Event) -> str:
     if isinstance(payload, SignalReceived):
         data = _short(payload.data or "null", 80)
         return f"message {payload.message} from {payload.sender}: {data}"
+    if isinstance(payload, ApprovalRequested):
+        until = "no timeout" if payload.until is None else f"until {_time(payload.until)}"
+        then = "" if payload.until is None else f", then {payload.on_timeout}"
+        every = (
+            "" if payload.remind_after is None else f", reminders every {payload.remind_after:g}s"
+        )
+        details = "" if payload.details is None else f"; {_short(payload.details, 80)}"
+        return f"{until}{then}{every}{details}"
+    if isinstance(payload, ApprovalToken):
+        notice = "the request" if payload.notice == 0 else f"reminder {payload.notice}"
+        return f"a token for {notice} (its hash is kept)"
+    if isinstance(payload, Decision):
+        verdict = "approved" if payload.approved else "rejected"
+        comment = "" if payload.comment is None else f": {_short(payload.comment, 80)}"
+        return f"{verdict} by {payload.by} ({payload.via}){comment}"
     if isinstance(payload, MessageReceived):
         what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
         data = "" if payload.data is None else f": {_short(payload.data, 80)}"

@@ -41,6 +41,11 @@ class EventKind(StrEnum):
     SIGNAL_RECEIVED = "signal_received"  # the signal the wait took (data: message, data, ...)
     SIGNAL_TIMED_OUT = "signal_timed_out"  # no signal before the wait's timeout
     VALUE_RECORDED = "value_recorded"  # durably.now / uuid4 / random (data: the value)
+    APPROVAL_REQUESTED = "approval_requested"  # durably.approval (data: until, on_timeout, ...)
+    APPROVAL_TOKEN = "approval_token"  # a token was made for a notice (data: its hash, notice)
+    APPROVAL_ESCALATED = "approval_escalated"  # timed out with on_timeout="escalate"
+    APPROVAL_DECIDED = "approval_decided"  # data: approved, by, at, comment, via
+    STEP_HEARTBEAT = "step_heartbeat"  # a long step's progress (data: the details, as JSON)
 
 
 @dataclass(frozen=True, slots=True)

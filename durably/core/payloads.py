@@ -29,12 +29,15 @@ from durably.errors import PayloadError
 
 __all__ = [
     "PAYLOAD_CLASSES",
+    "ApprovalRequested",
+    "ApprovalToken",
     "AttemptFailed",
     "Claimed",
     "Compensating",
     "CompensationAttemptFailed",
     "CompensationFailed",
     "CompensationStarted",
+    "Decision",
     "Failure",
     "MessageReceived",
     "Payload",
@@ -223,6 +226,40 @@ class SignalReceived:
     sent_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """`approval_requested`: a durably.approval began. It times out at `until` (None: never,
+    but the workflow's deadline), then does `on_timeout` (reject, approve or escalate); a
+    reminder goes out every `remind_after` seconds; `details` is JSON for the person."""
+
+    until: datetime | None
+    on_timeout: str
+    remind_after: float | None = None
+    details: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalToken:
+    """`approval_token`: a token was made for notice `notice` (0: the request, 1 on: the
+    reminders) and handed to the notify step. Only its SHA-256 `hash` is kept."""
+
+    hash: str
+    notice: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """`approval_decided`, and what durably.approval returns: approved or rejected, by whom,
+    when, with an optional comment. `via`: "person" (by run and name, an operator), "token"
+    (with the approval's token), or "timeout" (nobody decided in time; `by` is "durably")."""
+
+    approved: bool
+    by: str
+    at: datetime
+    comment: str | None = None
+    via: str = "person"
+
+
 Payload: TypeAlias = (
     Claimed
     | StepStarted
@@ -243,6 +280,9 @@ Payload: TypeAlias = (
     | MessageReceived
     | WaitStarted
     | SignalReceived
+    | ApprovalRequested
+    | ApprovalToken
+    | Decision
 )
 P = TypeVar("P", bound=Payload)
 
@@ -287,6 +327,11 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.SIGNAL_RECEIVED: SignalReceived,
     EventKind.SIGNAL_TIMED_OUT: None,
     EventKind.VALUE_RECORDED: Result,
+    EventKind.APPROVAL_REQUESTED: ApprovalRequested,
+    EventKind.APPROVAL_TOKEN: ApprovalToken,
+    EventKind.APPROVAL_ESCALATED: None,
+    EventKind.APPROVAL_DECIDED: Decision,
+    EventKind.STEP_HEARTBEAT: Result,
 }
 
 
@@ -353,6 +398,15 @@ def _fields(payload: Payload) -> dict[str, object]:
         case SignalReceived(message, data, sender, sent_at):
             return {"message": message, "data": data, "sender": sender,
                     "sent_at": sent_at.isoformat()}  # fmt: skip
+        case ApprovalRequested(until, on_timeout, remind_after, details):
+            time = None if until is None else until.isoformat()
+            return {"until": time, "on_timeout": on_timeout, "remind_after": remind_after,
+                    "details": details}  # fmt: skip
+        case ApprovalToken(hash_, notice):
+            return {"hash": hash_, "notice": notice}
+        case Decision(approved, by, at, comment, via):
+            return {"approved": approved, "by": by, "at": at.isoformat(), "comment": comment,
+                    "via": via}  # fmt: skip
     raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
 
 
@@ -441,6 +495,19 @@ def _time(data: Mapping[str, object], key: str) -> datetime:
     return datetime.fromisoformat(_str(data, key))  # a ValueError if it is no ISO 8601 time
 
 
+def _optional_time(data: Mapping[str, object], key: str) -> datetime | None:
+    return None if data.get(key) is None else _time(data, key)
+
+
+def _optional_number(data: Mapping[str, object], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _Unreadable(_wanted(key, "a number", value, True))
+    return float(value)
+
+
 def _wanted(key: str, what: str, value: object, present: bool) -> str:
     return f"{key!r} should be {what}, not {value!r}" if present else f"{key!r} is missing"
 
@@ -492,8 +559,22 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
         _str(d, "sender"),
         _time(d, "sent_at"),
     ),
-    WaitStarted: lambda d: WaitStarted(None if d.get("until") is None else _time(d, "until")),
+    WaitStarted: lambda d: WaitStarted(_optional_time(d, "until")),
     SignalReceived: lambda d: SignalReceived(
         _int(d, "message"), _optional_str(d, "data"), _str(d, "sender"), _time(d, "sent_at")
+    ),
+    ApprovalRequested: lambda d: ApprovalRequested(
+        _optional_time(d, "until"),
+        _str(d, "on_timeout"),
+        _optional_number(d, "remind_after"),
+        _optional_str(d, "details"),
+    ),
+    ApprovalToken: lambda d: ApprovalToken(_str(d, "hash"), _int(d, "notice")),
+    Decision: lambda d: Decision(
+        _bool(d, "approved"),
+        _str(d, "by"),
+        _time(d, "at"),
+        _optional_str(d, "comment"),
+        _str(d, "via", "person"),
     ),
 }

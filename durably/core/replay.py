@@ -8,6 +8,7 @@ from datetime import datetime
 
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import (
+    ApprovalRequested,
     AttemptFailed,
     Claimed,
     Compensating,
@@ -39,7 +40,8 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """What the history says about the step call at one position, or about another durable
-    call there (`call`: "timer", "signal" or "value"; their names begin with "durably.")."""
+    call there (`call`: "timer", "signal", "value" or "approval"; their names begin with
+    "durably.")."""
 
     position: int
     name: str
@@ -57,8 +59,9 @@ class StepRecord:
     # time, or a breaker or limit said wait until then. A run can be claimed earlier (a
     # message woke it); it then waits again rather than retrying early.
     not_before: datetime | None = None
-    waiting: bool = False  # a timer or signal wait began and has not ended
+    waiting: bool = False  # a timer, signal or approval wait began and has not ended
     message: int | None = None  # the inbox message a signal wait took
+    heartbeat: str | None = None  # the details (JSON) of the step's last recorded heartbeat
 
     @property
     def settled(self) -> bool:
@@ -217,7 +220,12 @@ _CALL_OF = {
     EventKind.SIGNAL_WAITING: "signal",
     EventKind.SIGNAL_RECEIVED: "signal",
     EventKind.SIGNAL_TIMED_OUT: "signal",
+    EventKind.STEP_HEARTBEAT: "step",
     EventKind.VALUE_RECORDED: "value",
+    EventKind.APPROVAL_REQUESTED: "approval",
+    EventKind.APPROVAL_TOKEN: "approval",
+    EventKind.APPROVAL_ESCALATED: "approval",
+    EventKind.APPROVAL_DECIDED: "approval",
 }
 
 
@@ -294,6 +302,8 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
         return replace(known, in_flight=failed_attempt.unknown, not_before=failed_attempt.retry_at)
     if kind is EventKind.STEP_WAITING:  # no attempt was made; the gate is asked again then
         return replace(known, not_before=read_payload(event, StepWaiting).until)
+    if kind is EventKind.STEP_HEARTBEAT:
+        return replace(known, heartbeat=event.data)
     return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again
 
 
@@ -303,6 +313,16 @@ def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
         until = read_payload(event, WaitStarted).until
         return replace(known, attempts=1, first_started_at=event.at, started=event,
                        not_before=until, waiting=True)  # fmt: skip
+    if kind is EventKind.APPROVAL_REQUESTED:
+        until = read_payload(event, ApprovalRequested).until
+        return replace(known, attempts=1, first_started_at=event.at, started=event,
+                       not_before=until, waiting=True)  # fmt: skip
+    if kind is EventKind.APPROVAL_ESCALATED:
+        return replace(known, not_before=None)  # from now on only a person ends the wait
+    if kind is EventKind.APPROVAL_DECIDED:
+        return replace(known, result=event.data, completed=True, waiting=False)
+    if kind is EventKind.APPROVAL_TOKEN:
+        return known
     if kind is EventKind.TIMER_FIRED:
         return replace(known, result="null", completed=True, waiting=False)
     if kind is EventKind.SIGNAL_RECEIVED:

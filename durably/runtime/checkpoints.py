@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from durably.clock import Clock
+from durably.core.approvals import AWAITING_APPROVAL
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import MessageReceived, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
@@ -138,6 +139,12 @@ class HistoryWriter:
         )
         if self._hooks is not None:
             self._hooks.run_finished(self.run_id, self.workflow, str(status))
+
+    async def wait_for_person(self, why: ErrorInfo, *, wake_at: datetime | None) -> None:
+        """Park the run for a person's decision (an approval) until `wake_at` at the latest:
+        like `park`, but a wait the workflow asked for, not a failure."""
+        self.append(EventKind.RUN_PARKED, data=encode_payload(RunParked(why, AWAITING_APPROVAL)))
+        await self.flush(RunStatus.NEEDS_ATTENTION, error=why, available_at=wake_at)
 
     async def release(self) -> None:
         """Hand the run back (a stopping worker): keep what is pending, due again at once."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from durably.errors import DurablyError
 
 if TYPE_CHECKING:
+    from durably.core.payloads import Decision
+    from durably.runtime.approving import ApprovalCall
     from durably.runtime.waits import Waits
 
 __all__ = [
@@ -42,6 +44,10 @@ class Execution(Protocol):
     def waits(self) -> Waits: ...
 
     def on_loop(self, call: Callable[[], T]) -> T: ...
+
+    def run_blocking(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T: ...
+
+    def approval(self, ask: ApprovalCall) -> Coroutine[Any, Any, Decision]: ...
 
     def clock_now(self) -> datetime: ...
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core import payloads
 from durably.core.history import ErrorInfo, EventKind
+from durably.core.payloads import Decision
 from durably.core.replay import (
     Replay,
     RunPhase,
@@ -44,13 +45,14 @@ from durably.errors import (
     StepFailed,
 )
 from durably.retry import classify
+from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import call_user, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
 from durably.runtime.context import StepScope, _execution, step_key
 from durably.runtime.engine import Engine
-from durably.runtime.flow import Abandoned, CheckpointFailed, Suspend
+from durably.runtime.flow import Abandoned, CheckpointFailed, Suspend, WaitForPerson
 from durably.runtime.gating import Gates
 from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
@@ -93,7 +95,7 @@ class RunExecution:
         self._writer = HistoryWriter(claim, committer, self._clock, settings.hooks)
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
-        self.waits = Waits(self._writer, self._clock, self._place)
+        self.waits = Waits(self._writer, self._clock, self.place)
         self._phase: RunPhase | None = None
         self._position = 0
         self.closed = False
@@ -127,6 +129,10 @@ class RunExecution:
         token = _execution.set(self)
         try:
             await self._drive()
+        except WaitForPerson as wait:
+            self.wake_at = self._due(wait.due)
+            await self._writer.wait_for_person(wait.why, wake_at=self.wake_at)
+            self.suspended = True
         except Suspend as wait:
             self.wake_at = self._due(wait.due)
             await self._writer.flush(RunStatus.PENDING, available_at=self.wake_at)
@@ -251,8 +257,11 @@ class RunExecution:
 
     # -- steps --------------------------------------------------------------------------
 
-    async def call_step(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        """A step call from the workflow: replay its recorded outcome or run it for real."""
+    async def call_step(
+        self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], *, hide: str = ""
+    ) -> Any:
+        """A step call from the workflow: replay its recorded outcome or run it for real.
+        `hide`: a secret in the arguments (an approval's token), left out of the history."""
         self._check_body_may_go_on()
         assert self._phase is not None
         position = self._position
@@ -266,6 +275,8 @@ class RunExecution:
             raise Suspend(action.not_before)
         try:
             input_json = encode_call(args, kwargs, step.fn, what=f"step {step.name!r}")
+            if hide:
+                input_json = input_json.replace(hide, "[hidden]")
             key = step.options.key(*args, **kwargs) if step.options.key else None
         except Exception as exc:
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
@@ -325,8 +336,11 @@ class RunExecution:
 
     def call_step_blocking(self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A step call from a sync workflow, which runs in a thread of its own."""
-        future = asyncio.run_coroutine_threadsafe(self.call_step(step, args, kwargs), self._loop)
-        return future.result()
+        return self.run_blocking(lambda: self.call_step(step, args, kwargs))
+
+    def run_blocking(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run `make()` on the run's event loop and wait for it, from a sync workflow's thread."""
+        return asyncio.run_coroutine_threadsafe(make(), self._loop).result()
 
     def on_loop(self, call: Callable[[], T]) -> T:
         """`call()` on the run's event loop: at once from async workflow code, by a hop (and
@@ -342,8 +356,17 @@ class RunExecution:
     def clock_now(self) -> datetime:
         return self._clock.now()
 
-    def _place(self, name: str) -> tuple[int, StepRecord | None]:
-        """The next position, for a timer, signal wait or value named `name`."""
+    async def approval(self, ask: ApprovalCall) -> Decision:
+        return await await_approval(self, self._writer, ask)
+
+    def peek(self, position: int) -> StepRecord | None:
+        """What the history holds at `position`, if anything (the position is not taken)."""
+        assert self._phase is not None
+        steps = self._phase.steps
+        return steps[position] if position < len(steps) else None
+
+    def place(self, name: str) -> tuple[int, StepRecord | None]:
+        """The next position, for a timer, signal wait, value or approval named `name`."""
         self._check_body_may_go_on()
         assert self._phase is not None
         position = self._position

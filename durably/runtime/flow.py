@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-__all__ = ["Abandoned", "CheckpointFailed", "Suspend"]
+from durably.core.history import ErrorInfo
+
+__all__ = ["Abandoned", "CheckpointFailed", "Suspend", "WaitForPerson"]
 
 
 class Suspend(BaseException):
@@ -18,6 +20,16 @@ class Suspend(BaseException):
 
     def __init__(self, due: datetime | None) -> None:
         self.due = due
+
+
+class WaitForPerson(Suspend):
+    """The run waits for a person's decision (an approval): it is parked `needs_attention`,
+    with `why`, until a person decides or `due` comes (a reminder, the approval's timeout;
+    None: only a person, or the workflow's deadline)."""
+
+    def __init__(self, due: datetime | None, why: ErrorInfo) -> None:
+        super().__init__(due)
+        self.why = why
 
 
 class Abandoned(BaseException):

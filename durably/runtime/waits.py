@@ -37,10 +37,10 @@ _TIMER = "durably.sleep"
 Place = Callable[[str], tuple[int, StepRecord | None]]
 
 
-def check_signal_name(name: object) -> str:
-    """The name of a signal, refused unless a non-empty string (for waits and senders)."""
+def check_signal_name(name: object, *, what: str = "a signal") -> str:
+    """The name of a signal (or of `what`), refused unless a non-empty string."""
     if not isinstance(name, str) or not name:
-        raise DurablyError(f"a signal's name must be a non-empty string, not {name!r}")
+        raise DurablyError(f"{what}'s name must be a non-empty string, not {name!r}")
     return name
 
 

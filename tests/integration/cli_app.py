@@ -39,6 +39,12 @@ def make_app(store: str | None) -> durably.App:
         decision = await durably.wait_for_signal("approved")
         return f"{order}: {decision['by']}"
 
+    @app.workflow
+    async def await_refund(order: str) -> str:
+        decision = await durably.approval("refund", timeout="2d", details={"order": order})
+        verdict = "approved" if decision.approved else "rejected"
+        return f"{order}: {verdict} by {decision.by} ({decision.comment})"
+
     return app
 
 

@@ -387,3 +387,38 @@ def test_runs_list_pages_with_the_cursor_it_prints(
     second, last = page("--app", APP, "--cursor", cursor)
 
     assert (first, second, last) == (["c4", "c3", "c2"], ["c1", "c0"], None)
+
+
+def test_approvals_are_listed_and_decided_from_the_command_line(
+    app: durably.App, store_url: str, elsewhere: Path
+) -> None:
+    app.start("await_refund", "o8", id="o8")
+    app.start("await_refund", "o9", id="o9")
+    app.run_until_idle()
+
+    listed = durably_cli("approvals", "list", "--app", APP, cwd=elsewhere, app_store=store_url)
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()[1:]
+    assert [row.split()[:2] for row in rows] == [["o8", "refund"], ["o9", "refund"]]
+    assert '{"order":"o8"}' in rows[0]
+    assert "reject" in rows[0]
+
+    approved = durably_cli(
+        "approve", "o8", "refund", "--by", "maria", "--comment", "ok", "--app", APP,
+        cwd=elsewhere, app_store=store_url,
+    )  # fmt: skip
+    rejected = durably_cli(
+        "reject", "o9", "refund", "--by", "sam", "--app", APP, cwd=elsewhere, app_store=store_url
+    )
+    again = durably_cli("reject", "o8", "refund", "--app", APP, cwd=elsewhere, app_store=store_url)
+    neither = durably_cli("approve", "o8", "--app", APP, cwd=elsewhere, app_store=store_url)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith("approved by maria; run o8 goes on")
+    assert rejected.returncode == 0, rejected.stderr
+    refused(again, 1, "was already decided: approved by maria")
+    refused(neither, 2, "give RUN and NAME, or --token")
+    app.run_until_idle()
+    assert app.handle("o8").result(timeout=0) == "o8: approved by maria (ok)"
+    assert app.handle("o9").result(timeout=0) == "o9: rejected by sam (None)"
+    empty = durably_cli("approvals", "list", "--app", APP, cwd=elsewhere, app_store=store_url)
+    assert "(no approvals waiting)" in empty.stdout

@@ -12,12 +12,15 @@ import pytest
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import (
     PAYLOAD_CLASSES,
+    ApprovalRequested,
+    ApprovalToken,
     AttemptFailed,
     Claimed,
     Compensating,
     CompensationAttemptFailed,
     CompensationFailed,
     CompensationStarted,
+    Decision,
     MessageReceived,
     Payload,
     Released,
@@ -182,6 +185,25 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         '"2026-01-01T00:00:00+00:00"',
         Result('"2026-01-01T00:00:00+00:00"'),
     ),
+    (
+        EventKind.APPROVAL_REQUESTED,
+        '{"until": "2026-01-01T00:00:02.500000+00:00", "on_timeout": "escalate", '
+        '"remind_after": 3600.0, "details": "{\\"order\\": 7}"}',
+        ApprovalRequested(DUE, "escalate", 3600.0, '{"order": 7}'),
+    ),
+    (
+        EventKind.APPROVAL_REQUESTED,
+        '{"until": null, "on_timeout": "reject", "remind_after": null, "details": null}',
+        ApprovalRequested(None, "reject"),
+    ),
+    (EventKind.APPROVAL_TOKEN, '{"hash": "ab12", "notice": 1}', ApprovalToken("ab12", 1)),
+    (
+        EventKind.APPROVAL_DECIDED,
+        '{"approved": true, "by": "maria", "at": "2026-01-01T00:00:00+00:00", '
+        '"comment": null, "via": "token"}',
+        Decision(True, "maria", AT, None, "token"),
+    ),
+    (EventKind.STEP_HEARTBEAT, '{"rows": 1200}', Result('{"rows": 1200}')),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 
@@ -194,6 +216,7 @@ def test_every_kind_has_its_payload_class_or_none() -> None:
         EventKind.RUN_COMPLETED,
         EventKind.TIMER_FIRED,
         EventKind.SIGNAL_TIMED_OUT,
+        EventKind.APPROVAL_ESCALATED,
     }
 
 

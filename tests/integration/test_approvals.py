@@ -1,0 +1,233 @@
+"""Approvals: durably.approval in a workflow; operators decide by run and name, holders of a
+token by the token. On both stores, on the fake clock: the waiting run is parked and holds
+nothing, the notify step gets a single-use token whose hash alone is stored, reminders go out
+with fresh tokens, the timeout rejects, approves or escalates by itself, and a decision lands
+once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import durably
+from durably import ApprovalRequest, Decision, RunStatus
+from durably.core.history import EventKind
+from durably.errors import DurablyError, NotInWorkflow, RunNotFound
+from durably.testing import FakeClock
+
+from .conftest import kinds
+
+
+def refund_app(app: durably.App, sent: list[ApprovalRequest], **options: Any) -> None:
+    @app.step
+    async def email_manager(request: ApprovalRequest) -> None:
+        sent.append(request)
+
+    @app.step
+    async def refund(order: str, amount: int) -> str:
+        return f"refunded {amount} for {order}"
+
+    @app.workflow
+    async def refund_flow(order: str, amount: int) -> str:
+        decision = await durably.approval(
+            "refund", notify=email_manager, details={"order": order, "amount": amount}, **options
+        )
+        if not decision.approved:
+            return f"refused by {decision.by} ({decision.via})"
+        return await refund(order, amount)  # type: ignore[no-any-return]
+
+
+def test_an_operator_approves_and_the_run_goes_on(app: durably.App, clock: FakeClock) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent, timeout="2d")
+    handle = app.start("refund_flow", "o-1", 120, id="r-1")
+    assert app.run_until_idle() == 0
+    run = app.get_run("r-1")
+    assert run.status is RunStatus.NEEDS_ATTENTION  # a person must act
+    assert run.available_at == clock.now() + timedelta(days=2)  # its timeout wakes it
+    assert run.lease_owner is None
+    [request] = sent
+    assert (request.run_id, request.name, request.notice) == ("r-1", "refund", 0)
+    assert request.details == {"order": "o-1", "amount": 120}
+    assert request.on_timeout == "reject"
+
+    [pending] = app.approvals()
+    assert (pending.run_id, pending.workflow, pending.name) == ("r-1", "refund_flow", "refund")
+    assert pending.until == clock.now() + timedelta(days=2)
+    assert app.dead_letters() == []  # an approval is not a failure
+
+    decision = app.approve("r-1", "refund", by="maria", comment="fine")
+    assert (decision.approved, decision.by, decision.via, decision.comment) == (
+        True,
+        "maria",
+        "person",
+        "fine",
+    )
+    assert app.get_run("r-1").status is RunStatus.PENDING
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "refunded 120 for o-1"
+    assert app.approvals() == []
+    events = kinds(app.history("r-1"))
+    for kind in ("approval_requested", "approval_token", "approval_decided"):
+        assert kind in events
+
+
+def test_the_token_decides_once_and_only_its_hash_is_stored(
+    app: durably.App, clock: FakeClock
+) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent)
+    handle = app.start("refund_flow", "o-2", 80, id="r-2")
+    app.run_until_idle()
+    [request] = sent
+    secret = request.token.rpartition(".")[2]
+    assert len(secret) >= 43  # 256 bits, url-safe base64
+    stored = "".join(f"{e.data}" for e in app.history("r-2"))
+    assert secret not in stored  # not in the notify step's recorded input, nowhere
+    assert "[hidden]" in stored
+
+    with pytest.raises(DurablyError, match="does not match"):
+        app.decide_with_token(request.token[:-2] + "xx", approved=True, by="mallory")
+    assert app.get_run("r-2").status is RunStatus.NEEDS_ATTENTION  # untouched by it
+
+    decision = app.decide_with_token(request.token, approved=False, by="sam")
+    assert (decision.approved, decision.via) == (False, "token")
+    with pytest.raises(DurablyError, match="already decided: rejected by sam"):
+        app.decide_with_token(request.token, approved=True, by="sam")
+    with pytest.raises(DurablyError, match="already decided"):
+        app.approve("r-2", "refund", by="maria")
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "refused by sam (token)"
+
+
+def test_reminders_carry_fresh_tokens_that_all_stay_good(
+    app: durably.App, clock: FakeClock
+) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent, timeout="3d", remind_after="1d")
+    handle = app.start("refund_flow", "o-3", 10, id="r-3")
+    app.run_until_idle()
+    assert app.get_run("r-3").available_at == clock.now() + timedelta(days=1)  # the reminder
+    clock.advance(timedelta(days=1))
+    app.run_until_idle()
+    assert [request.notice for request in sent] == [0, 1]
+    assert sent[0].token != sent[1].token
+    assert app.get_run("r-3").status is RunStatus.NEEDS_ATTENTION
+    app.decide_with_token(sent[0].token, approved=True, by="first-email")  # the older one
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "refunded 10 for o-3"
+
+
+@pytest.mark.parametrize(
+    ("on_timeout", "result"),
+    [("reject", "refused by durably (timeout)"), ("approve", "refunded 5 for o-4")],
+)
+def test_the_timeout_decides_when_nobody_does(
+    app: durably.App, clock: FakeClock, on_timeout: str, result: str
+) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent, timeout="2d", on_timeout=on_timeout)
+    handle = app.start("refund_flow", "o-4", 5, id="r-4")
+    app.run_until_idle()
+    clock.advance(timedelta(days=2))
+    assert app.run_until_idle() == 1  # woken by its timeout alone
+    assert handle.result(timeout=0) == result
+    [decided] = [e for e in app.history("r-4") if e.kind is EventKind.APPROVAL_DECIDED]
+    assert decided.at == clock.now()
+
+
+def test_escalate_on_timeout_waits_for_a_person_without_a_timeout(
+    app: durably.App, clock: FakeClock
+) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent, timeout="1h", on_timeout="escalate")
+    handle = app.start("refund_flow", "o-5", 7, id="r-5")
+    app.run_until_idle()
+    clock.advance(timedelta(hours=1))
+    app.run_until_idle()
+    run = app.get_run("r-5")
+    assert run.status is RunStatus.NEEDS_ATTENTION
+    assert run.available_at is None  # nothing but a person ends it now
+    assert [(request.notice, request.until) for request in sent][-1] == (1, None)
+    [pending] = app.approvals()
+    assert pending.escalated
+    assert pending.until is None
+    assert "escalated" in (run.error.message if run.error else "")
+    app.reject("r-5", "refund", by="lead")
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "refused by lead (person)"
+
+
+def test_the_workflow_deadline_ends_a_wait_for_a_person(app: durably.App, clock: FakeClock) -> None:
+    @app.workflow(deadline="1d")
+    async def slow_approval() -> bool:
+        decision = await durably.approval("go")
+        return decision.approved
+
+    handle = app.start(slow_approval, id="r-6")
+    app.run_until_idle()
+    assert app.get_run("r-6").available_at == clock.now() + timedelta(days=1)
+    clock.advance(timedelta(days=1))
+    app.run_until_idle()
+    assert app.get_run("r-6").status is RunStatus.TIMED_OUT
+    with pytest.raises(durably.WorkflowFailed):
+        handle.result(timeout=0)
+
+
+def test_a_sync_workflow_waits_for_an_approval_too(app: durably.App, clock: FakeClock) -> None:
+    @app.workflow
+    def sync_flow() -> str:
+        decision: Decision = durably.approval("ship", timeout="1h")
+        return "yes" if decision.approved else "no"
+
+    handle = app.start(sync_flow, id="r-7")
+    app.run_until_idle()
+    assert app.get_run("r-7").status is RunStatus.NEEDS_ATTENTION
+    app.approve("r-7", "ship", by="ops")
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "yes"
+
+
+def test_escalations_are_in_the_same_list_and_answered_through_it(
+    app: durably.App, clock: FakeClock
+) -> None:
+    @app.workflow
+    async def vip(guest: str) -> str:
+        answer = await durably.escalate(f"is {guest} a VIP?")
+        return f"{guest}: {answer}"
+
+    handle = app.start(vip, "ada", id="r-8")
+    app.run_until_idle()
+    [pending] = app.approvals()
+    assert (pending.run_id, pending.name) == ("r-8", "durably.escalate")
+    assert "is ada a VIP?" in (pending.details or "")
+    app.approve("r-8", "durably.escalate", by="host")
+    app.run_until_idle()
+    assert handle.result(timeout=0) == "ada: True"
+
+
+def test_bad_decisions_and_calls_are_refused_clearly(app: durably.App, clock: FakeClock) -> None:
+    sent: list[ApprovalRequest] = []
+    refund_app(app, sent)
+    app.start("refund_flow", "o-9", 1, id="r-9")
+    app.run_until_idle()
+    with pytest.raises(RunNotFound):
+        app.approve("nope", "refund")
+    with pytest.raises(DurablyError, match="has no approval 'other'"):
+        app.approve("r-9", "other")
+    with pytest.raises(DurablyError, match="not an approval token"):
+        app.decide_with_token("garbage", approved=True)
+    with pytest.raises(NotInWorkflow):
+        durably.approval("outside")
+
+    @app.workflow
+    async def bad_option() -> None:
+        await durably.approval("x", on_timeout="ignore")
+
+    app.start(bad_option, id="r-10")
+    app.run_until_idle()
+    error = app.get_run("r-10").error
+    assert error is not None
+    assert "on_timeout" in error.message
