@@ -15,7 +15,17 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 
 from durably.app import App, RunHandle
 from durably.approvals import PendingApproval
-from durably.calls import approval, now, random, sleep, sleep_until, uuid4, wait_for_signal
+from durably.calls import (
+    approval,
+    heartbeat,
+    last_heartbeat,
+    now,
+    random,
+    sleep,
+    sleep_until,
+    uuid4,
+    wait_for_signal,
+)
 from durably.client import Start
 from durably.core.approvals import ApprovalRequest
 from durably.core.history import ErrorInfo, Event, EventKind
@@ -27,6 +37,7 @@ from durably.errors import (
     DeadlineExceeded,
     DurablyError,
     Escalated,
+    HeartbeatTimeout,
     LeaseLost,
     NonDeterminismError,
     NotInWorkflow,
@@ -66,6 +77,7 @@ __all__ = [
     "Escalated",
     "Event",
     "EventKind",
+    "HeartbeatTimeout",
     "LeaseLost",
     "NonDeterminismError",
     "NotInWorkflow",
@@ -95,7 +107,9 @@ __all__ = [
     "WorkflowFailed",
     "approval",
     "escalate",
+    "heartbeat",
     "idempotency_key",
+    "last_heartbeat",
     "now",
     "random",
     "sleep",

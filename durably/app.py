@@ -116,6 +116,7 @@ class App:
         timeout: Duration | None = None,
         key: Callable[..., str] | None = None,
         dependency: str | None = None,
+        heartbeat_timeout: Duration | None = None,
     ) -> Callable[[Callable[..., Any]], Step]: ...
 
     def step(
@@ -128,6 +129,7 @@ class App:
         timeout: Duration | None = None,
         key: Callable[..., str] | None = None,
         dependency: str | None = None,
+        heartbeat_timeout: Duration | None = None,
     ) -> Step | Callable[[Callable[..., Any]], Step]:
         """Register a step: a call whose outcome is checkpointed and never re-run once recorded.
 
@@ -135,12 +137,18 @@ class App:
         attempt is unknown and is reconciled before the next one. `key`: derive the
         idempotency key from the step's arguments (default: run id, position and name).
         `dependency`: the service it calls, for circuit breakers and limits.
+        `heartbeat_timeout`: a long step calls durably.heartbeat() as it goes; an attempt
+        whose heartbeats stop this long is lost like a timed-out one (reconciled, retried).
         """
+        beats = heartbeat_timeout
         options = StepOptions(
             retry=retry,
             timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
             key=key,
             dependency=dependency,
+            heartbeat_timeout=None
+            if beats is None
+            else parse_duration(beats, what="heartbeat_timeout"),
         )
 
         def register(fn: Callable[..., Any]) -> Step:

@@ -28,10 +28,20 @@ from durably.definitions import Step
 from durably.durations import Duration, parse_duration
 from durably.errors import DurablyError, NotInWorkflow, PayloadError
 from durably.runtime.approving import ApprovalCall
-from durably.runtime.context import Execution, current_execution, in_step
+from durably.runtime.context import Execution, StepScope, current_execution, current_step, in_step
 from durably.runtime.waits import check_signal_name
 
-__all__ = ["approval", "now", "random", "sleep", "sleep_until", "uuid4", "wait_for_signal"]
+__all__ = [
+    "approval",
+    "heartbeat",
+    "last_heartbeat",
+    "now",
+    "random",
+    "sleep",
+    "sleep_until",
+    "uuid4",
+    "wait_for_signal",
+]
 
 T = TypeVar("T")
 
@@ -123,7 +133,42 @@ def random() -> float:
     return _value("random", lambda _execution: json.dumps(_random.random()), float)
 
 
+# -- from inside a step ---------------------------------------------------------------------
+
+
+def heartbeat(details: Any = None) -> None:
+    """Tell durably a long step is alive, with how far it got (`details`, plain JSON). With
+    `@app.step(heartbeat_timeout=...)`, an attempt whose heartbeats stop is lost (retried);
+    the latest details are recorded and handed to the next attempt (last_heartbeat)."""
+    scope = _step_scope("heartbeat")
+    try:
+        text = encode(details, NO_HINT, what="the heartbeat's details")
+    except PayloadError as exc:
+        raise DurablyError(str(exc)) from None
+    assert scope.beats is not None
+    scope.beats.beat(text)
+
+
+def last_heartbeat() -> Any:
+    """The details of the last heartbeat an earlier attempt of this step recorded (None if
+    none did): where to resume."""
+    scope = _step_scope("last_heartbeat")
+    assert scope.beats is not None
+    previous = scope.beats.previous
+    return None if previous is None else json.loads(previous)
+
+
 # -- plumbing -------------------------------------------------------------------------------
+
+
+def _step_scope(what: str) -> StepScope:
+    scope = current_step()
+    if scope is None or scope.beats is None:
+        raise NotInWorkflow(
+            f"durably.{what}() was called outside a step; call it in the body of a function "
+            "decorated with @app.step while a worker runs it"
+        )
+    return scope
 
 
 def _duration(value: Duration, what: str) -> timedelta:

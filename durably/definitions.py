@@ -50,6 +50,12 @@ class StepOptions:
     timeout: timedelta | None = None  # per attempt
     key: Callable[..., str] | None = None  # idempotency key from the step's arguments
     dependency: str | None = None  # the outside service it calls, for breakers and limits
+    heartbeat_timeout: timedelta | None = None  # lost once its heartbeats stop this long
+
+    @property
+    def heartbeat_seconds(self) -> float | None:
+        timeout = self.heartbeat_timeout
+        return None if timeout is None else timeout.total_seconds()
 
 
 class Step:

@@ -14,6 +14,7 @@ DurablyError
 ├── LeaseLost                   this worker no longer owns the run
 ├── StepFailed                  a step failed for good; what a workflow sees, live and on replay
 ├── StepTimeout · DeadlineExceeded · PoisonPill · Escalated
+│   └── HeartbeatTimeout        (a StepTimeout) a long step's heartbeats stopped
 ├── SignalTimeout               durably.wait_for_signal: no signal before its timeout
 ├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
 └── WorkflowFailed              .error_class and .message of the run's failure
@@ -34,6 +35,7 @@ __all__ = [
     "DeadlineExceeded",
     "DurablyError",
     "Escalated",
+    "HeartbeatTimeout",
     "LeaseLost",
     "NonDeterminismError",
     "NotInWorkflow",
@@ -145,6 +147,11 @@ class SignalTimeout(DurablyError):
 
 class StepTimeout(DurablyError):
     """A step attempt ran past its timeout. Whether its effect happened is unknown."""
+
+
+class HeartbeatTimeout(StepTimeout):
+    """A step attempt sent no heartbeat (durably.heartbeat) for its heartbeat_timeout: lost
+    like one past its timeout (its effect is unknown: reconciled, then retried)."""
 
 
 class DeadlineExceeded(DurablyError):

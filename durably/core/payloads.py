@@ -6,10 +6,10 @@ histories decode unchanged (tests/unit/test_payloads.py holds one literal of eac
 version does not know are ignored; a missing or mistyped key is a PayloadError naming the
 event, as is data that is not JSON.
 
-Results are not wrapped: the data of `step_completed`, `step_skipped` and `value_recorded`
-is the result's (or value's) JSON text as the codec made it, and stays so (the hot path
-appends it as is, and replay hands it to the codec as is). `Result` only names it, for
-callers that read any event's payload.
+Results are not wrapped: the data of `step_completed`, `step_skipped`, `value_recorded` and
+`step_heartbeat` is the result's (value's, details') JSON text as the codec made it, and
+stays so (the hot path appends it as is, and replay hands it to the codec as is). `Result`
+only names it, for callers that read any event's payload.
 
 Kinds that carry nothing (`run_started`, `compensation_completed`, `run_completed`) decode to
 None, as does any event whose data is None (`released` by a stopping worker).
@@ -82,7 +82,8 @@ class StepStarted:
 @dataclass(frozen=True, slots=True)
 class Result:
     """`step_completed`, `step_skipped`: a step's result as JSON text, stored as is;
-    `value_recorded`: the value (durably.now, uuid4, random) likewise."""
+    `value_recorded`: the value (durably.now, uuid4, random) likewise; `step_heartbeat`: the
+    details given to durably.heartbeat."""
 
     text: str
 

@@ -84,6 +84,7 @@ class Execute:
     unknown: bool = False  # the previous attempt may have happened: reconcile first
     first_started_at: datetime | None = None
     not_before: datetime | None = None  # a pending retry or wait: suspend until then
+    heartbeat: str | None = None  # the details the step's last recorded heartbeat gave
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +261,7 @@ def next_action(steps: Sequence[StepRecord], position: int, name: str) -> Replay
         unknown=recorded.in_flight,
         first_started_at=recorded.first_started_at,
         not_before=recorded.not_before,
+        heartbeat=recorded.heartbeat,
     )
 
 

@@ -45,6 +45,8 @@ async def call_user(
         else:  # a thread nobody joins: a hung body is abandoned after its timeout, and a
             # stopping worker does not wait for it (its run is handed back)
             call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
+        if scope.beats is not None and step.options.heartbeat_timeout is not None:
+            call = scope.beats.guard(call)
         if timeout is None:
             return await call
         message = f"step {step.name!r} attempt ran past its timeout of {timeout}"

@@ -13,12 +13,14 @@ from durably.errors import DurablyError
 if TYPE_CHECKING:
     from durably.core.payloads import Decision
     from durably.runtime.approving import ApprovalCall
+    from durably.runtime.heartbeats import Heartbeats
     from durably.runtime.waits import Waits
 
 __all__ = [
     "Execution",
     "StepScope",
     "current_execution",
+    "current_step",
     "idempotency_key",
     "in_step",
     "step_key",
@@ -59,6 +61,7 @@ class StepScope:
     name: str
     attempt: int
     key: str
+    beats: Heartbeats | None = None  # a step body's (none for compensations)
 
 
 _execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)
@@ -67,6 +70,11 @@ _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
 
 def current_execution() -> Execution | None:
     return _execution.get()
+
+
+def current_step() -> StepScope | None:
+    """The step attempt whose body (or hook) runs here, if any."""
+    return _step.get()
 
 
 def in_step() -> bool:

@@ -54,6 +54,7 @@ from durably.runtime.context import StepScope, _execution, step_key
 from durably.runtime.engine import Engine
 from durably.runtime.flow import Abandoned, CheckpointFailed, Suspend, WaitForPerson
 from durably.runtime.gating import Gates
+from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
 from durably.stores.base import Claim
@@ -283,7 +284,10 @@ class RunExecution:
         key = str(key) if key is not None else step_key(self.run_id, position, step.name)
         await self._before_new_work()
         await self._gates.enter(self._writer, step, position)
-        scope = StepScope(self.run_id, position, step.name, action.attempt, key)
+        beats = Heartbeats(self._writer, self._loop, position=position, name=step.name,
+                           attempt=action.attempt, timeout=step.options.heartbeat_seconds,
+                           previous=action.heartbeat)  # fmt: skip
+        scope = StepScope(self.run_id, position, step.name, action.attempt, key, beats)
         data = payloads.step_started_data(key, input_json)
         started = self._writer.append(
             EventKind.STEP_STARTED, position, step.name, action.attempt, data
@@ -304,6 +308,7 @@ class RunExecution:
             unknown = False  # with no reconcile hook the body runs again, same key
             value = await self._call_body(step, args, kwargs, scope)
         except Exception as exc:
+            await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
             failed_for_breaker = classify(exc, policy).retryable  # a business "no" is not
             self._check_body_may_go_on()
@@ -311,6 +316,7 @@ class RunExecution:
                            first_started_at=first_started_at, policy=policy,
                            clock=self._clock, rng=self._rng)  # fmt: skip
         finally:
+            await beats.close(failed=False)
             await self._gates.leave(self.run_id, step, position, failed=failed_for_breaker)
         return self._completed(step, position, action.attempt, value)
 

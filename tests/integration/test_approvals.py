@@ -231,3 +231,32 @@ def test_bad_decisions_and_calls_are_refused_clearly(app: durably.App, clock: Fa
     error = app.get_run("r-10").error
     assert error is not None
     assert "on_timeout" in error.message
+
+
+def test_a_notify_step_that_is_retried_gets_a_fresh_token_and_the_first_stays_good(
+    app: durably.App, clock: FakeClock
+) -> None:
+    tokens: list[str] = []
+
+    @app.step(retry=durably.Retry(attempts=3, initial="1s", jitter="none"))
+    async def flaky_mail(request: ApprovalRequest) -> None:
+        tokens.append(request.token)
+        if len(tokens) == 1:
+            raise ConnectionError("the mail server hung up after taking the message")
+
+    @app.workflow
+    async def ask() -> bool:
+        decision = await durably.approval("go", notify=flaky_mail)
+        return decision.approved
+
+    handle = app.start(ask, id="r-11")
+    app.run_until_idle()
+    clock.advance(timedelta(seconds=1))
+    app.run_until_idle()
+    assert len(tokens) == 2
+    assert tokens[0] != tokens[1]
+    history = app.history("r-11")
+    assert kinds(history).count("approval_token") == 2
+    app.decide_with_token(tokens[0], approved=True, by="reader-of-the-first-mail")
+    app.run_until_idle()
+    assert handle.result(timeout=0) is True
