@@ -16,7 +16,6 @@ from durably.core.payloads import (
     RunningAlone,
     SignalReceived,
     StepFailed,
-    StepWaiting,
     WaitStarted,
     read_payload,
 )
@@ -56,8 +55,9 @@ class StepRecord:
     completed: bool = False
     in_flight: bool = False  # an attempt started and has no outcome: it is unknown
     # No new attempt (nor gate check) before this: the last attempt failed with this retry
-    # time, or a breaker or limit said wait until then. A run can be claimed earlier (a
-    # message woke it); it then waits again rather than retrying early.
+    # time (or a timer, signal or approval waits until then). A run can be claimed earlier
+    # (a message woke it); it then waits again rather than retrying early. A breaker or
+    # limit sets none: the gate itself answers each look.
     not_before: datetime | None = None
     waiting: bool = False  # a timer, signal or approval wait began and has not ended
     message: int | None = None  # the inbox message a signal wait took
@@ -302,8 +302,8 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
         # happened: it stays unknown, so the next attempt reconciles first
         failed_attempt = read_payload(event, AttemptFailed)
         return replace(known, in_flight=failed_attempt.unknown, not_before=failed_attempt.retry_at)
-    if kind is EventKind.STEP_WAITING:  # no attempt was made; the gate is asked again then
-        return replace(known, not_before=read_payload(event, StepWaiting).until)
+    if kind is EventKind.STEP_WAITING:  # no attempt was made; at each look the gate itself
+        return known  # says whether to wait on (a run is woken early when the gate opens)
     if kind is EventKind.STEP_HEARTBEAT:
         return replace(known, heartbeat=event.data)
     return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again

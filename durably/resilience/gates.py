@@ -1,4 +1,11 @@
-"""Pure gate logic: given a dependency's state and the time, may an attempt start now?"""
+"""Pure gate logic: given a dependency's state and the time, may an attempt start now?
+
+A run that must wait gets a due time. Behind an open breaker or an empty token bucket that
+time is exact (the cooldown's end, the next token). Behind a half-open breaker whose probe is
+out, or a full concurrency limit, the gate opens when an attempt ends, which no clock can
+tell: the run waits in the gate's line (`GateState.waiting`), due at the latest when the
+probe's or the slot's hold runs out, and `leave` names whom to wake when the gate opens.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +28,9 @@ __all__ = [
     "leaving",
 ]
 
-
-_RECHECK = 0.5  # seconds: how soon a run that found the gate busy looks again
+# Attempts a gate keeps in line to wake. The state is one document read and written under the
+# gate's lock at every attempt, so it stays small; a run past this many relies on its due time.
+_MOST_WAITING = 1000
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,9 @@ class GateState:
     opened_at: float = 0.0
     probe_until: float = 0.0  # a half-open probe is under way until then
     tokens: float = -1.0  # -1: a full bucket, not yet used
-    refilled_at: float = 0.0
+    refilled_at: float = 0.0  # later than now after a throttle: no token comes before then
     in_flight: dict[str, float] = field(default_factory=dict)  # holder -> slot expiry
+    waiting: dict[str, float] = field(default_factory=dict)  # holder -> since, to wake
 
     @classmethod
     def load(cls, text: str | None) -> GateState:
@@ -89,47 +98,89 @@ class Enter:
 class Wait:
     until: datetime
     reason: str  # "breaker open", "rate limit", "concurrency limit"
+    woken: bool = False  # the run waits in line, woken when the gate opens: `until` at the latest
 
 
 def enter(
-    policy: Dependency, state: GateState, *, holder: str, now: datetime, hold: timedelta
+    policy: Dependency,
+    state: GateState,
+    *,
+    holder: str,
+    now: datetime,
+    hold: timedelta,
+    since: datetime | None = None,
 ) -> Enter | Wait:
-    """Admit an attempt (taking a token and a slot), or say until when to wait. Mutates state."""
+    """Admit an attempt (taking a token and a slot), or say until when to wait. A wait that
+    ends when the gate opens puts `holder` in line, in the order of `since` (when it began
+    waiting; by default now); any other answer takes it out. Mutates state."""
+    answer = _admit(policy, state, holder=holder, t=now.timestamp(), hold=hold.total_seconds())
+    if isinstance(answer, Wait) and answer.woken:
+        if holder in state.waiting or len(state.waiting) < _MOST_WAITING:
+            state.waiting.setdefault(holder, (since or now).timestamp())
+    else:
+        state.waiting.pop(holder, None)
+    return answer
+
+
+def leave(
+    policy: Dependency,
+    state: GateState,
+    *,
+    holder: str,
+    now: datetime,
+    failed: bool,
+    throttled: timedelta | None = None,
+) -> list[str]:
+    """An admitted attempt ended: free its slot and tell the breaker how it went. A throttled
+    attempt (the service said to slow down for `throttled`) is no failure: it empties the
+    token bucket instead. Returns the holders in line to wake, for whom the gate opened:
+    everyone when a probe ended, else the longest waiting one for the slot freed. Mutates
+    state."""
     t = now.timestamp()
+    freed = state.in_flight.pop(holder, None) is not None
+    probe_ended = policy.breaker is not None and state.breaker == "half_open"
+    if throttled is not None:
+        _throttle(policy, state, t, throttled.total_seconds())
+    else:
+        _tell_breaker(policy.breaker, state, t, failed=failed)
+    if probe_ended:  # closed, or open again: all look again (for the cooldown, if open)
+        return _wake(state, len(state.waiting))
+    return _wake(state, 1 if freed else 0)
+
+
+def _admit(
+    policy: Dependency, state: GateState, *, holder: str, t: float, hold: float
+) -> Enter | Wait:
     probe = False
     if policy.breaker is not None and state.breaker != "closed":
         cooldown = parse_duration(policy.breaker.cooldown).total_seconds()
         if state.breaker == "open" and t < state.opened_at + cooldown:
             return Wait(_at(state.opened_at + cooldown), "breaker open")
-        if state.breaker == "half_open" and t < state.probe_until:  # look again soon
-            return Wait(_at(min(state.probe_until, t + _RECHECK)), "breaker open")
+        if state.breaker == "half_open" and t < state.probe_until:  # woken when it ends
+            return Wait(_at(state.probe_until), "breaker open", woken=True)
         probe = True
     if policy.concurrency is not None:
         state.in_flight = {h: until for h, until in state.in_flight.items() if until > t}
         if holder not in state.in_flight and len(state.in_flight) >= policy.concurrency:
-            # slots free when attempts end, which no other worker can announce: look again
-            return Wait(_at(min(*state.in_flight.values(), t + _RECHECK)), "concurrency limit")
+            # woken when a slot is given back; due when the first one expires, in case its
+            # holder died and cannot give it back
+            return Wait(_at(min(state.in_flight.values())), "concurrency limit", woken=True)
     if policy.rate is not None:
+        refilled_at = max(state.refilled_at, t)
         tokens = policy.burst if state.tokens < 0 else state.tokens
-        tokens = min(policy.burst, tokens + (t - state.refilled_at) * policy.rate)
+        tokens = min(policy.burst, tokens + (refilled_at - state.refilled_at) * policy.rate)
+        state.tokens, state.refilled_at = tokens, refilled_at
         if tokens < 1:
-            state.tokens, state.refilled_at = tokens, t
-            return Wait(_at(t + (1 - tokens) / policy.rate), "rate limit")
-        state.tokens, state.refilled_at = tokens - 1, t
+            return Wait(_at(refilled_at + (1 - tokens) / policy.rate), "rate limit")
+        state.tokens = tokens - 1
     if policy.concurrency is not None:
-        state.in_flight[holder] = t + hold.total_seconds()
+        state.in_flight[holder] = t + hold
     if probe:
-        state.breaker, state.probe_until = "half_open", t + hold.total_seconds()
+        state.breaker, state.probe_until = "half_open", t + hold
     return Enter()
 
 
-def leave(
-    policy: Dependency, state: GateState, *, holder: str, now: datetime, failed: bool
-) -> None:
-    """An admitted attempt ended: free its slot and tell the breaker. Mutates state."""
-    t = now.timestamp()
-    state.in_flight.pop(holder, None)
-    breaker = policy.breaker
+def _tell_breaker(breaker: Breaker | None, state: GateState, t: float, *, failed: bool) -> None:
     if breaker is None:
         return
     if not failed:
@@ -148,31 +199,64 @@ def leave(
         state.breaker, state.opened_at = "open", t
 
 
+def _throttle(policy: Dependency, state: GateState, t: float, pause: float) -> None:
+    """The service said "slow down" for `pause` seconds: that is the rate limit's business
+    (an empty bucket whose next token comes no sooner), not a failure for the breaker. It
+    did answer, so a probe that was throttled closes the breaker; the bucket spaces out
+    those it lets through."""
+    if policy.breaker is not None and state.breaker == "half_open":
+        state.breaker, state.failures = "closed", 0
+    if policy.rate is not None:
+        state.tokens = 0.0
+        state.refilled_at = max(state.refilled_at, t, t + pause - 1 / policy.rate)
+
+
+def _wake(state: GateState, count: int) -> list[str]:
+    """Take the `count` longest waiting holders out of line, to be woken."""
+    if count <= 0 or not state.waiting:
+        return []
+    woken = sorted(state.waiting, key=state.waiting.__getitem__)[:count]
+    for holder in woken:
+        del state.waiting[holder]
+    return woken
+
+
 def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
 
 def entering(
-    policy: Dependency, *, holder: str, now: datetime, hold: timedelta
+    policy: Dependency,
+    *,
+    holder: str,
+    now: datetime,
+    hold: timedelta,
+    since: datetime | None = None,
 ) -> Callable[[str | None], tuple[str, Enter | Wait]]:
     """The change a store applies under the gate's lock to admit an attempt."""
 
     def change(text: str | None) -> tuple[str, Enter | Wait]:
         state = GateState.load(text)
-        answer = enter(policy, state, holder=holder, now=now, hold=hold)
+        answer = enter(policy, state, holder=holder, now=now, hold=hold, since=since)
         return state.dump(), answer
 
     return change
 
 
 def leaving(
-    policy: Dependency, *, holder: str, now: datetime, failed: bool
-) -> Callable[[str | None], tuple[str, None]]:
-    """The change a store applies under the gate's lock when an attempt ends."""
+    policy: Dependency,
+    *,
+    holder: str,
+    now: datetime,
+    failed: bool,
+    throttled: timedelta | None = None,
+) -> Callable[[str | None], tuple[str, list[str]]]:
+    """The change a store applies under the gate's lock when an attempt ends; its answer is
+    the holders to wake."""
 
-    def change(text: str | None) -> tuple[str, None]:
+    def change(text: str | None) -> tuple[str, list[str]]:
         state = GateState.load(text)
-        leave(policy, state, holder=holder, now=now, failed=failed)
-        return state.dump(), None
+        woken = leave(policy, state, holder=holder, now=now, failed=failed, throttled=throttled)
+        return state.dump(), woken
 
     return change

@@ -271,8 +271,8 @@ class RunExecution:
         if isinstance(action, Replay):
             return self._replayed(step, action.record)
         if action.not_before is not None and action.not_before > self._clock.now():
-            # Claimed before its retry (or gate wait) is due, woken by a message: wait again,
-            # with no new attempt.
+            # Claimed before its retry is due, woken by a message: wait again, with no new
+            # attempt.
             raise Suspend(action.not_before)
         try:
             input_json = encode_call(args, kwargs, step.fn, what=f"step {step.name!r}")
@@ -296,6 +296,7 @@ class RunExecution:
         await self._writer.flush()
         unknown = action.unknown
         failed_for_breaker = False
+        throttled_for = None
         try:
             if unknown and step.reconcile_fn is not None:
                 found = await call_user(step.reconcile_fn, args, kwargs, scope, step)
@@ -310,14 +311,18 @@ class RunExecution:
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
-            failed_for_breaker = classify(exc, policy).retryable  # a business "no" is not
+            verdict = classify(exc, policy)
+            failed_for_breaker = verdict.retryable  # a business "no" is not
+            throttled_for = verdict.throttled_for  # a "slow down" is the rate limit's business
             self._check_body_may_go_on()
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
                            clock=self._clock, rng=self._rng)  # fmt: skip
         finally:
             await beats.close(failed=False)
-            await self._gates.leave(self.run_id, step, position, failed=failed_for_breaker)
+            await self._gates.leave(
+                self.run_id, step, position, failed=failed_for_breaker, throttled_for=throttled_for
+            )
         return self._completed(step, position, action.attempt, value)
 
     async def _call_body(

@@ -232,6 +232,13 @@ class Store(Protocol):
         """Every gate's state, by name."""
         ...
 
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        """Make these runs due now if they are pending and wait for later (due after `now`,
+        or only for a message), and wake workers if that made any due. A run that is not
+        pending (running, parked, ended) or not there is left as it is. What a gate does
+        for the runs waiting in its line when an attempt's end opens it."""
+        ...
+
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
     def history(self, run_id: str) -> list[Event]: ...

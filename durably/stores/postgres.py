@@ -23,7 +23,7 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError
-from durably.stores import inbox, reads
+from durably.stores import inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -378,6 +378,16 @@ class PostgresStore:
 
     def gates(self) -> dict[str, str]:
         return self._db.run(reads.gates)
+
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        if not run_ids:
+            return
+
+        def wake(db: psycopg.Connection[Any]) -> None:
+            if waking.wake(db, reads.POSTGRES, run_ids, now=now):
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+
+        self._db.run(wake, transaction=True)  # safe to repeat: a run due now stays due now
 
     # -- reading (each safe to repeat on a fresh connection) ----------------------------
 

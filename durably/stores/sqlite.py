@@ -18,7 +18,7 @@ from typing import TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import inbox, reads
+from durably.stores import inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -328,6 +328,14 @@ class SQLiteStore:
     def gates(self) -> dict[str, str]:
         with self._read() as db:
             return reads.gates(db)
+
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        if not run_ids:
+            return
+        with self._write() as db:
+            woken = waking.wake(db, reads.SQLITE, run_ids, now=now)
+        if woken:
+            self._wakeups.notify()
 
     # -- reading ------------------------------------------------------------------------
 

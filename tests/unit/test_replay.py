@@ -302,7 +302,7 @@ def test_a_new_attempt_clears_the_pending_retry() -> None:
     assert action.attempt == 3
 
 
-def test_a_gate_wait_holds_the_step_until_then_without_spending_an_attempt() -> None:
+def test_a_gate_wait_spends_no_attempt_and_leaves_the_gate_to_say_when() -> None:
     history = run_events(
         started(3, 0, "reserve"), completed(4, 0, "reserve", 1), waiting(5, 1, "charge", LATER)
     )
@@ -310,7 +310,8 @@ def test_a_gate_wait_holds_the_step_until_then_without_spending_an_attempt() -> 
     steps = fold_steps(history)
 
     assert [record.name for record in steps] == ["reserve", "charge"]
-    assert next_action(steps, 1, "charge") == Execute(1, attempt=1, not_before=LATER)
+    # no not_before: a run woken when the gate opens asks it again at once
+    assert next_action(steps, 1, "charge") == Execute(1, attempt=1)
 
 
 def test_a_step_that_failed_for_good_has_no_pending_retry() -> None:
