@@ -9,26 +9,36 @@ it too. These are helpers of durably.client, the one way in.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.approvals import (
     ESCALATION,
     Approval,
+    approval_call,
     awaiting_approval,
     fold_approvals,
     parse_token,
 )
 from durably.core.history import Event, EventKind
 from durably.core.payloads import Decision, encode_payload
-from durably.core.status import RunStatus
+from durably.core.status import PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
-from durably.operations import dead_letters, hand_back, take
-from durably.stores.base import Store
+from durably.operations import dead_letters, failed_step, hand_back, take
+from durably.stores.base import RunRecord, Store
 
-__all__ = ["PendingApproval", "decide", "decide_with_token", "pending_approvals"]
+__all__ = [
+    "PendingApproval",
+    "check_escalation",
+    "decide",
+    "decide_with_token",
+    "pending_approvals",
+]
 
 _WAITING = frozenset({RunStatus.NEEDS_ATTENTION})
+_PAGE = 500  # parked runs read at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +51,14 @@ class PendingApproval:
     requested_at: datetime
     until: datetime | None  # when it times out (None: never; the workflow's deadline ends it)
     on_timeout: str  # reject, approve, escalate ("" for an escalation)
-    details: str | None  # JSON for the person (an escalation's: its reason)
+    details: str | None  # JSON for the person (an escalation's: its reason, a JSON string)
     escalated: bool = False
 
 
 def pending_approvals(store: Store, *, limit: int = 100) -> list[PendingApproval]:
     """Approvals and escalations waiting for a person, oldest request first."""
     found: list[PendingApproval] = []
-    for run in store.runs(status=RunStatus.NEEDS_ATTENTION, limit=limit):
+    for run in _parked(store):
         events = store.history(run.id)
         if awaiting_approval(events):
             found += [
@@ -65,17 +75,12 @@ def pending_approvals(store: Store, *, limit: int = 100) -> list[PendingApproval
                 for approval in fold_approvals(events)
                 if approval.pending
             ]
-    for letter in dead_letters(store, limit=limit):
+    for letter in dead_letters(store, limit=max(limit, _PAGE)):
         if letter.step == ESCALATION and letter.error is not None:
+            reason = json.dumps(letter.error.message)
             found.append(
                 PendingApproval(
-                    letter.run_id,
-                    letter.workflow,
-                    ESCALATION,
-                    letter.parked_at,
-                    None,
-                    "",
-                    letter.error.message,
+                    letter.run_id, letter.workflow, ESCALATION, letter.parked_at, None, "", reason
                 )
             )
     found.sort(key=lambda pending: (pending.requested_at, pending.run_id))
@@ -101,7 +106,7 @@ def decide(
         return _why_not(store, run_id, name, position, secret=secret)
 
     # Checked before the run is touched, so a wrong token or name costs the run nothing.
-    if not _decidable(_find(fold_approvals(store.history(run_id)), name, position), secret):
+    if _decidable(store.history(run_id), name, position, secret) is None:
         raise DurablyError(refusal())
     claim = take(
         store,
@@ -112,23 +117,36 @@ def decide(
         statuses=_WAITING,
         refusal=refusal,
     )
-    approval = _find(fold_approvals(claim.events), name, position)
-    if approval is None or not _decidable(approval, secret):  # decided in between
+    approval = _decidable(list(claim.events), name, position, secret)
+    if approval is None:  # decided, or parked otherwise, in between
         hand_back(store, claim, now, Event(claim.events[-1].seq + 1, EventKind.RELEASED, now))
         raise DurablyError(refusal())
-    via = "token" if secret else "person"
-    decision = Decision(approved, by, now, comment, via)
+    decision = Decision(approved, by, now, comment, "token" if secret else "person")
     event = Event(
         claim.events[-1].seq + 1,
         EventKind.APPROVAL_DECIDED,
         now,
         approval.position,
-        f"durably.approval:{approval.name}",
+        approval_call(approval.name),
         None,
         encode_payload(decision),
     )
     hand_back(store, claim, now, event)
     return decision
+
+
+def check_escalation(store: Store, run_id: str) -> None:
+    """Refuse, saying why, unless the run is parked on a durably.escalate call."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
+    step = failed_step(store, run_id)
+    if run.status is not RunStatus.NEEDS_ATTENTION or step != ESCALATION:
+        why = f"it is {run.status}" if step is None else f"it is parked on step {step!r}"
+        raise DurablyError(
+            f"run {run_id!r} waits for no escalation ({why}); `durably approvals list` shows "
+            "those waiting, `durably dlq list` the failed steps"
+        )
 
 
 def decide_with_token(
@@ -149,8 +167,22 @@ def decide_with_token(
     )
 
 
-def _decidable(approval: Approval | None, secret: str | None) -> bool:
-    return approval is not None and approval.pending and (not secret or approval.accepts(secret))
+def _decidable(
+    events: list[Event], name: str, position: int | None, secret: str | None
+) -> Approval | None:
+    """The approval to decide, if the run waits for it (and `secret` is one of its tokens)."""
+    approval = _find(fold_approvals(events), name, position)
+    if approval is None or not approval.pending or not awaiting_approval(events):
+        return None
+    return approval if not secret or approval.accepts(secret) else None
+
+
+def _parked(store: Store) -> Iterator[RunRecord]:
+    """Every run parked needs_attention, a page at a time."""
+    after: tuple[datetime, str] | None = None
+    while page := store.runs(status=RunStatus.NEEDS_ATTENTION, limit=_PAGE, after=after):
+        yield from page
+        after = (page[-1].updated_at, page[-1].id)
 
 
 def _find(approvals: list[Approval], name: str, position: int | None) -> Approval | None:
@@ -171,19 +203,31 @@ def _why_not(
     run = store.get_run(run_id)
     if run is None:
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
-    approval = _find(fold_approvals(store.history(run_id)), name, position)
-    what = f"approval {name!r}" if position is None else "the approval this token is for"
+    events = store.history(run_id)
+    approval = _find(fold_approvals(events), name, position)
     if approval is None or (secret and not approval.accepts(secret)):
         if secret is not None:
             return "that token does not match any approval of this run: check it was copied whole"
-        return f"run {run_id!r} has no {what}; `durably approvals list` shows those waiting"
+        return (
+            f"run {run_id!r} has no approval {name!r}; `durably approvals list` shows those waiting"
+        )
+    what = f"approval {approval.name!r} of run {run_id!r}"
     if approval.decision is not None:
         decision = approval.decision
         verdict = "approved" if decision.approved else "rejected"
         return (
-            f"{what} of run {run_id!r} was already decided: {verdict} by {decision.by} at "
+            f"{what} was already decided: {verdict} by {decision.by} at "
             f"{decision.at.isoformat()}; a decision is made once"
         )
     if run.status is RunStatus.RUNNING:
-        return f"run {run_id!r} is running right now (a reminder is going out); try again shortly"
-    return f"cannot decide {what} of run {run_id!r}: it is {run.status}"
+        return (
+            f"{what} cannot be decided this moment: a worker holds the run (a reminder is "
+            "going out); try again shortly"
+        )
+    if run.status in PARKED and not awaiting_approval(events):
+        return (
+            f"{what} cannot be decided now: the run is parked {run.status} by a failure "
+            f"({run.error.message if run.error else 'see durably dlq show'}); retry it "
+            "(durably dlq retry) and decide once it waits for the approval again"
+        )
+    return f"{what} cannot be decided: the run is {run.status}"

@@ -319,44 +319,36 @@ _TOKEN = click.option(
 )
 
 
-@cli.command(epilog=_PRECEDENCE)
-@_where
-@click.argument("run_id", required=False)
-@click.argument("name", required=False)
-@_TOKEN
-@_COMMENT
-@_BY
-def approve(
-    app_target: str | None,
-    store_url: str | None,
-    run_id: str | None,
-    name: str | None,
-    token: str | None,
-    comment: str | None,
-    by: str,
-) -> None:
-    """Approve a run's approval NAME (or answer an escalation, NAME durably.escalate, True)."""
-    _decide(app_target, store_url, run_id, name, token, comment, by, approved=True)
+def _decision(verb: str, *, approved: bool) -> click.Command:
+    """The `durably approve` or `durably reject` command."""
+
+    @_where
+    @click.argument("run_id", required=False)
+    @click.argument("name", required=False)
+    @_TOKEN
+    @_COMMENT
+    @_BY
+    def command(
+        app_target: str | None,
+        store_url: str | None,
+        run_id: str | None,
+        name: str | None,
+        token: str | None,
+        comment: str | None,
+        by: str,
+    ) -> None:
+        _decide(app_target, store_url, run_id, name, token, comment, by, approved=approved)
+
+    answer = "True" if approved else "False"
+    command.__doc__ = (
+        f"{verb.capitalize()} a run's approval NAME, or with --token the approval it was made "
+        f"for (an escalation, NAME durably.escalate, is answered {answer})."
+    )
+    return click.command(verb, epilog=_PRECEDENCE)(command)
 
 
-@cli.command(epilog=_PRECEDENCE)
-@_where
-@click.argument("run_id", required=False)
-@click.argument("name", required=False)
-@_TOKEN
-@_COMMENT
-@_BY
-def reject(
-    app_target: str | None,
-    store_url: str | None,
-    run_id: str | None,
-    name: str | None,
-    token: str | None,
-    comment: str | None,
-    by: str,
-) -> None:
-    """Reject a run's approval NAME (or answer an escalation, NAME durably.escalate, False)."""
-    _decide(app_target, store_url, run_id, name, token, comment, by, approved=False)
+cli.add_command(_decision("approve", approved=True))
+cli.add_command(_decision("reject", approved=False))
 
 
 def _decide(

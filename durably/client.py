@@ -310,7 +310,8 @@ class Client:
     ) -> Decision:
         """Approve or reject the pending approval `name` of a run, as an operator (no token).
         An escalation (`name` "durably.escalate") is answered True or False."""
-        if name == ESCALATION:
+        if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
+            approvals.check_escalation(self.store, run_id)
             self._skip(run_id, json.dumps(approved), by)
             return Decision(approved, by, self.clock.now(), comment)
         decision = approvals.decide(

@@ -67,8 +67,8 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
 
 
 def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str, str]]:
-    """The run's current state as label/value pairs (with its history: what it waits for,
-    and the last heartbeat of a step under way)."""
+    """The run's current state as label/value pairs (with its history: the approvals it
+    waits for, and the last heartbeat any step recorded)."""
     pairs = [
         ("run", run.id),
         ("workflow", run.workflow),
@@ -107,7 +107,7 @@ def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[s
         last = beats[-1]
         pairs.append(
             (
-                "last heartbeat",
+                "heartbeat",  # the last one any step recorded
                 f"{_time(last.at)} #{last.position} {last.name} "
                 f"attempt {last.attempt}: {_short(last.data or '', 120)}",
             )

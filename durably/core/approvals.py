@@ -149,9 +149,10 @@ def parse_token(token: str) -> tuple[str, int, str]:
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """What a durably.approval's notify step is called with: the request (`notice` 0) and
-    each reminder (1, 2, ...). `token` decides the approval (app.approve_with_token, and the
-    HTTP API later); each notice carries a fresh one, and every one stays good until the
-    approval is decided. Never log it: whoever has it can decide."""
+    each reminder (1, 2, ...), and a notice that it escalated (`escalated`). `token` decides
+    the approval (app.decide_with_token, `durably approve --token`); each notice carries a
+    fresh one, and every one stays good until the approval is decided. Never log it: whoever
+    has it can decide."""
 
     run_id: str
     name: str
@@ -160,3 +161,4 @@ class ApprovalRequest:
     until: datetime | None  # when the approval times out, if it does
     on_timeout: str
     details: object = None  # what the workflow gave as `details` (plain JSON)
+    escalated: bool = False  # it timed out with on_timeout="escalate": no timeout now

@@ -143,6 +143,7 @@ async def _notice(
         approval.until,
         approval.on_timeout,
         details,
+        approval.escalated,
     )
     await host.call_step(notify, (request,), {}, hide=secret)
 

@@ -45,8 +45,8 @@ async def call_user(
         else:  # a thread nobody joins: a hung body is abandoned after its timeout, and a
             # stopping worker does not wait for it (its run is handed back)
             call = in_daemon_thread(fn, args, kwargs, name=f"durably-step-{step.name}")
-        if scope.beats is not None and step.options.heartbeat_timeout is not None:
-            call = scope.beats.guard(call)
+        if fn is step.fn and scope.beats is not None and step.options.heartbeat_timeout:
+            call = scope.beats.guard(call)  # the body's beats; a reconcile hook has none
         if timeout is None:
             return await call
         message = f"step {step.name!r} attempt ran past its timeout of {timeout}"
@@ -66,9 +66,13 @@ def record_failure(
     policy: Retry,
     clock: Clock,
     rng: random.Random,
+    hide: str = "",
 ) -> NoReturn:
-    """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due)."""
+    """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due).
+    `hide`: a secret the step was given, kept out of the recorded error message."""
     info = ErrorInfo.of(error)
+    if hide:
+        info = ErrorInfo(info.error_class, info.message.replace(hide, "[hidden]"))
     unknown = unknown or isinstance(error, StepTimeout)
     decision: Any = GiveUp("terminal")
     if isinstance(error, Escalated):
@@ -91,10 +95,16 @@ def record_failure(
     raise Suspend(due)
 
 
-async def within(call: Awaitable[Any], seconds: float, expired: Callable[[], Exception]) -> Any:
-    """Await `call` for at most `seconds`, then raise `expired()`. A TimeoutError that the
-    call raises by itself passes through as it is."""
-    limit = asyncio.timeout(seconds)
+async def within(
+    call: Awaitable[Any],
+    seconds: float,
+    expired: Callable[[], Exception],
+    *,
+    limit: asyncio.Timeout | None = None,
+) -> Any:
+    """Await `call` for at most `seconds` (or until `limit`, which its owner may reschedule),
+    then raise `expired()`. A TimeoutError that the call raises by itself passes through."""
+    limit = limit or asyncio.timeout(seconds)
     try:
         async with limit:
             return await call

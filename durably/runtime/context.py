@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from durably.errors import DurablyError
 
 if TYPE_CHECKING:
-    from durably.core.payloads import Decision
-    from durably.runtime.approving import ApprovalCall
-    from durably.runtime.heartbeats import Heartbeats
     from durably.runtime.waits import Waits
 
 __all__ = [
+    "Beats",
     "Execution",
     "StepScope",
     "current_execution",
@@ -49,9 +47,22 @@ class Execution(Protocol):
 
     def run_blocking(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T: ...
 
-    def approval(self, ask: ApprovalCall) -> Coroutine[Any, Any, Decision]: ...
+    # durably.approval: `ask` is a runtime.approving.ApprovalCall, the answer a Decision
+    # (named loosely here: this module stays below the runtime modules it would import)
+    def approval(self, ask: Any) -> Coroutine[Any, Any, Any]: ...
 
     def clock_now(self) -> datetime: ...
+
+
+class Beats(Protocol):
+    """A step attempt's heartbeats (runtime.heartbeats.Heartbeats), as durably.heartbeat and
+    the attempt's call use them."""
+
+    previous: str | None  # the details an earlier attempt recorded last, as JSON
+
+    def beat(self, details: str) -> None: ...
+
+    async def guard(self, call: Awaitable[Any]) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +72,7 @@ class StepScope:
     name: str
     attempt: int
     key: str
-    beats: Heartbeats | None = None  # a step body's (none for compensations)
+    beats: Beats | None = None  # a step body's (none for compensations)
 
 
 _execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)

@@ -68,6 +68,11 @@ log = logging.getLogger("durably.execution")
 T = TypeVar("T")
 
 _ALONE_REASON = "a worker died while running it"
+# A secret-bearing argument (an approval's request) that cannot be stored: said without it.
+_UNPASSABLE = (
+    "step {!r} cannot take the approval request ({}): annotate its parameter as "
+    "durably.ApprovalRequest"
+)
 _NEXT_SUSPECT = payloads.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
@@ -280,7 +285,8 @@ class RunExecution:
                 input_json = input_json.replace(hide, "[hidden]")
             key = step.options.key(*args, **kwargs) if step.options.key else None
         except Exception as exc:
-            raise StepFailed(step.name, ErrorInfo.of(exc).error_class, str(exc)) from None
+            message = str(exc) if not hide else _UNPASSABLE.format(step.name, type(exc).__name__)
+            raise StepFailed(step.name, ErrorInfo.of(exc).error_class, message) from None
         key = str(key) if key is not None else step_key(self.run_id, position, step.name)
         await self._before_new_work()
         await self._gates.enter(self._writer, step, position)
@@ -317,7 +323,7 @@ class RunExecution:
             self._check_body_may_go_on()
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
-                           clock=self._clock, rng=self._rng)  # fmt: skip
+                           clock=self._clock, rng=self._rng, hide=hide)  # fmt: skip
         finally:
             await beats.close(failed=False)
             await self._gates.leave(

@@ -24,6 +24,7 @@ from typing import Any
 
 from durably.core.history import EventKind
 from durably.errors import HeartbeatTimeout, LeaseLost
+from durably.runtime.attempts import within
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import CheckpointFailed
 
@@ -75,18 +76,14 @@ class Heartbeats:
         """Await the attempt; HeartbeatTimeout once no beat came for the heartbeat timeout."""
         if self._timeout is None:
             return await call
-        limit = self._limit = asyncio.timeout(self._timeout)
-        try:
-            async with limit:
-                return await call
-        except TimeoutError:
-            if not limit.expired():
-                raise
         position, name, _attempt = self._where
-        raise HeartbeatTimeout(
+        message = (
             f"step {name!r} (#{position}) sent no heartbeat for {self._timeout:g}s: the attempt "
             "is taken as lost"
         )
+        self._limit = asyncio.timeout(self._timeout)
+        return await within(call, self._timeout, lambda: HeartbeatTimeout(message),
+                            limit=self._limit)  # fmt: skip
 
     async def close(self, *, failed: bool) -> None:
         """The attempt ended: let a recording under way finish (it must not outlive the

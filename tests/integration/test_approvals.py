@@ -150,7 +150,8 @@ def test_escalate_on_timeout_waits_for_a_person_without_a_timeout(
     run = app.get_run("r-5")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.available_at is None  # nothing but a person ends it now
-    assert [(request.notice, request.until) for request in sent][-1] == (1, None)
+    assert [(request.notice, request.escalated) for request in sent] == [(0, False), (1, True)]
+    assert sent[1].until is None
     [pending] = app.approvals()
     assert pending.escalated
     assert pending.until is None
@@ -260,3 +261,57 @@ def test_a_notify_step_that_is_retried_gets_a_fresh_token_and_the_first_stays_go
     app.decide_with_token(tokens[0], approved=True, by="reader-of-the-first-mail")
     app.run_until_idle()
     assert handle.result(timeout=0) is True
+
+
+def test_decisions_reach_only_runs_that_wait_for_them(app: durably.App, clock: FakeClock) -> None:
+    tokens: list[str] = []
+
+    @app.step(retry=durably.Retry(attempts=1))
+    async def charge() -> int:
+        raise ConnectionError("payments are down")
+
+    @app.workflow
+    async def pays() -> int:
+        return await charge()  # type: ignore[no-any-return]
+
+    @app.step(retry=durably.Retry(attempts=1))
+    async def broken_mail(request: ApprovalRequest) -> None:
+        tokens.append(request.token)
+        raise ConnectionError(f"could not send {request.token}")
+
+    @app.step
+    async def untyped_mail(request) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    @app.workflow
+    async def asks(untyped: bool) -> bool:
+        notify = untyped_mail if untyped else broken_mail
+        decision = await durably.approval("go", notify=notify)
+        return decision.approved
+
+    app.start(pays, id="r-12")
+    app.start(asks, False, id="r-13")
+    app.start(asks, True, id="r-14")
+    app.run_until_idle()
+    # a run parked on an ordinary step is no escalation: its step keeps its failure
+    with pytest.raises(
+        DurablyError, match=r"waits for no escalation \(it is parked on step 'charge'\)"
+    ):
+        app.approve("r-12", "durably.escalate")
+    # the notify step failed for good: the run is a dead letter, its approval not decidable
+    assert {letter.run_id for letter in app.dead_letters()} == {"r-12", "r-13"}
+    with pytest.raises(DurablyError, match="parked needs_attention by a failure"):
+        app.approve("r-13", "go")
+
+    [token] = tokens
+    secret = token.rpartition(".")[2]
+    error = app.get_run("r-13").error
+    assert error is not None
+    assert "could not send r-13.0.[hidden]" in error.message  # its own message, without it
+    assert secret not in "".join(str(e.data) for e in app.history("r-13"))
+    run = app.get_run("r-14")  # a request it cannot take fails the run (terminal)
+    error = run.error
+    assert run.status is RunStatus.FAILED
+    assert error is not None
+    assert "annotate its parameter as durably.ApprovalRequest" in error.message
+    assert "ApprovalRequest(" not in error.message  # no repr of the request, token and all

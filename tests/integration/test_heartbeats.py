@@ -84,7 +84,7 @@ def test_a_step_that_keeps_beating_runs_past_its_heartbeat_timeout(
     beats = [e for e in history if e.kind is EventKind.STEP_HEARTBEAT]
     assert 1 <= len(beats) <= 8  # 30 beats, recorded at most every 0.16 s (80% of 0.2 s)
     shown = dict(describe_run(run, history))
-    assert shown["last heartbeat"].endswith(f"#0 encode_video attempt 1: {beats[-1].data}")
+    assert shown["heartbeat"].endswith(f"#0 encode_video attempt 1: {beats[-1].data}")
 
 
 def test_runs_show_has_the_last_heartbeat_of_a_step_under_way(
@@ -104,7 +104,7 @@ def test_runs_show_has_the_last_heartbeat_of_a_step_under_way(
     run = app.get_run("hb-3")
     assert run.status is RunStatus.PENDING
     shown = dict(describe_run(run, app.history("hb-3")))
-    assert '#0 upload attempt 1: {"part":7,"of":9}' in shown["last heartbeat"]
+    assert '#0 upload attempt 1: {"part":7,"of":9}' in shown["heartbeat"]
     clock.advance(timedelta(hours=1))
 
 
