@@ -328,16 +328,8 @@ def _decision(verb: str, *, approved: bool) -> click.Command:
     @_TOKEN
     @_COMMENT
     @_BY
-    def command(
-        app_target: str | None,
-        store_url: str | None,
-        run_id: str | None,
-        name: str | None,
-        token: str | None,
-        comment: str | None,
-        by: str,
-    ) -> None:
-        _decide(app_target, store_url, run_id, name, token, comment, by, approved=approved)
+    def command(**options: Any) -> None:  # the options of _decide, as click parsed them
+        _decide(**options, approved=approved)
 
     answer = "True" if approved else "False"
     command.__doc__ = (
