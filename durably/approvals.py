@@ -26,7 +26,7 @@ from durably.core.history import Event, EventKind
 from durably.core.payloads import Decision, encode_payload
 from durably.core.status import PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
-from durably.operations import dead_letters, failed_step, hand_back, take
+from durably.operations import failed_step, hand_back, last_failed_step, take
 from durably.stores.base import RunRecord, Store
 
 __all__ = [
@@ -75,13 +75,10 @@ def pending_approvals(store: Store, *, limit: int = 100) -> list[PendingApproval
                 for approval in fold_approvals(events)
                 if approval.pending
             ]
-    for letter in dead_letters(store, limit=max(limit, _PAGE)):
-        if letter.step == ESCALATION and letter.error is not None:
-            reason = json.dumps(letter.error.message)
+        elif _escalated(events) and run.error is not None:  # a durably.escalate call
+            reason = json.dumps(run.error.message)
             found.append(
-                PendingApproval(
-                    letter.run_id, letter.workflow, ESCALATION, letter.parked_at, None, "", reason
-                )
+                PendingApproval(run.id, run.workflow, ESCALATION, run.updated_at, None, "", reason)
             )
     found.sort(key=lambda pending: (pending.requested_at, pending.run_id))
     return found[:limit]
@@ -175,6 +172,11 @@ def _decidable(
     if approval is None or not approval.pending or not awaiting_approval(events):
         return None
     return approval if not secret or approval.accepts(secret) else None
+
+
+def _escalated(events: list[Event]) -> bool:
+    step = last_failed_step(events)
+    return step is not None and step.name == ESCALATION
 
 
 def _parked(store: Store) -> Iterator[RunRecord]:

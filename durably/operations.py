@@ -27,6 +27,7 @@ __all__ = [
     "fail",
     "failed_step",
     "hand_back",
+    "last_failed_step",
     "retry",
     "skip_step",
     "take",
@@ -90,10 +91,10 @@ def skip_step(
         raise DurablyError(f"the result to record is not JSON: {exc}") from None
     action, statuses = "skip a step of", {RunStatus.NEEDS_ATTENTION}
     _check_status(store, run_id, action, statuses)  # checked before the run is touched
-    if _failed_step(store.history(run_id)) is None:
+    if last_failed_step(store.history(run_id)) is None:
         raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
     claim = take(store, run_id, now=now, by=by, action=action, statuses=statuses)
-    step = _failed_step(claim.events)
+    step = last_failed_step(claim.events)
     if step is None:  # changed in between: let a worker look at it again
         hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
         raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
@@ -104,7 +105,7 @@ def skip_step(
 
 def failed_step(store: Store, run_id: str) -> str | None:
     """The name of the step a parked run failed at (the one skip_step gives a result), if any."""
-    step = _failed_step(store.history(run_id))
+    step = last_failed_step(store.history(run_id))
     return None if step is None else step.name
 
 
@@ -202,13 +203,14 @@ def _stopped_at(steps: list[StepRecord]) -> int:
     return failed[-1] if failed else len(steps)
 
 
-def _failed_step(events: Sequence[Event]) -> StepRecord | None:
+def last_failed_step(events: Sequence[Event]) -> StepRecord | None:
+    """The step a parked run failed at: its latest failed one, if any."""
     failed = [record for record in fold_run(events).steps if record.error is not None]
     return failed[-1] if failed else None
 
 
 def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
-    step = _failed_step(events)
+    step = last_failed_step(events)
     return DeadLetter(
         run_id=run.id,
         workflow=run.workflow,
