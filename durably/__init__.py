@@ -17,6 +17,7 @@ from durably.app import App, RunHandle
 from durably.approvals import PendingApproval
 from durably.calls import (
     approval,
+    cancelled,
     heartbeat,
     last_heartbeat,
     now,
@@ -26,7 +27,7 @@ from durably.calls import (
     uuid4,
     wait_for_signal,
 )
-from durably.client import Start
+from durably.client import Start, Steered
 from durably.core.approvals import ApprovalRequest
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Decision
@@ -43,6 +44,7 @@ from durably.errors import (
     NotInWorkflow,
     PayloadError,
     PoisonPill,
+    RunCancelled,
     RunConflict,
     RunNotFound,
     SchemaTooNew,
@@ -85,6 +87,7 @@ __all__ = [
     "PendingApproval",
     "PoisonPill",
     "Retry",
+    "RunCancelled",
     "RunConflict",
     "RunHandle",
     "RunNotFound",
@@ -93,6 +96,7 @@ __all__ = [
     "SchemaTooNew",
     "SignalTimeout",
     "Start",
+    "Steered",
     "Step",
     "StepFailed",
     "StepOptions",
@@ -106,6 +110,7 @@ __all__ = [
     "Workflow",
     "WorkflowFailed",
     "approval",
+    "cancelled",
     "escalate",
     "heartbeat",
     "idempotency_key",

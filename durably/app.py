@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
 
 from durably.approvals import PendingApproval
-from durably.client import Client, DeadLetter, Delivered, Start
+from durably.client import Client, DeadLetter, Delivered, Start, Steered
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
 from durably.core.payloads import Decision
@@ -245,6 +245,27 @@ class App:
     def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         self.client.fail(run_id, by=by, reason=reason)
+
+    # -- steering a run -------------------------------------------------------------------
+
+    def cancel(self, run_id: str, *, reason: str | None = None, by: str = "app") -> Steered:
+        """Cancel the run: its completed steps are compensated, then it ends `cancelled`."""
+        return self.client.cancel(run_id, by=by, reason=reason)
+
+    def pause(self, run_id: str, *, reason: str | None = None, by: str = "app") -> Steered:
+        """Pause the run before its next step, until `resume`."""
+        return self.client.pause(run_id, by=by, reason=reason)
+
+    def resume(self, run_id: str, *, by: str = "app") -> Steered:
+        """Resume a paused run from where it stopped."""
+        return self.client.resume(run_id, by=by)
+
+    def restart(
+        self, run_id: str, *, from_step: int | str, id: str | None = None, by: str = "app"
+    ) -> RunHandle:
+        """Restart an ended run from a step as a new run (see Client.restart); its handle."""
+        run = self.client.restart(run_id, from_step=from_step, by=by, id=id)
+        return RunHandle(self, run.id)
 
     # -- approvals (durably.approval) and escalations ------------------------------------
 

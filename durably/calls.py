@@ -33,6 +33,7 @@ from durably.runtime.waits import check_signal_name
 
 __all__ = [
     "approval",
+    "cancelled",
     "heartbeat",
     "last_heartbeat",
     "now",
@@ -156,6 +157,20 @@ def last_heartbeat() -> Any:
     assert scope.beats is not None
     previous = scope.beats.previous
     return None if previous is None else json.loads(previous)
+
+
+def cancelled() -> bool:
+    """Whether a person cancelled the run this code runs in. A sync step is never interrupted
+    against its will: a long one can look now and then, and stop early (its result, or its
+    failure, is recorded as usual; then the run's completed steps are compensated). Also
+    true in the workflow's code, which is stopped at its next durable call anyway."""
+    execution = current_execution()
+    if execution is None:
+        raise NotInWorkflow(
+            "durably.cancelled() was called outside a run; call it in a step or in workflow "
+            "code while a worker runs it"
+        )
+    return execution.cancel_requested
 
 
 # -- plumbing -------------------------------------------------------------------------------

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from durably import approvals, operations
+from durably import approvals, control, operations, restarting
 from durably.approvals import PendingApproval
 from durably.clock import Clock, SystemClock
 from durably.codec import NO_HINT, decode, decode_given, decode_given_call, encode, encode_call
+from durably.control import Steered
 from durably.core.approvals import ESCALATION
+from durably.core.control import CONTROL_KINDS
 from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.status import RunStatus
@@ -44,7 +46,16 @@ from durably.starting import Starter
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 
-__all__ = ["Client", "DeadLetter", "Definitions", "Delivered", "RunPage", "Start", "Started"]
+__all__ = [
+    "Client",
+    "DeadLetter",
+    "Definitions",
+    "Delivered",
+    "RunPage",
+    "Start",
+    "Started",
+    "Steered",
+]
 
 _SKIPPED = "the result given for the skipped step"
 
@@ -299,6 +310,43 @@ class Client:
         operations.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
 
+    # -- steering a run: cancel, pause, resume --------------------------------------------
+
+    def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+        """Cancel the run, wherever it is (running, waiting, paused, parked): its async step
+        in flight is cancelled, its completed steps are compensated in reverse order, and it
+        ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
+        that has finished otherwise."""
+        steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+        return steered
+
+    def pause(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+        """Pause a pending or running run: it starts no new step or undo (one in flight
+        finishes and is recorded), and timers that come due wait, until it is resumed."""
+        steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+        return steered
+
+    def resume(self, run_id: str, *, by: str) -> Steered:
+        """Resume a paused run from where it stopped."""
+        steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
+        self._notify()
+        return steered
+
+    def restart(
+        self, run_id: str, *, from_step: int | str, by: str, id: str | None = None
+    ) -> RunRecord:
+        """Restart an ended run from a step (its position, or the name of its first call):
+        a new run (`id`, default `<run>.restart-<n>`) that reuses the recorded outcomes
+        before that step and runs for real from there, with fresh idempotency keys. Both
+        histories link to each other."""
+        run = restarting.restart(
+            self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
+        )
+        self._notify()
+        return run
+
     # -- approvals (durably.approval) and escalations -----------------------------------
 
     def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
@@ -356,6 +404,11 @@ class Client:
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
         id; DurablyError if the run has ended."""
+        if kind in CONTROL_KINDS:
+            raise DurablyError(
+                f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
+                "that the run's state is checked and the command reaches it wherever it is"
+            )
         encoded = None if data is None else encode(data, what=f"the data of the {kind!r} message")
         # Always a key: a send tried again after its answer was lost is then found, not doubled.
         key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"

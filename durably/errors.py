@@ -16,6 +16,7 @@ DurablyError
 ├── StepTimeout · DeadlineExceeded · PoisonPill · Escalated
 │   └── HeartbeatTimeout        (a StepTimeout) a long step's heartbeats stopped
 ├── SignalTimeout               durably.wait_for_signal: no signal before its timeout
+├── RunCancelled                a person cancelled the run (its steps' and its own end)
 ├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
 └── WorkflowFailed              .error_class and .message of the run's failure
 
@@ -41,6 +42,7 @@ __all__ = [
     "NotInWorkflow",
     "PayloadError",
     "PoisonPill",
+    "RunCancelled",
     "RunConflict",
     "RunNotFound",
     "SchemaTooNew",
@@ -143,6 +145,11 @@ class SignalTimeout(DurablyError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class RunCancelled(DurablyError):
+    """A person cancelled the run: what its cancelled step attempt and the run itself end
+    with, after the run's completed steps were compensated."""
 
 
 class StepTimeout(DurablyError):

@@ -8,14 +8,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.approvals import fold_approvals
+from durably.core.control import fold_control
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
     ApprovalToken,
     Claimed,
+    Command,
     Decision,
     Failure,
     MessageReceived,
+    Restarted,
+    RunStarted,
     SignalReceived,
     StepStarted,
     WaitStarted,
@@ -93,7 +97,7 @@ def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str
 
 
 def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
-    pairs = []
+    pairs = _steering(run, events)
     for approval in fold_approvals(events):
         if approval.pending and run.status not in FINAL:
             until = "no timeout" if approval.until is None else f"until {_time(approval.until)}"
@@ -113,6 +117,33 @@ def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[s
             )
         )
     return pairs
+
+
+def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
+    """Where the run came from and went (restarts), and what people asked of it."""
+    pairs = []
+    for event in events:
+        payload = payload_of(event) if event.kind in _LINKS else None
+        if isinstance(payload, RunStarted):
+            pairs.append(("restart of", f"{payload.restarted_from} at step "
+                          f"#{payload.from_step}, by {payload.by}"))  # fmt: skip
+        elif isinstance(payload, Restarted):
+            pairs.append(("restarted as", f"{payload.run} from step #{payload.from_step}, "
+                          f"by {payload.by} at {_time(event.at)}"))  # fmt: skip
+    if run.status in FINAL:
+        return pairs
+    control = fold_control(events)
+    if control.cancel is not None:
+        pairs.append(("cancel", f"asked by {control.cancel.by} at {_time(control.cancel.at)}: "
+                      "its completed steps are being compensated"))  # fmt: skip
+    if control.pause is not None and run.status is RunStatus.PAUSED:
+        why = f": {control.pause.reason}" if control.pause.reason else ""
+        pairs.append(("paused", f"by {control.pause.by} at {_time(control.pause.at)}{why}; "
+                      "durably resume goes on"))  # fmt: skip
+    return pairs
+
+
+_LINKS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_RESTARTED})
 
 
 def _detail(event: Event) -> str:
@@ -149,6 +180,12 @@ def _detail(event: Event) -> str:
         verdict = "approved" if payload.approved else "rejected"
         comment = "" if payload.comment is None else f": {_short(payload.comment, 80)}"
         return f"{verdict} by {payload.by} ({payload.via}){comment}"
+    if isinstance(payload, Command):
+        return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
+    if isinstance(payload, RunStarted):
+        return f"restarted from {payload.restarted_from} at step #{payload.from_step}"
+    if isinstance(payload, Restarted):
+        return f"restarted as {payload.run} from step #{payload.from_step} by {payload.by}"
     if isinstance(payload, MessageReceived):
         what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
         data = "" if payload.data is None else f": {_short(payload.data, 80)}"

@@ -13,7 +13,7 @@ __all__ = ["ErrorInfo", "Event", "EventKind"]
 
 
 class EventKind(StrEnum):
-    RUN_STARTED = "run_started"
+    RUN_STARTED = "run_started"  # data: none, or where a restarted run came from
     CLAIMED = "claimed"  # a worker took the lease (data: owner, epoch, previous owner)
     STEP_STARTED = "step_started"  # before the body runs (data: idempotency key, input)
     STEP_COMPLETED = "step_completed"  # data: the result as JSON
@@ -30,6 +30,9 @@ class EventKind(StrEnum):
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_PARKED = "run_parked"  # needs a person (data: error, reason)
+    RUN_CANCELLED = "run_cancelled"  # a person cancelled it; compensated (data: the error)
+    RUN_PAUSED = "run_paused"  # a person paused it before its next step (data: by, reason)
+    RUN_RESTARTED = "run_restarted"  # this ended run was restarted as another (data: it)
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
     RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
     RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other

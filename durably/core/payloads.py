@@ -11,8 +11,8 @@ Results are not wrapped: the data of `step_completed`, `step_skipped`, `value_re
 stays so (the hot path appends it as is, and replay hands it to the codec as is). `Result`
 only names it, for callers that read any event's payload.
 
-Kinds that carry nothing (`run_started`, `compensation_completed`, `run_completed`) decode to
-None, as does any event whose data is None (`released` by a stopping worker).
+Kinds that carry nothing (`compensation_completed`, `run_completed`) decode to None, as does
+any event whose data is None (`released` by a stopping worker, `run_started` of a plain start).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias, TypeVar
 
+from durably.core import fields as read
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
-from durably.errors import PayloadError
 
 __all__ = [
     "PAYLOAD_CLASSES",
@@ -33,6 +33,7 @@ __all__ = [
     "ApprovalToken",
     "AttemptFailed",
     "Claimed",
+    "Command",
     "Compensating",
     "CompensationAttemptFailed",
     "CompensationFailed",
@@ -42,10 +43,12 @@ __all__ = [
     "MessageReceived",
     "Payload",
     "Released",
+    "Restarted",
     "Result",
     "RunFailed",
     "RunParked",
     "RunRetried",
+    "RunStarted",
     "RunningAlone",
     "SignalReceived",
     "StepFailed",
@@ -58,6 +61,33 @@ __all__ = [
     "read_payload",
     "step_started_data",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """`run_started` of a run restarted from another (`durably runs restart`): the run it
+    came from, the step it runs again from, who restarted it. A plain start carries none."""
+
+    restarted_from: str
+    from_step: int
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    """`run_restarted`, appended to an ended run restarted as `run` from `from_step`."""
+
+    run: str
+    from_step: int
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """`run_paused`: who paused the run, and why (None: no reason given)."""
+
+    by: str
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +188,8 @@ class CompensationFailed:
 
 @dataclass(frozen=True, slots=True)
 class RunFailed:
-    """`run_failed`: the failure the run ended with (its status says failed or timed out)."""
+    """`run_failed`: the failure the run ended with (its status says failed or timed out);
+    `run_cancelled`: who cancelled it and why, as a durably.errors.RunCancelled."""
 
     error: ErrorInfo
 
@@ -262,7 +293,10 @@ class Decision:
 
 
 Payload: TypeAlias = (
-    Claimed
+    RunStarted
+    | Restarted
+    | Command
+    | Claimed
     | StepStarted
     | Result
     | AttemptFailed
@@ -301,7 +335,7 @@ Failure: TypeAlias = (
 # The payload class of each kind; None: the kind carries no data. Every kind is here (a unit
 # test checks it), so a new kind is given its payload when it is added.
 PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
-    EventKind.RUN_STARTED: None,
+    EventKind.RUN_STARTED: RunStarted,
     EventKind.CLAIMED: Claimed,
     EventKind.STEP_STARTED: StepStarted,
     EventKind.STEP_COMPLETED: Result,
@@ -318,6 +352,9 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.RUN_COMPLETED: None,
     EventKind.RUN_FAILED: RunFailed,
     EventKind.RUN_PARKED: RunParked,
+    EventKind.RUN_CANCELLED: RunFailed,
+    EventKind.RUN_PAUSED: Command,
+    EventKind.RUN_RESTARTED: Restarted,
     EventKind.RUN_RETRIED: RunRetried,
     EventKind.RELEASED: Released,
     EventKind.RUNNING_ALONE: RunningAlone,
@@ -357,6 +394,12 @@ def encode_payload(payload: Payload) -> str:
 def _fields(payload: Payload) -> dict[str, object]:
     """The JSON object of a payload, keys in the order the engine has always written them."""
     match payload:
+        case RunStarted(restarted_from, from_step, by):
+            return {"restarted_from": restarted_from, "from_step": from_step, "by": by}
+        case Restarted(run, from_step, by):
+            return {"run": run, "from_step": from_step, "by": by}
+        case Command(by, reason):
+            return {"by": by, "reason": reason}
         case Claimed(owner, epoch, took_over_from):
             fields: dict[str, object] = {"owner": owner, "epoch": epoch}
             if took_over_from is not None:
@@ -430,10 +473,10 @@ def payload_of(event: Event) -> Payload | None:
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
-            raise _Unreadable(f"a JSON object was expected, not {type(data).__name__}")
+            raise read.Unreadable(f"a JSON object was expected, not {type(data).__name__}")
         return _DECODERS[cls](data)
-    except (ValueError, _Unreadable) as exc:  # JSONDecodeError and bad ISO times are both
-        raise _unreadable(event, str(exc)) from None
+    except (ValueError, read.Unreadable) as exc:  # JSONDecodeError and bad ISO times are both
+        raise read.unreadable(event, str(exc)) from None
 
 
 def read_payload(event: Event, cls: type[P]) -> P:
@@ -441,141 +484,85 @@ def read_payload(event: Event, cls: type[P]) -> P:
     payload = payload_of(event)
     if not isinstance(payload, cls):
         found = "no data" if payload is None else type(payload).__name__
-        raise _unreadable(event, f"a {cls.__name__} was expected, found {found}")
+        raise read.unreadable(event, f"a {cls.__name__} was expected, found {found}")
     return payload
 
 
-class _Unreadable(Exception):
-    """A field is missing or of the wrong type (turned into a PayloadError naming the event)."""
-
-
-def _unreadable(event: Event, why: str) -> PayloadError:
-    step = "" if event.name is None else f" of step {event.name!r}"
-    return PayloadError(
-        f"event #{event.seq} ({event.kind}){step} holds unreadable data {event.data!r}: {why}"
-    )
-
-
-def _str(data: Mapping[str, object], key: str, default: str | None = None) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise _Unreadable(_wanted(key, "a string", value, key in data))
-    return value
-
-
-def _int(data: Mapping[str, object], key: str) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):  # JSON true is no number
-        raise _Unreadable(_wanted(key, "an integer", value, key in data))
-    return value
-
-
-def _optional_int(data: Mapping[str, object], key: str) -> int | None:
-    return None if data.get(key) is None else _int(data, key)
-
-
-def _bool(data: Mapping[str, object], key: str, default: bool | None = None) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise _Unreadable(_wanted(key, "true or false", value, key in data))
-    return value
-
-
-def _optional_str(data: Mapping[str, object], key: str) -> str | None:
-    return None if data.get(key) is None else _str(data, key)
-
-
-def _object(data: Mapping[str, object], key: str) -> Mapping[str, object]:
-    value = data.get(key)
-    if not isinstance(value, dict):
-        raise _Unreadable(_wanted(key, "an object", value, key in data))
-    return value
-
-
-def _time(data: Mapping[str, object], key: str) -> datetime:
-    return datetime.fromisoformat(_str(data, key))  # a ValueError if it is no ISO 8601 time
-
-
-def _optional_time(data: Mapping[str, object], key: str) -> datetime | None:
-    return None if data.get(key) is None else _time(data, key)
-
-
-def _optional_number(data: Mapping[str, object], key: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _Unreadable(_wanted(key, "a number", value, True))
-    return float(value)
-
-
-def _wanted(key: str, what: str, value: object, present: bool) -> str:
-    return f"{key!r} should be {what}, not {value!r}" if present else f"{key!r} is missing"
-
-
 def _read_error(data: Mapping[str, object]) -> ErrorInfo:
-    return ErrorInfo(_str(data, "error_class"), _str(data, "message"))
+    return ErrorInfo(read.string(data, "error_class"), read.string(data, "message"))
 
 
 def _then(data: Mapping[str, object]) -> RunStatus:
-    return RunStatus(_str(data, "then", "failed"))  # a ValueError if it is no status
+    return RunStatus(read.string(data, "then", "failed"))  # a ValueError if it is no status
 
 
 # Defaults are the ones the engine's readers have always applied to a missing key.
 _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
+    RunStarted: lambda d: RunStarted(
+        read.string(d, "restarted_from"), read.integer(d, "from_step"), read.string(d, "by")
+    ),
+    Restarted: lambda d: Restarted(
+        read.string(d, "run"), read.integer(d, "from_step"), read.string(d, "by")
+    ),
+    Command: lambda d: Command(read.string(d, "by"), read.optional_string(d, "reason")),
     Claimed: lambda d: Claimed(
-        _str(d, "owner"),
-        _int(d, "epoch"),
-        None if d.get("took_over_from") is None else _str(d, "took_over_from"),
+        read.string(d, "owner"),
+        read.integer(d, "epoch"),
+        None if d.get("took_over_from") is None else read.string(d, "took_over_from"),
     ),
-    StepStarted: lambda d: StepStarted(_str(d, "key"), _object(d, "input")),
+    StepStarted: lambda d: StepStarted(read.string(d, "key"), read.json_object(d, "input")),
     AttemptFailed: lambda d: AttemptFailed(
-        _read_error(d), _time(d, "retry_at"), _bool(d, "unknown", False)
+        _read_error(d), read.moment(d, "retry_at"), read.boolean(d, "unknown", False)
     ),
-    StepReconciled: lambda d: StepReconciled(_bool(d, "found")),
+    StepReconciled: lambda d: StepReconciled(read.boolean(d, "found")),
     StepFailed: lambda d: StepFailed(
-        _read_error(d), _str(d, "reason", "terminal"), _optional_int(d, "attempts")
+        _read_error(d), read.string(d, "reason", "terminal"), read.optional_integer(d, "attempts")
     ),
     StepWaiting: lambda d: StepWaiting(
-        _str(d, "waiting"), _str(d, "dependency"), _time(d, "until")
+        read.string(d, "waiting"), read.string(d, "dependency"), read.moment(d, "until")
     ),
     Compensating: lambda d: Compensating(_read_error(d), _then(d)),
-    CompensationStarted: lambda d: CompensationStarted(_str(d, "key")),
+    CompensationStarted: lambda d: CompensationStarted(read.string(d, "key")),
     CompensationAttemptFailed: lambda d: CompensationAttemptFailed(
-        _read_error(d), _time(d, "retry_at")
+        _read_error(d), read.moment(d, "retry_at")
     ),
     CompensationFailed: lambda d: CompensationFailed(
-        _read_error(d), _str(d, "reason"), _int(d, "attempts")
+        _read_error(d), read.string(d, "reason"), read.integer(d, "attempts")
     ),
     RunFailed: lambda d: RunFailed(_read_error(d)),
-    RunParked: lambda d: RunParked(_read_error(d), _str(d, "reason")),
-    RunRetried: lambda d: RunRetried(_str(d, "by"), _optional_int(d, "from_step")),
-    Released: lambda d: Released(_str(d, "reason")),
-    RunningAlone: lambda d: RunningAlone(_str(d, "reason"), _optional_int(d, "others") or 0),
-    MessageReceived: lambda d: MessageReceived(
-        _int(d, "id"),
-        _str(d, "kind"),
-        _optional_str(d, "name"),
-        _optional_str(d, "data"),
-        _str(d, "sender"),
-        _time(d, "sent_at"),
+    RunParked: lambda d: RunParked(_read_error(d), read.string(d, "reason")),
+    RunRetried: lambda d: RunRetried(read.string(d, "by"), read.optional_integer(d, "from_step")),
+    Released: lambda d: Released(read.string(d, "reason")),
+    RunningAlone: lambda d: RunningAlone(
+        read.string(d, "reason"), read.optional_integer(d, "others") or 0
     ),
-    WaitStarted: lambda d: WaitStarted(_optional_time(d, "until")),
+    MessageReceived: lambda d: MessageReceived(
+        read.integer(d, "id"),
+        read.string(d, "kind"),
+        read.optional_string(d, "name"),
+        read.optional_string(d, "data"),
+        read.string(d, "sender"),
+        read.moment(d, "sent_at"),
+    ),
+    WaitStarted: lambda d: WaitStarted(read.optional_moment(d, "until")),
     SignalReceived: lambda d: SignalReceived(
-        _int(d, "message"), _optional_str(d, "data"), _str(d, "sender"), _time(d, "sent_at")
+        read.integer(d, "message"),
+        read.optional_string(d, "data"),
+        read.string(d, "sender"),
+        read.moment(d, "sent_at"),
     ),
     ApprovalRequested: lambda d: ApprovalRequested(
-        _optional_time(d, "until"),
-        _str(d, "on_timeout"),
-        _optional_number(d, "remind_after"),
-        _optional_str(d, "details"),
+        read.optional_moment(d, "until"),
+        read.string(d, "on_timeout"),
+        read.optional_number(d, "remind_after"),
+        read.optional_string(d, "details"),
     ),
-    ApprovalToken: lambda d: ApprovalToken(_str(d, "hash"), _int(d, "notice")),
+    ApprovalToken: lambda d: ApprovalToken(read.string(d, "hash"), read.integer(d, "notice")),
     Decision: lambda d: Decision(
-        _bool(d, "approved"),
-        _str(d, "by"),
-        _time(d, "at"),
-        _optional_str(d, "comment"),
-        _str(d, "via", "person"),
+        read.boolean(d, "approved"),
+        read.string(d, "by"),
+        read.moment(d, "at"),
+        read.optional_string(d, "comment"),
+        read.string(d, "via", "person"),
     ),
 }

@@ -22,6 +22,7 @@ from durably.core.payloads import (
 from durably.errors import NonDeterminismError
 
 __all__ = [
+    "CALL_KINDS",
     "Execute",
     "Replay",
     "RunPhase",
@@ -228,6 +229,10 @@ _CALL_OF = {
     EventKind.APPROVAL_ESCALATED: "approval",
     EventKind.APPROVAL_DECIDED: "approval",
 }
+
+
+# The events that record a durable call at its position (a restarted run reuses them).
+CALL_KINDS = frozenset(_CALL_OF)
 
 
 def fold_steps(events: Iterable[Event]) -> list[StepRecord]:

@@ -16,6 +16,7 @@ class RunStatus(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"  # parked: an undo could not be done
     TIMED_OUT = "timed_out"  # the workflow's deadline passed (completed steps compensated)
     CANCELLED = "cancelled"
+    PAUSED = "paused"  # a person paused it: no step or undo starts until they resume it
 
 
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
@@ -30,12 +31,15 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
             RunStatus.COMPENSATION_FAILED,
             RunStatus.TIMED_OUT,
             RunStatus.CANCELLED,
+            RunStatus.PAUSED,  # stopped before its next step, for a person's pause
         }
     ),
     # a person acts on a parked run (retry, skip, fail): it is leased for the action, then
     # handed back to the workers as pending
     RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.RUNNING}),
     RunStatus.COMPENSATION_FAILED: frozenset({RunStatus.RUNNING}),
+    # resumed or cancelled: leased for the person's action, then handed back as pending
+    RunStatus.PAUSED: frozenset({RunStatus.RUNNING}),
     RunStatus.FAILED: frozenset(),
     RunStatus.TIMED_OUT: frozenset(),
     RunStatus.COMPLETED: frozenset(),

@@ -24,8 +24,9 @@ from datetime import datetime
 
 from durably.clock import Clock
 from durably.core.approvals import AWAITING_APPROVAL
+from durably.core.control import Request
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import MessageReceived, RunFailed, RunParked, encode_payload
+from durably.core.payloads import Command, MessageReceived, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
@@ -52,6 +53,7 @@ class HistoryWriter:
         self.pending: list[Event] = []  # appended, not committed yet
         self.lost = False  # the lease is gone (or a commit failed): write nothing more
         self.consumed: tuple[int, ...] = ()  # inbox messages appended, for the next commit
+        self._received: set[int] = set()  # every inbox message this writer appended
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
         self._clock = clock
@@ -71,15 +73,19 @@ class HistoryWriter:
         self._next_seq += 1
         return event
 
-    def receive(self, inbox: Sequence[Delivery]) -> None:
-        """Append a `message_received` event per message, in the inbox's order. The commit
-        that appends them takes them out of the inbox (behind the same fence): if this lease
-        ends before that, they stay there, and the next claim folds them again."""
-        for message in inbox:
+    def receive(self, inbox: Sequence[Delivery]) -> int:
+        """Append a `message_received` event per message not appended yet, in the inbox's
+        order; return how many. The commit that appends them takes them out of the inbox
+        (behind the same fence): if this lease ends before that, they stay there, and the
+        next claim folds them again."""
+        new = [message for message in inbox if message.id not in self._received]
+        for message in new:
             received = MessageReceived(message.id, message.kind, message.name, message.data,
                                        message.sender, message.sent_at)  # fmt: skip
             self.append(EventKind.MESSAGE_RECEIVED, data=encode_payload(received))
-        self.consumed += tuple(message.id for message in inbox)
+            self._received.add(message.id)
+        self.consumed += tuple(message.id for message in new)
+        return len(new)
 
     async def flush(
         self,
@@ -145,6 +151,13 @@ class HistoryWriter:
         like `park`, but a wait the workflow asked for, not a failure."""
         self.append(EventKind.RUN_PARKED, data=encode_payload(RunParked(why, AWAITING_APPROVAL)))
         await self.flush(RunStatus.NEEDS_ATTENTION, error=why, available_at=wake_at)
+
+    async def pause(self, request: Request) -> None:
+        """Stop for a person's pause: the run waits, `paused`, until they resume it."""
+        data = encode_payload(Command(request.by, request.reason))
+        self.append(EventKind.RUN_PAUSED, data=data)
+        await self.flush(RunStatus.PAUSED)
+        log.info("run %s paused by %s", self.run_id, request.by)
 
     async def release(self) -> None:
         """Hand the run back (a stopping worker): keep what is pending, due again at once."""

@@ -69,7 +69,8 @@ class Compensation:
                     attempt = phase.compensation_attempts.get(record.position, 0) + 1
                     if not await self._undo(step, record, attempt):
                         return
-        await self._writer.finish(final, EventKind.RUN_FAILED, error=error)
+        end = EventKind.RUN_CANCELLED if final is RunStatus.CANCELLED else EventKind.RUN_FAILED
+        await self._writer.finish(final, end, error=error)
 
     async def _undo(self, step: Step, record: StepRecord, attempt: int) -> bool:
         """One attempt at one step's undo: True once done; False if the run was parked."""

@@ -32,6 +32,9 @@ class Execution(Protocol):
 
     is_async: bool
 
+    @property
+    def cancel_requested(self) -> bool: ...  # a person cancelled the run (durably.cancelled)
+
     def call_step(
         self, step: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Awaitable[Any]: ...

@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core import payloads
+from durably.core.control import Control, cancel_error, fold_control
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import Decision
 from durably.core.replay import (
@@ -52,12 +53,19 @@ from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
 from durably.runtime.context import StepScope, _execution, step_key
 from durably.runtime.engine import Engine
-from durably.runtime.flow import Abandoned, CheckpointFailed, Suspend, WaitForPerson
+from durably.runtime.flow import (
+    Abandoned,
+    Cancelling,
+    CheckpointFailed,
+    Pause,
+    Suspend,
+    WaitForPerson,
+)
 from durably.runtime.gating import Gates
 from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
-from durably.stores.base import Claim
+from durably.stores.base import Claim, Delivery
 
 if TYPE_CHECKING:
     from durably.definitions import Step
@@ -76,6 +84,10 @@ _UNPASSABLE = (
 _NEXT_SUSPECT = payloads.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
+
+
+class _AttemptCancelled(BaseException):
+    """A step body was cancelled because its run was cancelled."""
 
 
 class RunExecution:
@@ -103,6 +115,11 @@ class RunExecution:
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
         self._phase: RunPhase | None = None
+        self.control = Control()  # what people asked of the run (cancel, pause), so far
+        # Async step bodies in flight, by position: a cancel cancels them (sync ones are
+        # never interrupted: they may look at durably.cancelled()).
+        self._attempts: dict[int, asyncio.Task[Any]] = {}
+        self._interrupted: set[int] = set()
         self._position = 0
         self.closed = False
         self._body_over = False  # the workflow body returned, raised or passed its deadline
@@ -135,6 +152,9 @@ class RunExecution:
         token = _execution.set(self)
         try:
             await self._drive()
+        except Pause as pause:
+            await self._writer.pause(pause.request)
+            self.suspended = True
         except WaitForPerson as wait:
             self.wake_at = self._due(wait.due)
             await self._writer.wait_for_person(wait.why, wake_at=self.wake_at)
@@ -160,10 +180,34 @@ class RunExecution:
         """Hand back a run this worker claimed but never started (it waited to run alone)."""
         await self._writer.release()
 
+    @property
+    def cancel_requested(self) -> bool:
+        return self.control.cancel is not None
+
+    def deliver(self, inbox: Sequence[Delivery]) -> None:
+        """Messages sent to the run while this worker holds it: folded into the history (its
+        next checkpoint commits them). A cancel cancels the async step bodies in flight; a
+        pause lets them finish, and stops the run before its next step."""
+        if self.closed or self.lost or not self._writer.receive(inbox):
+            return
+        self.control = fold_control(self._writer.events)
+        if self.control.cancel is None:
+            return
+        for position, attempt in self._attempts.items():
+            if position not in self._interrupted:
+                self._interrupted.add(position)
+                attempt.cancel("durably: the run was cancelled")
+
     async def _drive(self) -> None:
         try:
             self._writer.receive(self._claim.inbox)
             phase = self._phase = fold_run(self._writer.events)
+            self.control = control = fold_control(self._writer.events)
+            if control.cancel is not None and phase.compensating is None:
+                await self._compensation.run(cancel_error(control.cancel), RunStatus.CANCELLED)
+                return
+            if control.pause is not None:
+                raise Pause(control.pause)
             self._check_poison(phase)
             if self.alone:
                 alone = payloads.RunningAlone(_ALONE_REASON, self._others)
@@ -176,6 +220,8 @@ class RunExecution:
             what = f"run {self.run_id!r}"
             args, kwargs = decode_call(self._claim.input, self._workflow.fn, what=what)
             value = await self._call_workflow(args, kwargs)
+            if self.control.cancel is not None:  # the body let a cancel pass and returned
+                raise Cancelling(self.control.cancel)
         except (NonDeterminismError, PayloadError, PoisonPill) as exc:
             error = ErrorInfo.of(exc)
             await self._writer.park(RunStatus.NEEDS_ATTENTION, error, reason=type(exc).__name__)
@@ -194,6 +240,9 @@ class RunExecution:
             return
         except DeadlineExceeded as exc:
             await self._compensation.run(ErrorInfo.of(exc), RunStatus.TIMED_OUT)
+            return
+        except Cancelling as cancelling:
+            await self._compensation.run(cancel_error(cancelling.request), RunStatus.CANCELLED)
             return
         except (LeaseLost, asyncio.CancelledError, Suspend, CheckpointFailed):
             raise
@@ -222,10 +271,22 @@ class RunExecution:
                 "taking workers down. Inspect it, then retry it (durably dlq retry) or fail it."
             )
 
+    def _check_control(self) -> None:
+        """Before the workflow body goes on (a step, a durable call): stop it if a person
+        cancelled or paused the run meanwhile."""
+        control = self.control
+        if control.cancel is not None:
+            raise Cancelling(control.cancel)
+        if control.pause is not None:
+            raise Pause(control.pause)
+
     async def _before_new_work(self) -> None:
-        """Before a step or an undo starts: a run that ran alone and has an outcome to record
-        is past the point where its last worker died. Commit that proof, and let the worker
-        run others again (handing this run back if other suspects wait for their turn)."""
+        """Before a step or an undo starts: a paused run stops here. A run that ran alone and
+        has an outcome to record is past the point where its last worker died: commit that
+        proof, and let the worker run others again (handing this run back if other suspects
+        wait for their turn)."""
+        if self.control.pause is not None:
+            raise Pause(self.control.pause)
         if not self.alone or not progressed(self._writer.pending):
             return
         await self._writer.flush()
@@ -269,6 +330,7 @@ class RunExecution:
         """A step call from the workflow: replay its recorded outcome or run it for real.
         `hide`: a secret in the arguments (an approval's token), left out of the history."""
         self._check_body_may_go_on()
+        self._check_control()
         assert self._phase is not None
         position = self._position
         self._position += 1
@@ -313,7 +375,13 @@ class RunExecution:
                 if found is not None:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
-            value = await self._call_body(step, args, kwargs, scope)
+            value = await self._interruptible(
+                step, position, self._call_body(step, args, kwargs, scope)
+            )
+        except _AttemptCancelled:
+            await beats.close(failed=True)
+            self._check_body_may_go_on()
+            self._record_cancelled(step, scope)
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
@@ -330,6 +398,44 @@ class RunExecution:
                 self.run_id, step, position, failed=failed_for_breaker, throttled_for=throttled_for
             )
         return self._completed(step, position, action.attempt, value)
+
+    async def _interruptible(self, step: Step, position: int, call: Awaitable[T]) -> T:
+        """Await a step body; an async one is cancelled if the run is cancelled meanwhile
+        (AttemptCancelled). A body that lets the cancel pass keeps its outcome (the workflow
+        body stops at its next durable call)."""
+        task = asyncio.current_task()
+        if task is None or not step.is_async:
+            return await call
+        self._attempts[position] = task
+        try:
+            return await call
+        except asyncio.CancelledError:
+            if self._was_interrupted(position):
+                raise _AttemptCancelled from None
+            raise
+        finally:
+            del self._attempts[position]
+            self._was_interrupted(position)
+
+    def _was_interrupted(self, position: int) -> bool:
+        """Whether a cancel cancelled the body at `position` (once: the cancel is taken back
+        from its task, which goes on to record the outcome)."""
+        if position not in self._interrupted:
+            return False
+        self._interrupted.discard(position)
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
+
+    def _record_cancelled(self, step: Step, scope: StepScope) -> NoReturn:
+        """The attempt was cancelled with its run: the step's outcome, and the body stops."""
+        cancel = self.control.cancel
+        assert cancel is not None
+        error = cancel_error(cancel)
+        data = payloads.encode_payload(payloads.StepFailed(error, "cancelled", scope.attempt))
+        self._writer.append(EventKind.STEP_FAILED, scope.position, step.name, scope.attempt, data)
+        raise Cancelling(cancel)
 
     async def _call_body(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
@@ -385,6 +491,7 @@ class RunExecution:
     def place(self, name: str) -> tuple[int, StepRecord | None]:
         """The next position, for a timer, signal wait, value or approval named `name`."""
         self._check_body_may_go_on()
+        self._check_control()
         assert self._phase is not None
         position = self._position
         self._position += 1

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from durably.core.control import Request
 from durably.core.history import ErrorInfo
 
-__all__ = ["Abandoned", "CheckpointFailed", "Suspend", "WaitForPerson"]
+__all__ = ["Abandoned", "Cancelling", "CheckpointFailed", "Pause", "Suspend", "WaitForPerson"]
 
 
 class Suspend(BaseException):
@@ -30,6 +31,24 @@ class WaitForPerson(Suspend):
     def __init__(self, due: datetime | None, why: ErrorInfo) -> None:
         super().__init__(due)
         self.why = why
+
+
+class Pause(Suspend):
+    """A person paused the run: it stops before its next step or undo (a step in flight
+    finishes first) and waits, `paused`, until they resume it."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(None)
+        self.request = request
+
+
+class Cancelling(BaseException):
+    """A person cancelled the run: the workflow body stops at its next durable call (an async
+    step in flight is cancelled), then the completed steps are compensated."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(f"the run was cancelled by {request.by}")
+        self.request = request
 
 
 class Abandoned(BaseException):

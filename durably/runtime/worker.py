@@ -35,6 +35,9 @@ log = logging.getLogger("durably.worker")
 _UNKNOWN_CHECK_EVERY = 10  # idle polls between checks for runs of workflows nobody knows
 _OPEN_RETRY_FIRST = timedelta(milliseconds=250)  # pauses between tries to open the store
 _OPEN_RETRY_MAX = timedelta(seconds=5)
+# How often a worker looks for messages sent to the runs it is running (a cancel, a pause):
+# one indexed read of their inbox counts, and only while it holds any.
+_MAIL_EVERY = timedelta(seconds=1)
 
 
 class Worker:
@@ -122,6 +125,8 @@ class Worker:
             self._heartbeat(committer), name=f"durably-heartbeat-{self.name}"
         )
         heartbeat.add_done_callback(self._background_done)
+        mail = asyncio.create_task(self._read_mail(committer), name=f"durably-mail-{self.name}")
+        mail.add_done_callback(self._background_done)
         idle_polls = 0
         try:
             if self.recovers_own:
@@ -143,7 +148,8 @@ class Worker:
             unwatch()
             await self._shutdown()
             heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
+            mail.cancel()
+            await asyncio.gather(heartbeat, mail, return_exceptions=True)
             committer.stop()
         if self._failure is not None:
             raise self._failure
@@ -314,6 +320,27 @@ class Worker:
                     )
                     execution.lost = True
                     self._active[execution.run_id][1].cancel()
+
+    async def _read_mail(self, committer: Committer) -> None:
+        """Hand the runs this worker is running the messages sent to them meanwhile."""
+        while True:
+            await asyncio.sleep(_MAIL_EVERY.total_seconds())
+            running = {
+                run_id: execution
+                for run_id, (execution, _) in self._active.items()
+                if not execution.closed and not execution.lost
+            }
+            if not running:
+                continue
+            try:
+                mail = await committer.call(functools.partial(self.app.store.mail, list(running)))
+            except StoreUnavailable as exc:  # the next look tries again
+                log.warning("worker %s: cannot read its runs' messages: %s", self.name, exc)
+                continue
+            for run_id, inbox in mail.items():
+                execution = self._active.get(run_id, (None, None))[0]
+                if execution is not None:
+                    execution.deliver(inbox)
 
     async def _warn_unknown(self, committer: Committer) -> None:
         names = self.app.registry.workflow_names()

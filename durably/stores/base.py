@@ -154,6 +154,15 @@ class Store(Protocol):
         twice is created once, by its first occurrence; the later ones answer False."""
         ...
 
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        """Restart the ended run `source` as `run`: create it, pending and due now, with
+        `events` as its whole history (seq from 1, its run_started first), and append `note`
+        to `source`'s history after its last event (`note.seq` is not used), in one
+        transaction. False, writing nothing, if `source` has not ended or `run.id` is taken."""
+        ...
+
     def send(self, message: Message, *, now: datetime) -> Sent:
         """Put a message in its run's inbox, in one transaction, unless the run does not
         exist or has ended (NO_RUN, ENDED) or a message with its dedupe_key is there already
@@ -188,6 +197,13 @@ class Store(Protocol):
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         """Extend these leases; return the run ids whose lease is still held."""
+        ...
+
+    def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
+        """The undelivered messages of those of these runs that have any, each run's in the
+        order they were stored: what a worker's running runs are sent while it holds them
+        (a cancel, a pause). A read; the holder folds them and empties the inbox by its
+        checkpoints, as it does its claim's."""
         ...
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:

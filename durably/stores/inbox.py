@@ -17,7 +17,7 @@ from durably.stores.base import Delivery, Message, Sent, SentOutcome
 from durably.stores.reads import Connection, Dialect
 from durably.stores.rows import from_ts, ts
 
-__all__ = ["consume", "deliveries", "send"]
+__all__ = ["consume", "deliveries", "mail", "send"]
 
 
 def send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -> Sent:
@@ -88,6 +88,18 @@ def deliveries(
             Delivery(id_, kind, name, data, sender, from_ts(sent_at))
         )
     return {run_id: tuple(messages) for run_id, messages in found.items()}
+
+
+def mail(
+    db: Connection, dialect: Dialect, run_ids: Sequence[str]
+) -> dict[str, tuple[Delivery, ...]]:
+    """The undelivered messages of those of these runs that have any (a read: one indexed
+    look at the runs' counts, and the inbox only of runs with mail)."""
+    if not run_ids:
+        return {}
+    which, params = dialect.one_of("id", run_ids)
+    rows = db.execute(f"SELECT id FROM durably_runs WHERE {which} AND inbox > 0", params)
+    return deliveries(db, dialect, [row[0] for row in rows])
 
 
 def consume(db: Connection, dialect: Dialect, run_id: str, ids: Sequence[int]) -> None:

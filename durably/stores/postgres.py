@@ -23,10 +23,11 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError
-from durably.stores import inbox, reads, waking
+from durably.stores import forking, inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
+    Delivery,
     Lease,
     Message,
     NewRun,
@@ -256,6 +257,21 @@ class PostgresStore:
         taken = self._lease_once(_PICK_ONE, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
 
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        def fork(db: psycopg.Connection[Any]) -> bool:
+            forked = forking.fork(
+                db, reads.POSTGRES, run, events, source=source, note=note, now=now
+            )
+            if forked:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return forked
+
+        # A fork whose answer was lost with its connection answers False on a second try (its
+        # id is taken): the caller reads the run to tell that from a real refusal.
+        return self._db.run(fork, transaction=True)
+
     def send(self, message: Message, *, now: datetime) -> Sent:
         def send(db: psycopg.Connection[Any]) -> Sent:
             sent = inbox.send(db, reads.POSTGRES, message, now=now)
@@ -285,6 +301,10 @@ class PostgresStore:
             ).fetchall()
         )
         return {row[0] for row in rows}
+
+    def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
+        ids = list(run_ids)
+        return self._db.run(lambda db: inbox.mail(db, reads.POSTGRES, ids))
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         if not checkpoints:

@@ -18,10 +18,11 @@ from typing import TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import inbox, reads, waking
+from durably.stores import forking, inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
+    Delivery,
     Lease,
     Message,
     NewRun,
@@ -228,6 +229,15 @@ class SQLiteStore:
             mail = inbox.deliveries(db, reads.SQLITE, [run_id] if taken[5] > 0 else [])
         return Claim(*taken[:4], tuple(histories.get(run_id, ())), mail.get(run_id, ()))
 
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        with self._write() as db:
+            forked = forking.fork(db, reads.SQLITE, run, events, source=source, note=note, now=now)
+        if forked:
+            self._wakeups.notify()
+        return forked
+
     def send(self, message: Message, *, now: datetime) -> Sent:
         with self._write() as db:
             sent = inbox.send(db, reads.SQLITE, message, now=now)
@@ -248,6 +258,10 @@ class SQLiteStore:
                 if cursor.rowcount == 1:
                     held.add(item.run_id)
         return held
+
+    def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
+        with self._read() as db:
+            return inbox.mail(db, reads.SQLITE, list(run_ids))
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         # Looking for each checkpoint's first event up front costs ~20% of a batch, so the

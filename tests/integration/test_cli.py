@@ -422,3 +422,46 @@ def test_approvals_are_listed_and_decided_from_the_command_line(
     assert app.handle("o9").result(timeout=0) == "o9: rejected by sam (None)"
     empty = durably_cli("approvals", "list", "--app", APP, cwd=elsewhere, app_store=store_url)
     assert "(no approvals waiting)" in empty.stdout
+
+
+def test_a_run_is_paused_resumed_cancelled_and_restarted_from_the_command_line(
+    app: durably.App, store_url: str, elsewhere: Path
+) -> None:
+    app.start("await_approval", "o-9", id="s-1")
+    app.run_until_idle()  # it waits for its signal
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return durably_cli(*args, "--app", APP, cwd=elsewhere, app_store=store_url)
+
+    paused = cli("pause", "s-1", "--reason", "audit", "--by", "ops")
+    assert paused.returncode == 0, paused.stderr
+    assert "run s-1 (pending): pause sent" in paused.stdout
+    app.run_until_idle()
+    assert app.get_run("s-1").status is RunStatus.PAUSED
+    assert "s-1" in cli("runs", "list", "--status", "paused").stdout
+    assert "paused:        by ops at " in cli("runs", "show", "s-1").stdout
+    again = cli("pause", "s-1")
+    assert again.returncode == 0
+    assert "nothing to pause: it is paused already" in again.stdout
+
+    resumed = cli("resume", "s-1", "--by", "ops")
+    assert "resume sent; it goes on from where it stopped" in resumed.stdout
+    app.run_until_idle()
+    assert app.get_run("s-1").status is RunStatus.PENDING  # waiting for its signal again
+
+    cancelled = cli("cancel", "s-1", "--reason", "duplicate order", "--by", "ops")
+    assert "cancel sent" in cancelled.stdout
+    app.run_until_idle()
+    run = app.get_run("s-1")
+    assert run.status is RunStatus.CANCELLED
+    assert run.error is not None
+    assert run.error.message == "cancelled by ops: duplicate order"
+    assert "it is cancelled already" in cli("cancel", "s-1").stdout
+    refused(cli("pause", "s-1"), 1, "it has finished (cancelled)")
+    refused(cli("cancel", "nobody"), 1, "no run has the id 'nobody'")
+
+    restarted = cli("runs", "restart", "s-1", "--from-step", "0", "--by", "ops")
+    assert restarted.returncode == 0, restarted.stderr
+    assert "restarted run s-1 as s-1.restart-1 from step 0" in restarted.stdout
+    assert app.get_run("s-1.restart-1").status is RunStatus.PENDING
+    refused(cli("runs", "restart", "s-1.restart-1", "--from-step", "0"), 1, "only an ended run")

@@ -256,7 +256,7 @@ def test_send_async_delivers_like_send(app: durably.App) -> None:
     flaky_app(app, calls, failures=0)
     app.start("job", id="run-1")
 
-    delivered = asyncio.run(app.client.send_async("run-1", "pause", by="ops", data=[1, 2]))
+    delivered = asyncio.run(app.client.send_async("run-1", "note", by="ops", data=[1, 2]))
 
     assert delivered.stored
     assert json.loads(_inbox_data(app, delivered.message_id)) == [1, 2]

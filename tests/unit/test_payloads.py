@@ -16,6 +16,7 @@ from durably.core.payloads import (
     ApprovalToken,
     AttemptFailed,
     Claimed,
+    Command,
     Compensating,
     CompensationAttemptFailed,
     CompensationFailed,
@@ -24,11 +25,13 @@ from durably.core.payloads import (
     MessageReceived,
     Payload,
     Released,
+    Restarted,
     Result,
     RunFailed,
     RunningAlone,
     RunParked,
     RunRetried,
+    RunStarted,
     SignalReceived,
     StepFailed,
     StepReconciled,
@@ -204,6 +207,27 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         Decision(True, "maria", AT, None, "token"),
     ),
     (EventKind.STEP_HEARTBEAT, '{"rows": 1200}', Result('{"rows": 1200}')),
+    (
+        EventKind.RUN_STARTED,
+        '{"restarted_from": "order-7", "from_step": 2, "by": "erin"}',
+        RunStarted("order-7", 2, "erin"),
+    ),
+    (
+        EventKind.RUN_RESTARTED,
+        '{"run": "order-7.restart-1", "from_step": 2, "by": "erin"}',
+        Restarted("order-7.restart-1", 2, "erin"),
+    ),
+    (
+        EventKind.RUN_CANCELLED,
+        '{"error_class": "durably.errors.RunCancelled", "message": "cancelled by ops: dup"}',
+        RunFailed(ErrorInfo("durably.errors.RunCancelled", "cancelled by ops: dup")),
+    ),
+    (
+        EventKind.RUN_PAUSED,
+        '{"by": "ops", "reason": "supplier down"}',
+        Command("ops", "supplier down"),
+    ),
+    (EventKind.RUN_PAUSED, '{"by": "ops", "reason": null}', Command("ops")),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 
@@ -211,7 +235,6 @@ NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 def test_every_kind_has_its_payload_class_or_none() -> None:
     assert set(PAYLOAD_CLASSES) == set(EventKind)
     assert set(NO_DATA) == {
-        EventKind.RUN_STARTED,
         EventKind.COMPENSATION_COMPLETED,
         EventKind.RUN_COMPLETED,
         EventKind.TIMER_FIRED,

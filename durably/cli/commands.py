@@ -10,68 +10,19 @@ command line is wrong.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import logging
 import os
-import shlex
 import sys
-from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 
-from durably.app import App
-from durably.client import Client
+from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where, worker_hint
 from durably.core.status import RunStatus
-from durably.errors import ConfigError, DurablyError
-from durably.stores import DEFAULT_URL, Store, open_store
 from durably.timeline import describe_run, timeline
 
-__all__ = ["main"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_PRECEDENCE = (
-    "Which store: --store, else the store of --app, else $DURABLY_STORE, else "
-    "sqlite:///durably.db. sqlite:///relative.db is relative to the current directory, "
-    "sqlite:////abs/path.db absolute."
-)
-
-
-def _where(command: F) -> F:
-    """The --app and --store options every store command takes."""
-    command = click.option(
-        "--store",
-        "store_url",
-        default=None,
-        metavar="URL",
-        help="The store's URL (overrides --app's).",
-    )(command)
-    return click.option(
-        "--app",
-        "app_target",
-        default=None,
-        metavar="MODULE:ATTR",
-        help="Your durably.App (imported with the current directory on the import path): "
-        "its store, and its workflows' and steps' types.",
-    )(command)
-
-
-_BY = click.option(
-    "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
-)
-
-
-@click.group(epilog=_PRECEDENCE)
-@click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
-def cli(verbose: bool) -> None:
-    """durably: durable workflows for Python."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+__all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "worker"]
 
 
 @cli.command(epilog="Which store: --store, else the app's.")
@@ -100,7 +51,7 @@ def worker(
     name: str | None,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
-    app = _load_app(target)
+    app = load_app(target)
     if store_url:
         app.use_store(store_url)
     app.worker(
@@ -108,7 +59,7 @@ def worker(
     ).run()
 
 
-@cli.command(epilog=_PRECEDENCE)
+@cli.command(epilog=PRECEDENCE)
 @click.argument("workflow")
 @click.option(
     "--app", "app_target", required=True, metavar="MODULE:ATTR", help="The app that defines it."
@@ -129,14 +80,14 @@ def start(
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
     # A store may be created here: starting a run before any worker ran is fine.
-    with _client(app_target, store_url, create=True) as client:
+    with client_for(app_target, store_url, create=True) as client:
         started = client.start_json(workflow, input_json, id=run_id)
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
         else:
             click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
-        click.echo(_worker_hint(app_target, client, "for it to run"))
+        click.echo(worker_hint(app_target, client, "for it to run"))
 
 
 @cli.group()
@@ -144,8 +95,8 @@ def runs() -> None:
     """List and inspect runs."""
 
 
-@runs.command("list", epilog=_PRECEDENCE)
-@_where
+@runs.command("list", epilog=PRECEDENCE)
+@where
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--workflow", default=None)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
@@ -159,7 +110,7 @@ def runs_list(
     cursor: str | None,
 ) -> None:
     """The most recently updated runs, a page at a time."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor)
     click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
     for run in page.runs:
@@ -170,12 +121,12 @@ def runs_list(
         click.echo(f"(more: the next page is --cursor {page.next_cursor})")
 
 
-@runs.command("show", epilog=_PRECEDENCE)
-@_where
+@runs.command("show", epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> None:
     """A run's state and its whole timeline: steps, attempts, keys, durations, errors."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
     for label, value in describe_run(run, history):
         click.echo(f"{label + ':':<15}{value}")
@@ -195,12 +146,12 @@ def dlq() -> None:
     must be running for it to move on."""
 
 
-@dlq.command("list", epilog=_PRECEDENCE)
-@_where
+@dlq.command("list", epilog=PRECEDENCE)
+@where
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 def dlq_list(app_target: str | None, store_url: str | None, limit: int) -> None:
     """Parked runs, newest first, with the step and error that stopped them."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         letters = client.dead_letters(limit=limit)
     click.echo(f"{'RUN':<36} {'STATUS':<20} {'STEP':<18} {'TRIES':>5}  ERROR")
     for letter in letters:
@@ -215,8 +166,8 @@ def dlq_list(app_target: str | None, store_url: str | None, limit: int) -> None:
         click.echo("(no dead letters)")
 
 
-@dlq.command("show", epilog=_PRECEDENCE)
-@_where
+@dlq.command("show", epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 @click.pass_context
 def dlq_show(
@@ -226,25 +177,25 @@ def dlq_show(
     ctx.invoke(runs_show, app_target=app_target, store_url=store_url, run_id=run_id)
 
 
-@dlq.command("retry", epilog=_PRECEDENCE)
-@_where
+@dlq.command("retry", epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 @click.option(
     "--from-step", type=int, default=None, help="Run every step from this position again."
 )
-@_BY
+@BY
 def dlq_retry(
     app_target: str | None, store_url: str | None, run_id: str, from_step: int | None, by: str
 ) -> None:
     """Fresh attempts for a parked run, with the same idempotency keys."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         client.retry(run_id, by=by, from_step=from_step)
         click.echo(f"run {run_id} is pending again")
-        click.echo(_worker_hint(app_target, client, "for it to move on"))
+        click.echo(worker_hint(app_target, client, "for it to move on"))
 
 
-@dlq.command("skip", epilog=_PRECEDENCE)
-@_where
+@dlq.command("skip", epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 @click.option(
     "--result",
@@ -255,31 +206,31 @@ def dlq_retry(
     help="The step's result, as JSON. With --app it is checked against the step's return "
     "type (and refused if it does not fit); without, it is recorded as given.",
 )
-@_BY
+@BY
 def dlq_skip(
     app_target: str | None, store_url: str | None, run_id: str, result_json: str, by: str
 ) -> None:
     """Record a result for the failed step (or answer an escalation); the run goes on."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         client.skip_step_json(run_id, result_json, by=by)
         checked = "" if app_target else " (not checked against the step's type: no --app)"
         click.echo(f"run {run_id} goes on with that result{checked}")
-        click.echo(_worker_hint(app_target, client, "for it to move on"))
+        click.echo(worker_hint(app_target, client, "for it to move on"))
 
 
-@dlq.command("fail", epilog=_PRECEDENCE)
-@_where
+@dlq.command("fail", epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 @click.option("--reason", required=True, help="Why (recorded in the run's history).")
-@_BY
+@BY
 def dlq_fail(
     app_target: str | None, store_url: str | None, run_id: str, reason: str, by: str
 ) -> None:
     """Give up: compensate the run's completed steps, then end it failed."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         client.fail(run_id, by=by, reason=reason)
         click.echo(f"run {run_id} will be compensated and failed")
-        click.echo(_worker_hint(app_target, client, "to compensate it"))
+        click.echo(worker_hint(app_target, client, "to compensate it"))
 
 
 @cli.group()
@@ -290,13 +241,13 @@ def approvals() -> None:
     running for the run to move on."""
 
 
-@approvals.command("list", epilog=_PRECEDENCE)
-@_where
+@approvals.command("list", epilog=PRECEDENCE)
+@where
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 def approvals_list(app_target: str | None, store_url: str | None, limit: int) -> None:
     """Approvals waiting for a decision, oldest first: the run, the approval's name, when
     it times out and what happens then, and its details."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         pending = client.approvals(limit=limit)
     click.echo(f"{'RUN':<34} {'APPROVAL':<18} {'REQUESTED':<20} {'TIMES OUT':<20} THEN     DETAILS")
     for approval in pending:
@@ -322,12 +273,12 @@ _TOKEN = click.option(
 def _decision(verb: str, *, approved: bool) -> click.Command:
     """The `durably approve` or `durably reject` command."""
 
-    @_where
+    @where
     @click.argument("run_id", required=False)
     @click.argument("name", required=False)
     @_TOKEN
     @_COMMENT
-    @_BY
+    @BY
     def command(**options: Any) -> None:  # the options of _decide, as click parsed them
         _decide(**options, approved=approved)
 
@@ -336,7 +287,7 @@ def _decision(verb: str, *, approved: bool) -> click.Command:
         f"{verb.capitalize()} a run's approval NAME, or with --token the approval it was made "
         f"for (an escalation, NAME durably.escalate, is answered {answer})."
     )
-    return click.command(verb, epilog=_PRECEDENCE)(command)
+    return click.command(verb, epilog=PRECEDENCE)(command)
 
 
 cli.add_command(_decision("approve", approved=True))
@@ -357,7 +308,7 @@ def _decide(
     by_name = run_id is not None and name is not None
     if by_name == (token is not None) or (token is not None and run_id is not None):
         raise click.UsageError("give RUN and NAME, or --token (not both)")
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         if run_id is not None and name is not None:
             decision = client.decide(run_id, name, approved=approved, by=by, comment=comment)
         else:
@@ -366,7 +317,7 @@ def _decide(
             run_id = token.rpartition(".")[0].rpartition(".")[0]
         verdict = "approved" if decision.approved else "rejected"
         click.echo(f"{verdict} by {decision.by}; run {run_id} goes on")
-        click.echo(_worker_hint(app_target, client, "for it to move on"))
+        click.echo(worker_hint(app_target, client, "for it to move on"))
 
 
 def _minute(moment: datetime) -> str:
@@ -419,107 +370,19 @@ def bench(options: tuple[str, ...]) -> None:
     sys.exit(compare.main(list(options)))
 
 
-@cli.command(epilog=_PRECEDENCE)
-@_where
+@cli.command(epilog=PRECEDENCE)
+@where
 @click.argument("run_id")
 @click.argument("name")
 @click.option(
     "--data", "data_json", default="null", show_default=True, metavar="JSON",
     help="The signal's payload, as JSON.",
 )  # fmt: skip
-@_BY
+@BY
 def signal(
     app_target: str | None, store_url: str | None, run_id: str, name: str, data_json: str, by: str
 ) -> None:
     """Send the signal NAME to run RUN_ID: its durably.wait_for_signal(NAME) takes it."""
-    with _client(app_target, store_url) as client:
+    with client_for(app_target, store_url) as client:
         delivered = client.signal_json(run_id, name, data_json, by=by)
         click.echo(f"signal {name!r} sent to run {run_id} (message {delivered.message_id})")
-
-
-# -- finding the app and the store ----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _client(
-    app_target: str | None, store_url: str | None, *, create: bool = False
-) -> Iterator[Client]:
-    """The client on the store the options name, knowing the app if --app was given.
-
-    Without `create`, a store that does not exist is an error naming where durably looked
-    and why there, rather than a new empty store that shows nothing."""
-    app = None if app_target is None else _load_app(app_target)
-    where, source = _store_for(app, app_target, store_url)
-    if isinstance(where, str):
-        try:
-            store = open_store(where, create=create)
-        except ConfigError as exc:
-            raise ConfigError(f"{exc} ({source})") from None  # the URL may hold a password
-    else:
-        store = where
-    try:
-        yield Client(store, registry=app, clock=None if app is None else app.clock)
-    finally:
-        store.close()
-
-
-def _store_for(
-    app: App | None, app_target: str | None, store_url: str | None
-) -> tuple[str | Store, str]:
-    """The store to open (or the app's open Store), and where that choice came from."""
-    if store_url:
-        return store_url, "the URL came from --store"
-    if app is not None:
-        return app.store_url or app.store, f"the URL is that of the store of --app {app_target}"
-    from_environment = os.environ.get("DURABLY_STORE")
-    if from_environment:
-        return from_environment, "the URL came from $DURABLY_STORE"
-    return DEFAULT_URL, (
-        f"{DEFAULT_URL} is the default, as no --store, --app or $DURABLY_STORE was given: "
-        "pass --app module:attr to use your app's store"
-    )
-
-
-def _worker_hint(app_target: str | None, client: Client, purpose: str) -> str:
-    target = shlex.quote(app_target) if app_target else "MODULE:ATTR"
-    command = f"durably worker {target} --store {shlex.quote(client.store.url)}"
-    return f"a worker of the app must be running {purpose}: {command}"
-
-
-def _load_app(target: str) -> App:
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"{target!r} is not MODULE:ATTRIBUTE (e.g. myapp.workflows:app)")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{target!r} is not a durably.App (found {type(app).__name__})")
-    return app
-
-
-def main() -> None:
-    """The console script: every error is one line `error: ...` (1: refused, 2: usage)."""
-    try:
-        status = cli.main(standalone_mode=False)
-    except click.UsageError as exc:
-        if exc.ctx is not None:
-            click.echo(exc.ctx.get_usage(), err=True)
-            click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
-        _fail(exc.format_message(), exc.exit_code)
-    except click.ClickException as exc:
-        _fail(exc.format_message(), exc.exit_code)
-    except click.Abort:
-        _fail("aborted", 1)
-    except DurablyError as exc:
-        _fail(str(exc), 1)
-    sys.exit(status if isinstance(status, int) else 0)
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    click.echo(f"error: {one_line}", err=True)
-    sys.exit(code)

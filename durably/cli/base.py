@@ -1,0 +1,163 @@
+"""What every `durably` command shares: the command group, the --app/--store/--by options,
+finding the app and its store, and the one-line errors of `main`."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from durably.app import App
+from durably.client import Client
+from durably.errors import ConfigError, DurablyError
+from durably.stores import DEFAULT_URL, Store, open_store
+
+__all__ = [
+    "BY",
+    "PRECEDENCE",
+    "cli",
+    "client_for",
+    "fail",
+    "load_app",
+    "main",
+    "store_for",
+    "where",
+    "worker_hint",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PRECEDENCE = (
+    "Which store: --store, else the store of --app, else $DURABLY_STORE, else "
+    "sqlite:///durably.db. sqlite:///relative.db is relative to the current directory, "
+    "sqlite:////abs/path.db absolute."
+)
+
+
+def where(command: F) -> F:
+    """The --app and --store options every store command takes."""
+    command = click.option(
+        "--store",
+        "store_url",
+        default=None,
+        metavar="URL",
+        help="The store's URL (overrides --app's).",
+    )(command)
+    return click.option(
+        "--app",
+        "app_target",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="Your durably.App (imported with the current directory on the import path): "
+        "its store, and its workflows' and steps' types.",
+    )(command)
+
+
+BY = click.option(
+    "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
+)
+
+
+@click.group(epilog=PRECEDENCE)
+@click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
+def cli(verbose: bool) -> None:
+    """durably: durable workflows for Python."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# -- finding the app and the store ----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def client_for(
+    app_target: str | None, store_url: str | None, *, create: bool = False
+) -> Iterator[Client]:
+    """The client on the store the options name, knowing the app if --app was given.
+
+    Without `create`, a store that does not exist is an error naming where durably looked
+    and why there, rather than a new empty store that shows nothing."""
+    app = None if app_target is None else load_app(app_target)
+    where, source = store_for(app, app_target, store_url)
+    if isinstance(where, str):
+        try:
+            store = open_store(where, create=create)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} ({source})") from None  # the URL may hold a password
+    else:
+        store = where
+    try:
+        yield Client(store, registry=app, clock=None if app is None else app.clock)
+    finally:
+        store.close()
+
+
+def store_for(
+    app: App | None, app_target: str | None, store_url: str | None
+) -> tuple[str | Store, str]:
+    """The store to open (or the app's open Store), and where that choice came from."""
+    if store_url:
+        return store_url, "the URL came from --store"
+    if app is not None:
+        return app.store_url or app.store, f"the URL is that of the store of --app {app_target}"
+    from_environment = os.environ.get("DURABLY_STORE")
+    if from_environment:
+        return from_environment, "the URL came from $DURABLY_STORE"
+    return DEFAULT_URL, (
+        f"{DEFAULT_URL} is the default, as no --store, --app or $DURABLY_STORE was given: "
+        "pass --app module:attr to use your app's store"
+    )
+
+
+def worker_hint(app_target: str | None, client: Client, purpose: str) -> str:
+    target = shlex.quote(app_target) if app_target else "MODULE:ATTR"
+    command = f"durably worker {target} --store {shlex.quote(client.store.url)}"
+    return f"a worker of the app must be running {purpose}: {command}"
+
+
+def load_app(target: str) -> App:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"{target!r} is not MODULE:ATTRIBUTE (e.g. myapp.workflows:app)")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise click.BadParameter(f"{target!r} is not a durably.App (found {type(app).__name__})")
+    return app
+
+
+def main() -> None:
+    """The console script: every error is one line `error: ...` (1: refused, 2: usage)."""
+    try:
+        status = cli.main(standalone_mode=False)
+    except click.UsageError as exc:
+        if exc.ctx is not None:
+            click.echo(exc.ctx.get_usage(), err=True)
+            click.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+        fail(exc.format_message(), exc.exit_code)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail("aborted", 1)
+    except DurablyError as exc:
+        fail(str(exc), 1)
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    click.echo(f"error: {one_line}", err=True)
+    sys.exit(code)

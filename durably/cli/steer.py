@@ -1,0 +1,88 @@
+"""Steering a run from the command line: cancel, pause, resume, and restarting an ended run
+from a step (`durably runs restart`)."""
+
+from __future__ import annotations
+
+import click
+
+from durably.cli.base import BY, PRECEDENCE, cli, client_for, where, worker_hint
+from durably.cli.commands import runs
+from durably.client import Client, Steered
+
+__all__ = ["cancel", "pause", "restart", "resume"]
+
+_REASON = click.option("--reason", default=None, help="Why (recorded in the run's history).")
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+@_REASON
+@BY
+def cancel(
+    app_target: str | None, store_url: str | None, run_id: str, reason: str | None, by: str
+) -> None:
+    """Cancel run RUN_ID: its async step in flight is cancelled, its completed steps are
+    compensated in reverse order, and it ends cancelled. Works on running, waiting, paused
+    and parked runs; a second cancel changes nothing."""
+    with client_for(app_target, store_url) as client:
+        _say(client.cancel(run_id, by=by, reason=reason), "cancel", app_target, client)
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+@_REASON
+@BY
+def pause(
+    app_target: str | None, store_url: str | None, run_id: str, reason: str | None, by: str
+) -> None:
+    """Pause run RUN_ID: a step in flight finishes; no new step, undo or timer runs until
+    `durably resume`."""
+    with client_for(app_target, store_url) as client:
+        _say(client.pause(run_id, by=by, reason=reason), "pause", app_target, client)
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+@BY
+def resume(app_target: str | None, store_url: str | None, run_id: str, by: str) -> None:
+    """Resume the paused run RUN_ID from where it stopped."""
+    with client_for(app_target, store_url) as client:
+        _say(client.resume(run_id, by=by), "resume", app_target, client)
+
+
+@runs.command("restart", epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+@click.option(
+    "--from-step", "from_step", required=True, metavar="N|NAME",
+    help="Where to run again from: a step's position (durably runs show) or its name.",
+)  # fmt: skip
+@click.option("--id", "new_id", default=None, help="The new run's id (default RUN_ID.restart-N).")
+@BY
+def restart(
+    app_target: str | None,
+    store_url: str | None,
+    run_id: str,
+    from_step: str,
+    new_id: str | None,
+    by: str,
+) -> None:
+    """Restart the ended run RUN_ID from a step, as a new run: what it recorded before that
+    step is reused; from there on it runs for real, with fresh idempotency keys."""
+    where_from: int | str = int(from_step) if from_step.isdigit() else from_step
+    with client_for(app_target, store_url) as client:
+        run = client.restart(run_id, from_step=where_from, by=by, id=new_id)
+        click.echo(f"restarted run {run_id} as {run.id} from step {from_step}")
+        click.echo(worker_hint(app_target, client, "for it to run"))
+
+
+def _say(steered: Steered, action: str, app_target: str | None, client: Client) -> None:
+    if not steered.changed:
+        click.echo(f"run {steered.run_id}: nothing to {action}: {steered.note}")
+        return
+    click.echo(f"run {steered.run_id} ({steered.status}): {action} sent; {steered.note}")
+    if action != "pause":
+        click.echo(worker_hint(app_target, client, "for it to move on"))
