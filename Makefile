@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,9 @@ bench-scaling: $(STAMP)
 
 bench-sleepers: $(STAMP)
 	$(BIN)/python -m benchmarks.sleepers
+
+bench-fanout: $(STAMP)
+	$(BIN)/python -m benchmarks.fanout
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

@@ -18,6 +18,7 @@ from durably.approvals import PendingApproval
 from durably.calls import (
     approval,
     cancelled,
+    gather,
     heartbeat,
     last_heartbeat,
     now,
@@ -34,6 +35,7 @@ from durably.core.payloads import Decision
 from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow, escalate
 from durably.errors import (
+    BranchCancelled,
     ConfigError,
     DeadlineExceeded,
     DurablyError,
@@ -68,6 +70,7 @@ from durably.stores import RunRecord
 __all__ = [
     "App",
     "ApprovalRequest",
+    "BranchCancelled",
     "Breaker",
     "ConfigError",
     "DeadLetter",
@@ -112,6 +115,7 @@ __all__ = [
     "approval",
     "cancelled",
     "escalate",
+    "gather",
     "heartbeat",
     "idempotency_key",
     "last_heartbeat",

@@ -11,6 +11,8 @@ DurablyError
 ├── RunNotFound
 ├── UnknownWorkflow             no workflow is registered under that name
 ├── NonDeterminismError         replay called another step than the history records
+├── UnsafeConcurrency           a gather branch made a second durable call (parked, like above)
+├── BranchCancelled             a gather branch was cancelled because another branch failed
 ├── LeaseLost                   this worker no longer owns the run
 ├── StepFailed                  a step failed for good; what a workflow sees, live and on replay
 ├── StepTimeout · DeadlineExceeded · PoisonPill · Escalated
@@ -32,6 +34,7 @@ from datetime import timedelta
 from durably.durations import Duration, parse_duration
 
 __all__ = [
+    "BranchCancelled",
     "ConfigError",
     "DeadlineExceeded",
     "DurablyError",
@@ -54,6 +57,7 @@ __all__ = [
     "Terminal",
     "Throttled",
     "UnknownWorkflow",
+    "UnsafeConcurrency",
     "WorkflowFailed",
 ]
 
@@ -108,6 +112,16 @@ class NonDeterminismError(DurablyError):
         self.position = position
         self.recorded = recorded
         self.called = called
+
+
+class UnsafeConcurrency(DurablyError):
+    """A concurrent branch (of durably.gather or asyncio.gather) made a second durable call:
+    its place in the history would depend on timing. The run is parked for a code fix."""
+
+
+class BranchCancelled(DurablyError):
+    """A step of a durably.gather was cancelled (or never started) because another branch of
+    the same gather failed for good."""
 
 
 class LeaseLost(DurablyError):

@@ -63,6 +63,7 @@ class StepRecord:
     waiting: bool = False  # a timer, signal or approval wait began and has not ended
     message: int | None = None  # the inbox message a signal wait took
     heartbeat: str | None = None  # the details (JSON) of the step's last recorded heartbeat
+    completed_seq: int | None = None  # the seq of its completion: undos go in reverse of it
 
     @property
     def settled(self) -> bool:
@@ -295,9 +296,8 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
             not_before=None,
         )
     if kind in (EventKind.STEP_COMPLETED, EventKind.STEP_SKIPPED):
-        return replace(
-            known, result=event.data, completed=True, error=None, in_flight=False, not_before=None
-        )
+        return replace(known, result=event.data, completed=True, error=None, in_flight=False,
+                       not_before=None, completed_seq=event.seq)  # fmt: skip
     if kind is EventKind.STEP_FAILED:
         failed = read_payload(event, StepFailed)
         return replace(known, error=failed.error, failure_reason=failed.reason, in_flight=False,

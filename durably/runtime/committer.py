@@ -15,6 +15,7 @@ half from then on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import queue
@@ -168,18 +169,19 @@ class Committer:
         return batch, False
 
     def _commit(self, commits: list[_Commit]) -> None:
-        for group in _without_repeats(commits):
+        for group in _without_repeats(_merged(commits)):
             checkpoints = [item.checkpoint for item in group]
             try:
                 if self._hooks is not None:
                     self._hooks.before_commit(len(checkpoints))
                 results = self._with_store_retries(functools.partial(self._commit_now, checkpoints))
             except BaseException as exc:  # a failed batch fails each waiting caller
-                self._settle_all([(item.future, None, exc) for item in group])
+                self._settle_all([(future, None, exc) for item in group for future in item.futures])
                 continue
             if self._hooks is not None:
                 self._hooks.checkpoint_committed(len(group))
-            outcomes = [(item.future, ok, None) for item, ok in zip(group, results, strict=True)]
+            outcomes = [(future, ok, None) for item, ok in zip(group, results, strict=True)
+                        for future in item.futures]  # fmt: skip
             self._settle_all(outcomes)
 
     def _commit_now(self, checkpoints: list[Checkpoint]) -> list[bool]:
@@ -217,11 +219,47 @@ class Committer:
         settle_all_threadsafe(self._loop, outcomes)
 
 
-def _without_repeats(commits: list[_Commit]) -> list[list[_Commit]]:
-    """Split a batch so no run appears twice in one store call (order kept per run)."""
-    groups: list[list[_Commit]] = []
-    last_group: dict[str, int] = {}
+@dataclass(slots=True)
+class _Merged:
+    """Checkpoints of one run that follow each other in a batch, as one, and their callers."""
+
+    checkpoint: Checkpoint
+    futures: list[asyncio.Future[bool]]
+
+
+def _merged(commits: list[_Commit]) -> list[_Merged]:
+    """Join a run's checkpoints that follow each other under the same epoch into one (their
+    events in order; the last one's status): branches of a durably.gather flush at once, and
+    one store call per branch would commit them one by one."""
+    merged: list[_Merged] = []
+    last: dict[str, _Merged] = {}
     for item in commits:
+        checkpoint = item.checkpoint
+        before = last.get(checkpoint.run_id)
+        if (
+            before is not None
+            and before.checkpoint.epoch == checkpoint.epoch
+            and (before.checkpoint.status is None)
+        ):
+            first = before.checkpoint
+            before.checkpoint = dataclasses.replace(
+                checkpoint,
+                events=first.events + checkpoint.events,
+                consumed=first.consumed + checkpoint.consumed,
+            )
+            before.futures.append(item.future)
+            continue
+        entry = _Merged(checkpoint, [item.future])
+        merged.append(entry)
+        last[checkpoint.run_id] = entry
+    return merged
+
+
+def _without_repeats(items: list[_Merged]) -> list[list[_Merged]]:
+    """Split a batch so no run appears twice in one store call (order kept per run)."""
+    groups: list[list[_Merged]] = []
+    last_group: dict[str, int] = {}
+    for item in items:
         index = last_group.get(item.checkpoint.run_id, -1) + 1
         if index == len(groups):
             groups.append([])

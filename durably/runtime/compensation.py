@@ -1,6 +1,6 @@
-"""Compensation: when a run fails, is given up or passes its deadline, the undo of each
-completed step runs in reverse order, each durably (started, then completed or failed, in the
-history) and with the step's retry policy, before the run ends."""
+"""Compensation: when a run fails, is cancelled, is given up or passes its deadline, the undo
+of each completed step runs in reverse order of completion, each durably (started, then
+completed or failed, in the history) and with the step's retry policy, before the run ends."""
 
 from __future__ import annotations
 
@@ -59,8 +59,12 @@ class Compensation:
         if phase.compensating is None:
             data = encode_payload(Compensating(error, final))
             self._writer.append(EventKind.COMPENSATING, data=data)
-        for record in reversed(phase.steps):
-            if record.completed and record.position not in phase.compensated:
+        # in reverse order of completion: steps that ran at once (durably.gather) are undone
+        # last-finished first; steps one after another, last first
+        completed = [record for record in phase.steps if record.completed]
+        completed.sort(key=lambda record: record.completed_seq or 0, reverse=True)
+        for record in completed:
+            if record.position not in phase.compensated:
                 step = self._engine.registry.step_named(record.name)
                 if step is not None and step.compensate_fn is not None:
                     due = phase.compensation_retry_at.get(record.position)

@@ -56,6 +56,16 @@ class Execution(Protocol):
 
     def clock_now(self) -> datetime: ...
 
+    # durably.gather: the calls' results in call order (see runtime.fanout)
+    def gather(
+        self,
+        calls: list[Awaitable[Any]],
+        *,
+        limit: int | None,
+        return_exceptions: bool,
+        cancel_on_failure: bool,
+    ) -> Coroutine[Any, Any, list[Any]]: ...
+
 
 class Beats(Protocol):
     """A step attempt's heartbeats (runtime.heartbeats.Heartbeats), as durably.heartbeat and

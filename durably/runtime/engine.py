@@ -47,3 +47,4 @@ class Engine:
     registry: Registry
     settings: Settings
     store: Store
+    concurrency: int = 32  # the worker's: how many branches of a gather run at once at most

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -44,8 +45,10 @@ from durably.errors import (
     PayloadError,
     PoisonPill,
     StepFailed,
+    UnsafeConcurrency,
 )
 from durably.retry import classify
+from durably.runtime import fanout
 from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import call_user, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
@@ -63,6 +66,7 @@ from durably.runtime.flow import (
 )
 from durably.runtime.gating import Gates
 from durably.runtime.heartbeats import Heartbeats
+from durably.runtime.interrupts import AttemptCancelled, Interrupts
 from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
 from durably.stores.base import Claim, Delivery
@@ -84,10 +88,6 @@ _UNPASSABLE = (
 _NEXT_SUSPECT = payloads.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
-
-
-class _AttemptCancelled(BaseException):
-    """A step body was cancelled because its run was cancelled."""
 
 
 class RunExecution:
@@ -116,10 +116,11 @@ class RunExecution:
         self.waits = Waits(self._writer, self._clock, self.place)
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
-        # Async step bodies in flight, by position: a cancel cancels them (sync ones are
-        # never interrupted: they may look at durably.cancelled()).
-        self._attempts: dict[int, asyncio.Task[Any]] = {}
-        self._interrupted: set[int] = set()
+        self.interrupts = Interrupts()  # async step bodies a cancel cancels
+        self.gathering = 0  # durably.gather calls under way: its checkpoints come in batches
+        self._main: asyncio.Task[Any] | None = None  # the task the workflow body starts in
+        # tasks besides it that made a durable call (a branch makes one: see _one_per_branch)
+        self._branches: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._position = 0
         self.closed = False
         self._body_over = False  # the workflow body returned, raised or passed its deadline
@@ -150,6 +151,7 @@ class RunExecution:
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
         token = _execution.set(self)
+        self._main = asyncio.current_task()
         try:
             await self._drive()
         except Pause as pause:
@@ -191,12 +193,8 @@ class RunExecution:
         if self.closed or self.lost or not self._writer.receive(inbox):
             return
         self.control = fold_control(self._writer.events)
-        if self.control.cancel is None:
-            return
-        for position, attempt in self._attempts.items():
-            if position not in self._interrupted:
-                self._interrupted.add(position)
-                attempt.cancel("durably: the run was cancelled")
+        if self.control.cancel is not None:
+            self.interrupts.cancel_run()
 
     async def _drive(self) -> None:
         try:
@@ -222,7 +220,7 @@ class RunExecution:
             value = await self._call_workflow(args, kwargs)
             if self.control.cancel is not None:  # the body let a cancel pass and returned
                 raise Cancelling(self.control.cancel)
-        except (NonDeterminismError, PayloadError, PoisonPill) as exc:
+        except (NonDeterminismError, UnsafeConcurrency, PayloadError, PoisonPill) as exc:
             error = ErrorInfo.of(exc)
             await self._writer.park(RunStatus.NEEDS_ATTENTION, error, reason=type(exc).__name__)
             return
@@ -331,12 +329,15 @@ class RunExecution:
         `hide`: a secret in the arguments (an approval's token), left out of the history."""
         self._check_body_may_go_on()
         self._check_control()
+        self._one_per_branch(f"step {step.name!r}")
         assert self._phase is not None
         position = self._position
         self._position += 1
         action = next_action(self._phase.steps, position, step.name)
         if isinstance(action, Replay):
             return self._replayed(step, action.record)
+        if (why := self.interrupts.doomed()) is not None:  # its gather failed: start nothing
+            self._record_cancelled(step, position, None, why)
         if action.not_before is not None and action.not_before > self._clock.now():
             # Claimed before its retry is due, woken by a message: wait again, with no new
             # attempt.
@@ -375,13 +376,12 @@ class RunExecution:
                 if found is not None:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
-            value = await self._interruptible(
-                step, position, self._call_body(step, args, kwargs, scope)
-            )
-        except _AttemptCancelled:
+            body = self._call_body(step, args, kwargs, scope)
+            value = await self.interrupts.run(position, body, is_async=step.is_async)
+        except AttemptCancelled as cancelled:
             await beats.close(failed=True)
             self._check_body_may_go_on()
-            self._record_cancelled(step, scope)
+            self._record_cancelled(step, position, action.attempt, cancelled.why)
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
@@ -399,43 +399,36 @@ class RunExecution:
             )
         return self._completed(step, position, action.attempt, value)
 
-    async def _interruptible(self, step: Step, position: int, call: Awaitable[T]) -> T:
-        """Await a step body; an async one is cancelled if the run is cancelled meanwhile
-        (AttemptCancelled). A body that lets the cancel pass keeps its outcome (the workflow
-        body stops at its next durable call)."""
-        task = asyncio.current_task()
-        if task is None or not step.is_async:
-            return await call
-        self._attempts[position] = task
-        try:
-            return await call
-        except asyncio.CancelledError:
-            if self._was_interrupted(position):
-                raise _AttemptCancelled from None
-            raise
-        finally:
-            del self._attempts[position]
-            self._was_interrupted(position)
-
-    def _was_interrupted(self, position: int) -> bool:
-        """Whether a cancel cancelled the body at `position` (once: the cancel is taken back
-        from its task, which goes on to record the outcome)."""
-        if position not in self._interrupted:
-            return False
-        self._interrupted.discard(position)
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        return True
-
-    def _record_cancelled(self, step: Step, scope: StepScope) -> NoReturn:
-        """The attempt was cancelled with its run: the step's outcome, and the body stops."""
+    def _record_cancelled(
+        self, step: Step, position: int, attempt: int | None, why: ErrorInfo | None
+    ) -> NoReturn:
+        """The call was cancelled (`why`; None: with its run): recorded as the step's outcome.
+        The run's cancel stops the body; a branch's cancel fails the branch."""
         cancel = self.control.cancel
-        assert cancel is not None
-        error = cancel_error(cancel)
-        data = payloads.encode_payload(payloads.StepFailed(error, "cancelled", scope.attempt))
-        self._writer.append(EventKind.STEP_FAILED, scope.position, step.name, scope.attempt, data)
-        raise Cancelling(cancel)
+        error = why if why is not None else cancel_error(cancel)  # type: ignore[arg-type]
+        data = payloads.encode_payload(payloads.StepFailed(error, "cancelled", attempt))
+        self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
+        if why is None:
+            assert cancel is not None
+            raise Cancelling(cancel)
+        raise StepFailed(step.name, error.error_class, error.message, "cancelled")
+
+    def _one_per_branch(self, what: str) -> None:
+        """A task other than the workflow body's own (a branch of durably.gather or of
+        asyncio.gather) makes one durable call: its position is taken when the task starts,
+        in the order the calls were made. A second call's position would depend on which
+        branch finished first, so replay could not find it: refused."""
+        task = asyncio.current_task()
+        if task is None or task is self._main or not self.is_async:
+            return
+        if task in self._branches:
+            raise UnsafeConcurrency(
+                f"{what} was called from a concurrent branch that made a durable call already "
+                "(a coroutine of several steps passed to durably.gather or asyncio.gather): "
+                "its place in the history would depend on which branch finished first. Pass "
+                "step calls to gather, or make the branch a workflow of its own"
+            )
+        self._branches.add(task)
 
     async def _call_body(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
@@ -479,6 +472,26 @@ class RunExecution:
     def clock_now(self) -> datetime:
         return self._clock.now()
 
+    async def gather(
+        self,
+        calls: list[Awaitable[Any]],
+        *,
+        limit: int | None,
+        return_exceptions: bool,
+        cancel_on_failure: bool,
+    ) -> list[Any]:
+        self.gathering += 1
+        try:
+            return await fanout.gather(
+                self.interrupts,
+                calls,
+                limit=limit or self._engine.concurrency,
+                return_exceptions=return_exceptions,
+                cancel_on_failure=cancel_on_failure,
+            )
+        finally:
+            self.gathering -= 1
+
     async def approval(self, ask: ApprovalCall) -> Decision:
         return await await_approval(self, self._writer, ask)
 
@@ -492,6 +505,7 @@ class RunExecution:
         """The next position, for a timer, signal wait, value or approval named `name`."""
         self._check_body_may_go_on()
         self._check_control()
+        self._one_per_branch(name)
         assert self._phase is not None
         position = self._position
         self._position += 1

@@ -110,11 +110,11 @@ class Worker:
         store = self.app.store if until_idle else await self._open_store()
         if store is None:
             return  # stopped before the store could be reached
-        self._engine = Engine(self.app.registry, self._settings, store)
+        self._engine = Engine(self.app.registry, self._settings, store, self.concurrency)
         committer = Committer(
             store,
             self._clock,
-            solo=lambda: len(self._active) <= 1,
+            solo=self._solo,
             hooks=self._settings.hooks,
         )
         committer.start(self._loop)
@@ -217,6 +217,13 @@ class Worker:
                 self._launch(execution)
         self._start_alone()
         return claims
+
+    def _solo(self) -> bool:
+        """Whether one run is in flight here, and it makes one call at a time (not in a
+        durably.gather): its checkpoints are then committed inline, with no batch to wait for."""
+        if len(self._active) > 1:
+            return False
+        return not any(execution.gathering for execution, _ in self._active.values())
 
     def _free(self) -> int:
         return self.concurrency - len(self._active) - len(self._suspects)
