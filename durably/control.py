@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from durably.core.control import CANCEL, PAUSE, RESUME, fold_control, reason_data
 from durably.core.history import Event, EventKind
 from durably.core.payloads import MessageReceived, Released, encode_payload
+from durably.core.replay import fold_run
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Delivery, Message, RunRecord, SentOutcome, Store
@@ -51,13 +52,20 @@ def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | N
     _refuse_finished(run, "cancel")
     if run.status is RunStatus.COMPENSATION_FAILED:
         raise DurablyError(
-            f"cannot cancel run {run_id!r}: it failed, and undoing its steps failed for good; "
+            f"cannot cancel run {run_id!r}: undoing its steps failed for good; "
             "a cancel would undo nothing more. Retry its compensations (durably dlq retry) or "
             "fail it (durably dlq fail)"
         )
-    earlier = fold_control(store.history(run_id)).cancel
+    history = store.history(run_id)
+    earlier = fold_control(history).cancel
     if earlier is not None:
         return Steered(run_id, CANCEL, False, run.status, _cancelled_already(earlier.by))
+    undoing = fold_run(history)
+    if undoing.compensating is not None:  # failed or timed out already: it is being undone
+        then = undoing.final_status or "failed"
+        why = undoing.compensating.error_class
+        note = f"it is being undone already after {why}; it ends {then} once that is done"
+        return Steered(run_id, CANCEL, False, run.status, note)
     message = Message(run_id, CANCEL, by, None, reason_data(reason), _CANCEL_ONCE)
     sent = store.send(message, now=now)
     if sent.outcome is SentOutcome.DUPLICATE:

@@ -101,6 +101,11 @@ def _check_reusable(phase: RunPhase, position: int, run_id: str) -> None:
                 f"(undone) when the run ended, so its result cannot be reused; restart from "
                 f"#{record.position} or earlier"
             )
+        if record.failure_reason == "cancelled" and record.error is not None:
+            raise DurablyError(
+                f"cannot restart run {run_id!r} from step #{position}: {where} was cancelled, "
+                f"so it has no outcome to reuse; restart from #{record.position} or earlier"
+            )
         if not record.settled:
             raise DurablyError(
                 f"cannot restart run {run_id!r} from step #{position}: {where} has no outcome "

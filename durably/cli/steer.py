@@ -84,5 +84,4 @@ def _say(steered: Steered, action: str, app_target: str | None, client: Client) 
         click.echo(f"run {steered.run_id}: nothing to {action}: {steered.note}")
         return
     click.echo(f"run {steered.run_id} ({steered.status}): {action} sent; {steered.note}")
-    if action != "pause":
-        click.echo(worker_hint(app_target, client, "for it to move on"))
+    click.echo(worker_hint(app_target, client, "for it to move on"))

@@ -225,7 +225,9 @@ class RunExecution:
             await self._writer.park(RunStatus.NEEDS_ATTENTION, error, reason=type(exc).__name__)
             return
         except StepFailed as exc:
-            if exc.reason != "terminal":  # a person decides: retry, skip, or fail
+            if self.control.cancel is not None:  # it failed because it was cancelled
+                await self._compensation.run(cancel_error(self.control.cancel), RunStatus.CANCELLED)
+            elif exc.reason != "terminal":  # a person decides: retry, skip, or fail
                 error = ErrorInfo.of(exc)
                 # unless the workflow's deadline comes first: it wakes the run to time out
                 deadline = self._deadline()
@@ -245,7 +247,11 @@ class RunExecution:
         except (LeaseLost, asyncio.CancelledError, Suspend, CheckpointFailed):
             raise
         except Exception as exc:  # the workflow's own code failed (an assert too): no retry
-            await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
+            cancel = self.control.cancel
+            if cancel is not None:
+                await self._compensation.run(cancel_error(cancel), RunStatus.CANCELLED)
+            else:
+                await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
             return
         await self._complete(value)
 
@@ -283,7 +289,7 @@ class RunExecution:
         has an outcome to record is past the point where its last worker died: commit that
         proof, and let the worker run others again (handing this run back if other suspects
         wait for their turn)."""
-        if self.control.pause is not None:
+        if self.control.pause is not None and self.control.cancel is None:  # a cancel wins
             raise Pause(self.control.pause)
         if not self.alone or not progressed(self._writer.pending):
             return
@@ -389,6 +395,8 @@ class RunExecution:
             failed_for_breaker = verdict.retryable  # a business "no" is not
             throttled_for = verdict.throttled_for  # a "slow down" is the rate limit's business
             self._check_body_may_go_on()
+            if self.control.cancel is not None:  # it stopped for the cancel: no retry
+                self._record_cancelled(step, position, action.attempt, None, ErrorInfo.of(exc))
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
                            clock=self._clock, rng=self._rng, hide=hide)  # fmt: skip
@@ -400,12 +408,18 @@ class RunExecution:
         return self._completed(step, position, action.attempt, value)
 
     def _record_cancelled(
-        self, step: Step, position: int, attempt: int | None, why: ErrorInfo | None
+        self,
+        step: Step,
+        position: int,
+        attempt: int | None,
+        why: ErrorInfo | None,
+        raised: ErrorInfo | None = None,
     ) -> NoReturn:
-        """The call was cancelled (`why`; None: with its run): recorded as the step's outcome.
-        The run's cancel stops the body; a branch's cancel fails the branch."""
+        """The call was cancelled (`why`; None: with its run): recorded as the step's outcome
+        (with the error the body `raised` on its way out, if it raised one). The run's cancel
+        stops the body; a branch's cancel fails the branch."""
         cancel = self.control.cancel
-        error = why if why is not None else cancel_error(cancel)  # type: ignore[arg-type]
+        error = why or raised or cancel_error(cancel)  # type: ignore[arg-type]
         data = payloads.encode_payload(payloads.StepFailed(error, "cancelled", attempt))
         self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
         if why is None:
