@@ -39,18 +39,20 @@ class Interrupts:
 
     def doomed(self) -> ErrorInfo | None:
         """Why the current task's branch was cancelled, if it was."""
+        if not self._doomed:  # the usual case: no gather gave up on a branch
+            return None
         task = asyncio.current_task()
         return None if task is None else self._doomed.get(task)
 
     async def run(self, position: int, call: Awaitable[T], *, is_async: bool) -> T:
         """Await a step body; an async one is cancelled by `cancel_run` or `cancel_branches`
         meanwhile (AttemptCancelled). One that lets the cancel pass keeps its outcome."""
-        task = asyncio.current_task()
-        if task is not None and (why := self._doomed.get(task)) is not None:
+        if (why := self.doomed()) is not None:
             if asyncio.iscoroutine(call):
                 call.close()  # never started
             raise AttemptCancelled(why)
-        if task is None or not is_async:
+        task = asyncio.current_task() if is_async else None
+        if task is None:
             return await call
         self._attempts[position] = task
         try:
