@@ -103,7 +103,10 @@ def resume(store: Store, run_id: str, *, now: datetime, by: str) -> Steered:
     """Resume a paused run (or withdraw a pause that has not reached it yet)."""
     run = _run(store, run_id)
     _refuse_finished(run, "resume")
-    on_its_way = run.status is not RunStatus.PAUSED and _pause_on_its_way(store, run_id)
+    on_its_way = run.status is not RunStatus.PAUSED and (
+        _pause_on_its_way(store, run_id)  # still in its inbox, or taken in, not stopped for
+        or fold_control(store.history(run_id)).pause is not None
+    )
     if run.status is not RunStatus.PAUSED and not on_its_way:
         return Steered(run_id, RESUME, False, run.status, f"it is not paused (it is {run.status})")
     status = _sent(store.send(Message(run_id, RESUME, by, dedupe_key=_once()), now=now).outcome,

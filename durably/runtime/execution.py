@@ -16,6 +16,7 @@ limits (gating), undoing completed steps (compensation), unwinding (flow).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import weakref
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core import payloads
-from durably.core.control import Control, cancel_error, fold_control
+from durably.core.control import Control, Request, cancel_error, fold_control
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import Decision
 from durably.core.replay import (
@@ -111,6 +112,7 @@ class RunExecution:
         seed = None if settings.seed is None else f"{settings.seed}:{claim.run_id}:{claim.epoch}"
         self._rng = random.Random(seed)
         self._writer = HistoryWriter(claim, committer, self._clock, settings.hooks)
+        self._committer = committer
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
@@ -155,15 +157,19 @@ class RunExecution:
         try:
             await self._drive()
         except Pause as pause:
-            await self._writer.pause(pause.request)
+            await self._stop_for(pause.request)
             self.suspended = True
         except WaitForPerson as wait:
             self.wake_at = self._due(wait.due)
             await self._writer.wait_for_person(wait.why, wake_at=self.wake_at)
             self.suspended = True
         except Suspend as wait:
-            self.wake_at = self._due(wait.due)
-            await self._writer.flush(RunStatus.PENDING, available_at=self.wake_at)
+            taken_in = self.control.pause
+            if taken_in is not None and self.control.cancel is None:  # a pause came meanwhile
+                await self._stop_for(taken_in)  # the wait's due time is in the history
+            else:
+                self.wake_at = self._due(wait.due)
+                await self._writer.flush(RunStatus.PENDING, available_at=self.wake_at)
             self.suspended = True
         except LeaseLost as exc:
             self.lost = True
@@ -177,6 +183,17 @@ class RunExecution:
         finally:
             self.closed = True
             _execution.reset(token)
+
+    async def _stop_for(self, pause: Request) -> None:
+        """Stop `paused`, unless a resume or a cancel came since the worker last read the
+        run's messages: then hand it back due now, and the next claim goes on."""
+        read = functools.partial(self._engine.store.mail, [self.run_id])
+        self.deliver((await self._committer.call(read)).get(self.run_id, ()))
+        if self.control.pause is None or self.control.cancel is not None:
+            self.wake_at = self._clock.now()
+            await self._writer.flush(RunStatus.PENDING, available_at=self.wake_at)
+        else:
+            await self._writer.pause(pause)
 
     async def release(self) -> None:
         """Hand back a run this worker claimed but never started (it waited to run alone)."""
@@ -382,6 +399,8 @@ class RunExecution:
                 if found is not None:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
+            if self.control.cancel is not None:  # it came while the reconcile hook ran
+                self._record_cancelled(step, position, action.attempt, None)
             body = self._call_body(step, args, kwargs, scope)
             value = await self.interrupts.run(position, body, is_async=step.is_async)
         except AttemptCancelled as cancelled:
