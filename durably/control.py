@@ -65,6 +65,8 @@ def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | N
         then = undoing.final_status or "failed"
         why = undoing.compensating.error_class
         note = f"it is being undone already after {why}; it ends {then} once that is done"
+        if run.status is RunStatus.PAUSED:
+            note += " (it is paused: resume it to let the undo go on)"
         return Steered(run_id, CANCEL, False, run.status, note)
     message = Message(run_id, CANCEL, by, None, reason_data(reason), _CANCEL_ONCE)
     sent = store.send(message, now=now)
