@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from durably import operations
 from durably.core.control import CANCEL, PAUSE, RESUME, fold_control, reason_data
 from durably.core.history import Event, EventKind
-from durably.core.payloads import MessageReceived, Released, encode_payload
+from durably.core.payloads import Released, encode_payload
 from durably.core.replay import fold_run
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
-from durably.stores.base import Checkpoint, Delivery, Message, RunRecord, SentOutcome, Store
+from durably.stores.base import Message, RunRecord, SentOutcome, Store
 
 __all__ = ["Steered", "cancel", "pause", "resume"]
 
-_ACTION_LEASE = timedelta(minutes=1)
 _CANCEL_ONCE = "durably:cancel"  # the dedupe key of a cancel: one in the inbox at a time
 
 
@@ -188,21 +188,15 @@ def _hand_back(
 ) -> None:
     """Lease a paused or parked run and hand it back due now, the command folded in. If it
     left those statuses meanwhile (a person acted), a worker folds the command instead."""
-    claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=_ACTION_LEASE)
+    claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=operations.ACTION_LEASE)
     if claim is None:
         return
     seq = claim.events[-1].seq + 1
     why = encode_payload(Released(f"handed back to the workers for a {action} by {by}"))
     events = [Event(seq, EventKind.RELEASED, now, data=why)]
-    events += [_received(message, seq + 1 + n, now) for n, message in enumerate(claim.inbox)]
+    events += [
+        Event(seq + 1 + n, EventKind.MESSAGE_RECEIVED, now, data=encode_payload(m.received()))
+        for n, m in enumerate(claim.inbox)
+    ]
     consumed = tuple(message.id for message in claim.inbox)
-    checkpoint = Checkpoint(run_id, claim.epoch, tuple(events), RunStatus.PENDING,
-                            available_at=now, consumed=consumed)  # fmt: skip
-    if not store.commit([checkpoint], now=now)[0]:
-        raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
-
-
-def _received(message: Delivery, seq: int, now: datetime) -> Event:
-    received = MessageReceived(message.id, message.kind, message.name, message.data,
-                               message.sender, message.sent_at)  # fmt: skip
-    return Event(seq, EventKind.MESSAGE_RECEIVED, now, data=encode_payload(received))
+    operations.hand_back(store, claim, now, *events, consumed=consumed)

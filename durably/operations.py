@@ -22,6 +22,7 @@ from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Checkpoint, Claim, RunRecord, Store
 
 __all__ = [
+    "ACTION_LEASE",
     "DeadLetter",
     "dead_letters",
     "fail",
@@ -33,7 +34,7 @@ __all__ = [
     "take",
 ]
 
-_ACTION_LEASE = timedelta(minutes=1)
+ACTION_LEASE = timedelta(minutes=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,7 @@ def take(
 ) -> Claim:
     """Lease a run for a person's action, if its status is one of `statuses`; else raise,
     saying why (`refusal()`, when given, says it in the action's own words)."""
-    claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=_ACTION_LEASE)
+    claim = store.take(run_id, f"person:{by}", statuses, now=now, lease=ACTION_LEASE)
     if claim is None:
         if refusal is not None:
             raise DurablyError(refusal())
@@ -173,22 +174,29 @@ def _check_status(
         raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
 
 
-def hand_back(store: Store, claim: Claim, now: datetime, event: Event) -> None:
-    _commit(store, claim, now, event, status=RunStatus.PENDING, available_at=now)
+def hand_back(
+    store: Store, claim: Claim, now: datetime, *events: Event, consumed: tuple[int, ...] = ()
+) -> None:
+    """Hand a run leased for a person's action back to the workers, due now, with `events`
+    appended (and the inbox messages they fold in, `consumed`, taken out of the inbox)."""
+    _commit(store, claim, now, *events, status=RunStatus.PENDING, available_at=now,
+            consumed=consumed)  # fmt: skip
 
 
 def _commit(
     store: Store,
     claim: Claim,
     now: datetime,
-    event: Event,
-    *,
+    *events: Event,
     status: RunStatus,
     error: ErrorInfo | None = None,
     available_at: datetime | None = None,
+    consumed: tuple[int, ...] = (),
 ) -> None:
     check_transition(RunStatus.RUNNING, status)  # the person's action holds the run's lease
-    checkpoint = Checkpoint(claim.run_id, claim.epoch, (event,), status, None, error, available_at)
+    checkpoint = Checkpoint(
+        claim.run_id, claim.epoch, events, status, None, error, available_at, consumed
+    )
     if not store.commit([checkpoint], now=now)[0]:
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
 

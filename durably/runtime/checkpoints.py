@@ -26,7 +26,7 @@ from durably.clock import Clock
 from durably.core.approvals import AWAITING_APPROVAL
 from durably.core.control import Request
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import Command, MessageReceived, RunFailed, RunParked, encode_payload
+from durably.core.payloads import Command, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
@@ -80,9 +80,7 @@ class HistoryWriter:
         next claim folds them again."""
         new = [message for message in inbox if message.id not in self._received]
         for message in new:
-            received = MessageReceived(message.id, message.kind, message.name, message.data,
-                                       message.sender, message.sent_at)  # fmt: skip
-            self.append(EventKind.MESSAGE_RECEIVED, data=encode_payload(received))
+            self.append(EventKind.MESSAGE_RECEIVED, data=encode_payload(message.received()))
             self._received.add(message.id)
         self.consumed += tuple(message.id for message in new)
         return len(new)

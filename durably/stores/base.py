@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from durably.core.history import ErrorInfo, Event
+from durably.core.payloads import MessageReceived
 from durably.core.status import RunStatus
 
 __all__ = [
@@ -86,6 +87,11 @@ class Delivery:
     data: str | None
     sender: str
     sent_at: datetime
+
+    def received(self) -> MessageReceived:
+        """The payload of the `message_received` event that folds it into the history."""
+        return MessageReceived(self.id, self.kind, self.name, self.data, self.sender,
+                               self.sent_at)  # fmt: skip
 
 
 class SentOutcome(StrEnum):

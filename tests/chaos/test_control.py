@@ -9,11 +9,8 @@ What the steps and undos did is journalled to a file by the worker (tests.chaos.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,26 +21,12 @@ from durably.core.history import Event, EventKind
 from durably.core.payloads import CompensationStarted, StepFailed, read_payload
 from durably.errors import WorkflowFailed
 from tests.chaos.control_app import build, journal
-from tests.integration.processes import start_worker
+from tests.integration.processes import kill, start_worker, wait_until
 
 pytestmark = pytest.mark.chaos
 
 TARGET = "tests.chaos.control_app:app"
 WAIT = 30.0  # seconds: generous; nothing here is timed
-
-
-def wait_until(what: str, done: Callable[[], bool], log: Path, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"{what} did not happen within {timeout}s:\n{log.read_text()}")
-
-
-def kill(worker: subprocess.Popen[bytes]) -> None:
-    os.kill(worker.pid, signal.SIGKILL)
-    worker.wait()
 
 
 def events(client: durably.App, run_id: str, kind: EventKind) -> list[Event]:

@@ -6,11 +6,8 @@ long step whose worker dies: the next attempt resumes from its last recorded hea
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,25 +17,11 @@ from durably import RunStatus
 from durably.core.history import EventKind
 from durably.core.payloads import SignalReceived, read_payload
 from tests.chaos.waits_app import build
-from tests.integration.processes import start_worker
+from tests.integration.processes import kill, start_worker, wait_until
 
 pytestmark = pytest.mark.chaos
 
 TARGET = "tests.chaos.waits_app:app"
-
-
-def wait_until(what: str, done: Callable[[], bool], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if done():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"{what} did not happen within {timeout}s:\n{log.read_text()}")
-
-
-def kill(worker: subprocess.Popen[bytes]) -> None:
-    os.kill(worker.pid, signal.SIGKILL)
-    worker.wait()
 
 
 def test_a_timer_due_while_every_worker_is_down_fires_when_one_starts(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 import durably
 from durably.core.history import EventKind
 
-__all__ = ["processes", "start_worker", "wait_for_step_start"]
+__all__ = ["kill", "processes", "start_worker", "wait_for_step_start", "wait_until"]
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "tests.integration.stop_app:app"
@@ -33,6 +34,22 @@ def start_worker(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def wait_until(what: str, done: Callable[[], bool], log: Path, timeout: float = 30) -> None:
+    """Poll `done` until it is true; fail with the worker's log if `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"{what} did not happen within {timeout}s:\n{log.read_text()}")
+
+
+def kill(worker: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker process and reap it."""
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait()
 
 
 def wait_for_step_start(
