@@ -16,6 +16,7 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 from durably.app import App, RunHandle
 from durably.approvals import PendingApproval
 from durably.calls import (
+    ChildHandle,
     approval,
     cancelled,
     gather,
@@ -25,6 +26,7 @@ from durably.calls import (
     random,
     sleep,
     sleep_until,
+    start_child,
     uuid4,
     wait_for_signal,
 )
@@ -36,6 +38,8 @@ from durably.core.status import RunStatus
 from durably.definitions import Step, StepOptions, Workflow, escalate
 from durably.errors import (
     BranchCancelled,
+    ChildFailed,
+    ChildIdTaken,
     ConfigError,
     DeadlineExceeded,
     DurablyError,
@@ -72,6 +76,9 @@ __all__ = [
     "ApprovalRequest",
     "BranchCancelled",
     "Breaker",
+    "ChildFailed",
+    "ChildHandle",
+    "ChildIdTaken",
     "ConfigError",
     "DeadLetter",
     "DeadlineExceeded",
@@ -123,6 +130,7 @@ __all__ = [
     "random",
     "sleep",
     "sleep_until",
+    "start_child",
     "uuid4",
     "wait_for_signal",
 ]

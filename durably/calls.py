@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from durably.codec import NO_HINT, encode
 from durably.core.approvals import ON_TIMEOUT
-from durably.definitions import Step
+from durably.definitions import Step, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import DurablyError, NotInWorkflow, PayloadError
 from durably.runtime.approving import ApprovalCall
@@ -33,6 +33,7 @@ from durably.runtime.context import Execution, StepScope, current_execution, cur
 from durably.runtime.waits import check_signal_name
 
 __all__ = [
+    "ChildHandle",
     "approval",
     "cancelled",
     "gather",
@@ -42,6 +43,7 @@ __all__ = [
     "random",
     "sleep",
     "sleep_until",
+    "start_child",
     "uuid4",
     "wait_for_signal",
 ]
@@ -155,6 +157,50 @@ async def gather(
         return_exceptions=return_exceptions,
         cancel_on_failure=cancel_on_failure,
     )
+
+
+class ChildHandle:
+    """A child run started by durably.start_child: `run_id`, and `result()` to wait for its
+    end (await it in an async workflow; it blocks in a sync one)."""
+
+    def __init__(self, run_id: str, workflow: Workflow) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+
+    def result(self) -> Any:
+        """The child's result, once it ends; durably.ChildFailed if it did not complete. The
+        parent holds no worker while it waits, and the child's end wakes it."""
+        workflow = self.workflow
+        return _call("result", lambda ex: ex.children.result(self.run_id, workflow), awaited=True)
+
+    def __repr__(self) -> str:
+        return f"<durably child run {self.run_id!r} of {self.workflow.name!r}>"
+
+
+def start_child(
+    workflow: Workflow, *args: Any, id: str | None = None, detached: bool = False, **kwargs: Any
+) -> Any:
+    """Start `workflow` as a child run (a run of its own, with its own history, linked to
+    this one both ways) and return its ChildHandle without waiting: await it in an async
+    workflow. The start is recorded at its place in this workflow, so replay and crashes
+    never start two children for one call. `id`: the child's run id (default: this run's id,
+    the call's position and the workflow's name). The child inherits this run's deadline; it
+    is cancelled if this run is cancelled or ends before it, unless `detached`. Calling the
+    workflow directly (`await child(...)`) starts it and waits for its result."""
+    if not isinstance(workflow, Workflow):
+        raise DurablyError(
+            f"durably.start_child() takes a workflow (a function decorated with "
+            f"@app.workflow), not {workflow!r}"
+        )
+    if id is not None and (not isinstance(id, str) or not id):
+        raise DurablyError(f"durably.start_child(id=...) must be a non-empty string, not {id!r}")
+
+    def start(execution: Execution) -> ChildHandle:
+        children = execution.children
+        started = children.start(workflow, args, kwargs, run_id=id, detached=detached)
+        return ChildHandle(started, workflow)
+
+    return _call("start_child", start, awaited=True)
 
 
 def now() -> datetime:

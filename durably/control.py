@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably import operations
-from durably.core.control import CANCEL, PAUSE, RESUME, fold_control, reason_data
+from durably.core.control import CANCEL, CANCEL_KEY, PAUSE, RESUME, fold_control, reason_data
 from durably.core.history import Event, EventKind
 from durably.core.payloads import Released, encode_payload
 from durably.core.replay import fold_run
@@ -28,8 +28,6 @@ from durably.errors import DurablyError, RunNotFound
 from durably.stores.base import Message, RunRecord, SentOutcome, Store
 
 __all__ = ["Steered", "cancel", "pause", "resume"]
-
-_CANCEL_ONCE = "durably:cancel"  # the dedupe key of a cancel: one in the inbox at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +66,7 @@ def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | N
         if run.status is RunStatus.PAUSED:
             note += " (it is paused: resume it to let the undo go on)"
         return Steered(run_id, CANCEL, False, run.status, note)
-    message = Message(run_id, CANCEL, by, None, reason_data(reason), _CANCEL_ONCE)
+    message = Message(run_id, CANCEL, by, None, reason_data(reason), CANCEL_KEY)
     sent = store.send(message, now=now)
     if sent.outcome is SentOutcome.DUPLICATE:
         return Steered(run_id, CANCEL, False, run.status, _cancelled_already(None))

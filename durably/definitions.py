@@ -13,13 +13,14 @@ from durably.codec import return_hint
 from durably.core.approvals import ESCALATION
 from durably.errors import DurablyError, Escalated
 from durably.retry import Retry
-from durably.runtime.context import current_execution
+from durably.runtime.context import current_execution, in_step
 
 __all__ = ["Step", "StepOptions", "Workflow", "escalate"]
 
 
 class Workflow:
-    """A function registered as a workflow. Calling it directly just calls the function."""
+    """A function registered as a workflow. Called from another workflow, it runs as a child
+    run; called anywhere else, it just calls the function."""
 
     def __init__(
         self,
@@ -38,7 +39,13 @@ class Workflow:
         self.return_hint = return_hint(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
+        """From workflow code: start it as a child run and wait for its result (await it in
+        an async workflow); a ChildFailed if the child does not complete. Anywhere else (a
+        test, a step): a plain call of the function."""
+        execution = current_execution()
+        if execution is None or in_step():
+            return self.fn(*args, **kwargs)
+        return execution.children.call(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r}>"

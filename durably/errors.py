@@ -20,6 +20,8 @@ DurablyError
 ├── SignalTimeout               durably.wait_for_signal: no signal before its timeout
 ├── RunCancelled                a person cancelled the run (its steps' and its own end)
 ├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
+├── ChildFailed                 a child run ended other than completed (its class and message)
+├── ChildIdTaken                durably.start_child(id=...) named a run that is not its child
 └── WorkflowFailed              .error_class and .message of the run's failure
 
 Raised by users in steps:
@@ -35,6 +37,8 @@ from durably.durations import Duration, parse_duration
 
 __all__ = [
     "BranchCancelled",
+    "ChildFailed",
+    "ChildIdTaken",
     "ConfigError",
     "DeadlineExceeded",
     "DurablyError",
@@ -192,6 +196,29 @@ class WorkflowFailed(DurablyError):
         self.status = status
         self.error_class = error_class
         self.message = message
+
+
+class ChildFailed(DurablyError):
+    """A child run (durably.start_child, or a workflow called from a workflow) ended other
+    than completed: what its parent sees, live and on replay. `status` is how it ended
+    (failed, cancelled, timed_out); `error_class` and `message` are the child's own error."""
+
+    def __init__(
+        self, run_id: str, workflow: str, status: str, error_class: str, message: str
+    ) -> None:
+        super().__init__(
+            f"child run {run_id!r} ({workflow}) ended {status}: {error_class}: {message}"
+        )
+        self.run_id = run_id
+        self.workflow = workflow
+        self.status = status
+        self.error_class = error_class
+        self.message = message
+
+
+class ChildIdTaken(DurablyError):
+    """durably.start_child(id=...) named a run that exists and is not this call's child:
+    no child was started (what the child's outcome says, as a ChildFailed)."""
 
 
 class Terminal(Exception):

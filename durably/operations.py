@@ -19,7 +19,8 @@ from durably.core.payloads import Compensating, Result, RunFailed, RunRetried, e
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
-from durably.stores.base import Checkpoint, Claim, RunRecord, Store
+from durably.lineage import cancel_children, parent_notice
+from durably.stores.base import Checkpoint, Claim, Message, RunRecord, Store
 
 __all__ = [
     "ACTION_LEASE",
@@ -118,12 +119,13 @@ def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> N
     if phase.compensating is not None:  # its compensation already failed: end it as is
         data = encode_payload(RunFailed(error))
         event = Event(_next(claim), EventKind.RUN_FAILED, now, None, None, None, data)
-        _commit(store, claim, now, event, status=RunStatus.FAILED, error=error)
+        notice = parent_notice(run_id, claim.events, RunStatus.FAILED, error=error)
+        _commit(store, claim, now, event, status=RunStatus.FAILED, error=error, messages=notice)
         return
     data = encode_payload(Compensating(error, RunStatus.FAILED))
-    hand_back(
-        store, claim, now, Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
-    )
+    event = Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
+    why = f"its parent run was failed by {by}: {reason}"
+    hand_back(store, claim, now, event, messages=cancel_children(run_id, claim.events, why))
 
 
 def _check_reopenable(store: Store, run_id: str, from_step: int) -> None:
@@ -175,12 +177,18 @@ def _check_status(
 
 
 def hand_back(
-    store: Store, claim: Claim, now: datetime, *events: Event, consumed: tuple[int, ...] = ()
+    store: Store,
+    claim: Claim,
+    now: datetime,
+    *events: Event,
+    consumed: tuple[int, ...] = (),
+    messages: tuple[Message, ...] = (),
 ) -> None:
     """Hand a run leased for a person's action back to the workers, due now, with `events`
-    appended (and the inbox messages they fold in, `consumed`, taken out of the inbox)."""
+    appended (and the inbox messages they fold in, `consumed`, taken out of the inbox; and
+    `messages` sent to other runs, in the same transaction)."""
     _commit(store, claim, now, *events, status=RunStatus.PENDING, available_at=now,
-            consumed=consumed)  # fmt: skip
+            consumed=consumed, messages=messages)  # fmt: skip
 
 
 def _commit(
@@ -192,11 +200,11 @@ def _commit(
     error: ErrorInfo | None = None,
     available_at: datetime | None = None,
     consumed: tuple[int, ...] = (),
+    messages: tuple[Message, ...] = (),
 ) -> None:
     check_transition(RunStatus.RUNNING, status)  # the person's action holds the run's lease
-    checkpoint = Checkpoint(
-        claim.run_id, claim.epoch, events, status, None, error, available_at, consumed
-    )
+    checkpoint = Checkpoint(claim.run_id, claim.epoch, events, status, None, error,
+                            available_at, consumed, messages=messages)  # fmt: skip
     if not store.commit([checkpoint], now=now)[0]:
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
 

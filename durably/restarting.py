@@ -18,8 +18,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from durably.core.children import CHILD
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Restarted, RunStarted, encode_payload, payload_of
+from durably.core.payloads import (
+    ChildStarted,
+    MessageReceived,
+    Restarted,
+    RunStarted,
+    encode_payload,
+    payload_of,
+    read_payload,
+)
 from durably.core.replay import CALL_KINDS, RunPhase, StepRecord, fold_run
 from durably.core.status import FINAL
 from durably.errors import DurablyError, RunConflict, RunNotFound
@@ -52,13 +61,15 @@ def restart(
     phase = fold_run(events)
     position = _position(phase.steps, from_step, run_id)
     _check_reusable(phase, position, run_id)
+    ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
     new_id = new_id or f"{run_id}.restart-{restarts + 1}"
     started = RunStarted(run_id, position, by)
     reused = [
         event
         for event in events
-        if event.kind in CALL_KINDS and event.position is not None and event.position < position
+        if (event.kind in CALL_KINDS and event.position is not None and event.position < position)
+        or event.seq in ends
     ]
     history = [Event(1, EventKind.RUN_STARTED, now, data=encode_payload(started))]
     history += [replace(event, seq=seq) for seq, event in enumerate(reused, start=2)]
@@ -111,6 +122,32 @@ def _check_reusable(phase: RunPhase, position: int, run_id: str) -> None:
                 f"cannot restart run {run_id!r} from step #{position}: {where} has no outcome "
                 f"to reuse; restart from #{record.position} or earlier"
             )
+
+
+def _children_ends(events: list[Event], position: int, run_id: str) -> set[int]:
+    """The seqs of the ends of the children started before `position` (the new run reuses
+    them with the starts); refused if one of those children has not ended."""
+    reused = {
+        read_payload(event, ChildStarted).run: event.position
+        for event in events
+        if event.kind is EventKind.CHILD_STARTED
+        and event.position is not None
+        and event.position < position
+    }
+    ends: set[int] = set()
+    for event in events:
+        if event.kind is EventKind.MESSAGE_RECEIVED:
+            message = read_payload(event, MessageReceived)
+            if message.kind == CHILD and message.name in reused:
+                ends.add(event.seq)
+                del reused[message.name]
+    for child, at in reused.items():
+        raise DurablyError(
+            f"cannot restart run {run_id!r} from step #{position}: its child run {child!r} "
+            f"(started at #{at}) has not ended, so its outcome cannot be reused; restart from "
+            f"#{at} or earlier"
+        )
+    return ends
 
 
 def _found_after_refusal(store: Store, run_id: str, new_id: str, started: RunStarted) -> RunRecord:

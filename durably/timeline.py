@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core.approvals import fold_approvals
+from durably.core.children import ended_children, started_children, unfinished_children
 from durably.core.control import fold_control
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
     ApprovalToken,
+    ChildStarted,
     Claimed,
     Command,
     Decision,
@@ -87,7 +89,11 @@ def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str
         label = "lease expires" if run.lease_owner else "due"
         pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
     elif run.status is RunStatus.PENDING:
-        pairs.append(("due", "when a signal comes (it waits with no timeout)"))
+        waited = unfinished_children(events)
+        if waited:
+            pairs.append(("due", f"when its child run {waited[0]} ends (no timeout)"))
+        else:
+            pairs.append(("due", "when a signal comes (it waits with no timeout)"))
     pairs += _waits_and_progress(run, events)
     if run.result is not None:
         pairs.append(("result", _short(run.result, 200)))
@@ -124,12 +130,15 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
     pairs = []
     for event in events:
         payload = payload_of(event) if event.kind in _LINKS else None
-        if isinstance(payload, RunStarted):
+        if isinstance(payload, RunStarted) and payload.parent is not None:
+            pairs.append(("parent", payload.parent + _deadline(payload)))
+        elif isinstance(payload, RunStarted):
             pairs.append(("restart of", f"{payload.restarted_from} at step "
                           f"#{payload.from_step}, by {payload.by}"))  # fmt: skip
         elif isinstance(payload, Restarted):
             pairs.append(("restarted as", f"{payload.run} from step #{payload.from_step}, "
                           f"by {payload.by} at {_time(event.at)}"))  # fmt: skip
+    pairs += _children(events)
     if run.status in FINAL:
         return pairs
     control = fold_control(events)
@@ -144,6 +153,27 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
 
 
 _LINKS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_RESTARTED})
+_CHILDREN_SHOWN = 10
+
+
+def _children(events: Sequence[Event]) -> list[tuple[str, str]]:
+    """The child runs it started, each with how it ended (if it did, as far as it heard)."""
+    started = started_children(events)
+    ended = ended_children(events)
+    pairs = []
+    for child in started[:_CHILDREN_SHOWN]:
+        end = ended.get(child.run)
+        state = "not ended" if end is None else f"ended {end.status}"
+        detached = ", detached" if child.detached else ""
+        pairs.append(("child", f"{child.run} ({child.workflow}{detached}): {state}"))
+    if len(started) > _CHILDREN_SHOWN:
+        pairs.append(("child", f"... and {len(started) - _CHILDREN_SHOWN} more"))
+    return pairs
+
+
+def _deadline(started: RunStarted) -> str:
+    when = started.deadline
+    return "" if when is None else f" (its deadline, inherited: {_time(when)})"
 
 
 def _detail(event: Event) -> str:
@@ -182,8 +212,12 @@ def _detail(event: Event) -> str:
         return f"{verdict} by {payload.by} ({payload.via}){comment}"
     if isinstance(payload, Command):
         return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
+    if isinstance(payload, RunStarted) and payload.parent is not None:
+        return f"a child of {payload.parent}{_deadline(payload)}"
     if isinstance(payload, RunStarted):
         return f"restarted from {payload.restarted_from} at step #{payload.from_step}"
+    if isinstance(payload, ChildStarted):
+        return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
     if isinstance(payload, Restarted):
         return f"restarted as {payload.run} from step #{payload.from_step} by {payload.by}"
     if isinstance(payload, MessageReceived):

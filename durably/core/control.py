@@ -20,6 +20,7 @@ from durably.errors import RunCancelled
 
 __all__ = [
     "CANCEL",
+    "CANCEL_KEY",
     "CONTROL_KINDS",
     "PAUSE",
     "RESUME",
@@ -32,6 +33,7 @@ __all__ = [
 
 CANCEL, PAUSE, RESUME = "cancel", "pause", "resume"  # inbox message kinds
 CONTROL_KINDS = frozenset({CANCEL, PAUSE, RESUME})
+CANCEL_KEY = "durably:cancel"  # the dedupe key of a cancel: one in a run's inbox at a time
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ __all__ = ["ErrorInfo", "Event", "EventKind"]
 
 
 class EventKind(StrEnum):
-    RUN_STARTED = "run_started"  # data: none, or where a restarted run came from
+    RUN_STARTED = "run_started"  # data: none, or where a restarted run came from, or its parent
     CLAIMED = "claimed"  # a worker took the lease (data: owner, epoch, previous owner)
     STEP_STARTED = "step_started"  # before the body runs (data: idempotency key, input)
     STEP_COMPLETED = "step_completed"  # data: the result as JSON
@@ -44,6 +44,7 @@ class EventKind(StrEnum):
     SIGNAL_RECEIVED = "signal_received"  # the signal the wait took (data: message, data, ...)
     SIGNAL_TIMED_OUT = "signal_timed_out"  # no signal before the wait's timeout
     VALUE_RECORDED = "value_recorded"  # durably.now / uuid4 / random (data: the value)
+    CHILD_STARTED = "child_started"  # a child run was started (data: its id, its workflow)
     APPROVAL_REQUESTED = "approval_requested"  # durably.approval (data: until, on_timeout, ...)
     APPROVAL_TOKEN = "approval_token"  # a token was made for a notice (data: its hash, notice)
     APPROVAL_ESCALATED = "approval_escalated"  # timed out with on_timeout="escalate"

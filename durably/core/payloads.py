@@ -32,6 +32,7 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalToken",
     "AttemptFailed",
+    "ChildStarted",
     "Claimed",
     "Command",
     "Compensating",
@@ -66,11 +67,24 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class RunStarted:
     """`run_started` of a run restarted from another (`durably runs restart`): the run it
-    came from, the step it runs again from, who restarted it. A plain start carries none."""
+    came from, the step it runs again from, who restarted it; of a child run: the run that
+    started it (`parent`) and the deadline it inherits from it. A plain start carries none."""
 
-    restarted_from: str
-    from_step: int
-    by: str
+    restarted_from: str | None = None
+    from_step: int | None = None
+    by: str | None = None
+    parent: str | None = None
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStarted:
+    """`child_started`: the workflow started a child run (`durably.start_child`, or a call of
+    a workflow from a workflow); `detached`: it is not cancelled when its parent ends."""
+
+    run: str
+    workflow: str
+    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +308,7 @@ class Decision:
 
 Payload: TypeAlias = (
     RunStarted
+    | ChildStarted
     | Restarted
     | Command
     | Claimed
@@ -365,6 +380,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.SIGNAL_RECEIVED: SignalReceived,
     EventKind.SIGNAL_TIMED_OUT: None,
     EventKind.VALUE_RECORDED: Result,
+    EventKind.CHILD_STARTED: ChildStarted,
     EventKind.APPROVAL_REQUESTED: ApprovalRequested,
     EventKind.APPROVAL_TOKEN: ApprovalToken,
     EventKind.APPROVAL_ESCALATED: None,
@@ -394,8 +410,13 @@ def encode_payload(payload: Payload) -> str:
 def _fields(payload: Payload) -> dict[str, object]:
     """The JSON object of a payload, keys in the order the engine has always written them."""
     match payload:
-        case RunStarted(restarted_from, from_step, by):
-            return {"restarted_from": restarted_from, "from_step": from_step, "by": by}
+        case RunStarted(restarted_from, from_step, by, parent, deadline):
+            time = None if deadline is None else deadline.isoformat()
+            named = {"restarted_from": restarted_from, "from_step": from_step, "by": by,
+                     "parent": parent, "deadline": time}  # fmt: skip
+            return {key: value for key, value in named.items() if value is not None}
+        case ChildStarted(run, workflow, detached):
+            return {"run": run, "workflow": workflow, **({"detached": True} if detached else {})}
         case Restarted(run, from_step, by):
             return {"run": run, "from_step": from_step, "by": by}
         case Command(by, reason):
@@ -499,7 +520,14 @@ def _then(data: Mapping[str, object]) -> RunStatus:
 # Defaults are the ones the engine's readers have always applied to a missing key.
 _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
     RunStarted: lambda d: RunStarted(
-        read.string(d, "restarted_from"), read.integer(d, "from_step"), read.string(d, "by")
+        read.optional_string(d, "restarted_from"),
+        read.optional_integer(d, "from_step"),
+        read.optional_string(d, "by"),
+        read.optional_string(d, "parent"),
+        read.optional_moment(d, "deadline"),
+    ),
+    ChildStarted: lambda d: ChildStarted(
+        read.string(d, "run"), read.string(d, "workflow"), read.boolean(d, "detached", False)
     ),
     Restarted: lambda d: Restarted(
         read.string(d, "run"), read.integer(d, "from_step"), read.string(d, "by")

@@ -40,8 +40,8 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """What the history says about the step call at one position, or about another durable
-    call there (`call`: "timer", "signal", "value" or "approval"; their names begin with
-    "durably.")."""
+    call there (`call`: "timer", "signal", "value", "approval" or "child"; their names begin
+    with "durably.")."""
 
     position: int
     name: str
@@ -225,6 +225,7 @@ _CALL_OF = {
     EventKind.SIGNAL_TIMED_OUT: "signal",
     EventKind.STEP_HEARTBEAT: "step",
     EventKind.VALUE_RECORDED: "value",
+    EventKind.CHILD_STARTED: "child",
     EventKind.APPROVAL_REQUESTED: "approval",
     EventKind.APPROVAL_TOKEN: "approval",
     EventKind.APPROVAL_ESCALATED: "approval",
@@ -339,7 +340,7 @@ def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
     if kind is EventKind.SIGNAL_TIMED_OUT:
         error = ErrorInfo("durably.errors.SignalTimeout", signal_timeout_message(known))
         return replace(known, error=error, failure_reason="timed out", waiting=False)
-    return replace(known, result=event.data, completed=True)  # value_recorded
+    return replace(known, result=event.data, completed=True)  # value_recorded, child_started
 
 
 def signal_timeout_message(record: StepRecord) -> str:

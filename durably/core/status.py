@@ -36,10 +36,12 @@ TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     ),
     # a person acts on a parked run (retry, skip, fail): it is leased for the action, then
     # handed back to the workers as pending
-    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.RUNNING}),
+    # (or its parent ended, and its cancel makes it pending to be undone: inbox.send)
+    RunStatus.NEEDS_ATTENTION: frozenset({RunStatus.RUNNING, RunStatus.PENDING}),
     RunStatus.COMPENSATION_FAILED: frozenset({RunStatus.RUNNING}),
-    # resumed or cancelled: leased for the person's action, then handed back as pending
-    RunStatus.PAUSED: frozenset({RunStatus.RUNNING}),
+    # resumed or cancelled: leased for the person's action, then handed back as pending (a
+    # parent's cancel makes it pending at once)
+    RunStatus.PAUSED: frozenset({RunStatus.RUNNING, RunStatus.PENDING}),
     RunStatus.FAILED: frozenset(),
     RunStatus.TIMED_OUT: frozenset(),
     RunStatus.COMPLETED: frozenset(),

@@ -30,9 +30,10 @@ from durably.core.payloads import Command, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.hooks import Hooks
+from durably.lineage import parent_notice
 from durably.runtime.committer import Committer
 from durably.runtime.flow import CheckpointFailed
-from durably.stores.base import Checkpoint, Claim, Delivery
+from durably.stores.base import Checkpoint, Claim, Delivery, Message, NewRun
 
 __all__ = ["HistoryWriter"]
 
@@ -53,6 +54,8 @@ class HistoryWriter:
         self.pending: list[Event] = []  # appended, not committed yet
         self.lost = False  # the lease is gone (or a commit failed): write nothing more
         self.consumed: tuple[int, ...] = ()  # inbox messages appended, for the next commit
+        self.starts: tuple[NewRun, ...] = ()  # child runs started, made by the next commit
+        self.outbox: tuple[Message, ...] = ()  # messages to other runs, sent by the next commit
         self._received: set[int] = set()  # every inbox message this writer appended
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
@@ -98,9 +101,10 @@ class HistoryWriter:
             check_transition(RunStatus.RUNNING, status)
         events, self.pending = tuple(self.pending), []
         consumed, self.consumed = self.consumed, ()
-        checkpoint = Checkpoint(
-            self.run_id, self.epoch, events, status, result, error, available_at, consumed
-        )
+        starts, self.starts = self.starts, ()
+        outbox, self.outbox = self.outbox, ()
+        checkpoint = Checkpoint(self.run_id, self.epoch, events, status, result, error,
+                                available_at, consumed, starts, outbox)  # fmt: skip
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
@@ -121,8 +125,10 @@ class HistoryWriter:
         result: str | None = None,
         error: ErrorInfo | None = None,
     ) -> None:
-        """End the run in `status`, with the event `kind` (run_completed, run_failed)."""
+        """End the run in `status`, with the event `kind` (run_completed, run_failed); a child
+        run's parent hears of it in the same commit."""
         self.append(kind, data=None if error is None else encode_payload(RunFailed(error)))
+        self.outbox += parent_notice(self.run_id, self.events, status, result=result, error=error)
         await self.flush(status, result=result, error=error)
         if error is not None:
             log.info(

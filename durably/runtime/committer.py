@@ -246,6 +246,8 @@ def _merged(commits: list[_Commit]) -> list[_Merged]:
                 checkpoint,
                 events=first.events + checkpoint.events,
                 consumed=first.consumed + checkpoint.consumed,
+                starts=first.starts + checkpoint.starts,
+                messages=first.messages + checkpoint.messages,
             )
             before.futures.append(item.future)
             continue

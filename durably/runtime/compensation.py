@@ -25,6 +25,7 @@ from durably.core.payloads import (
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
+from durably.lineage import cancel_children
 from durably.retry import GiveUp, classify, decide
 from durably.runtime.attempts import call_user
 from durably.runtime.checkpoints import HistoryWriter
@@ -59,6 +60,8 @@ class Compensation:
         if phase.compensating is None:
             data = encode_payload(Compensating(error, final))
             self._writer.append(EventKind.COMPENSATING, data=data)
+            writer = self._writer  # its children still running are undone with it
+            writer.outbox += cancel_children(writer.run_id, writer.events, _why(final, error))
         # in reverse order of completion: steps that ran at once (durably.gather) are undone
         # last-finished first; steps one after another, last first
         completed = [record for record in phase.steps if record.completed]
@@ -121,3 +124,9 @@ class Compensation:
         data = encode_payload(CompensationAttemptFailed(error, decision.due))
         self._writer.append(EventKind.COMPENSATION_ATTEMPT_FAILED, position, name, attempt, data)
         raise Suspend(decision.due) from exc
+
+
+def _why(final: RunStatus, error: ErrorInfo) -> str:
+    """What a child is told when its parent starts undoing its steps."""
+    ended = "was cancelled" if final is RunStatus.CANCELLED else f"ends {final}"
+    return f"its parent run {ended} ({error.error_class}: {error.message})"

@@ -56,6 +56,10 @@ class Execution(Protocol):
 
     def clock_now(self) -> datetime: ...
 
+    # child runs (a runtime.children.Children: start, result, call), named loosely as above
+    @property
+    def children(self) -> Any: ...
+
     # durably.gather: the calls' results in call order (see runtime.fanout)
     def gather(
         self,

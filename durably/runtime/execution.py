@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from durably.codec import decode, decode_call, encode, encode_call
 from durably.core import payloads
+from durably.core.children import lineage
 from durably.core.control import Control, Request, cancel_error, fold_control
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import Decision
@@ -53,6 +54,7 @@ from durably.runtime import fanout
 from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import call_user, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
+from durably.runtime.children import Children
 from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
 from durably.runtime.context import StepScope, _execution, step_key
@@ -116,6 +118,8 @@ class RunExecution:
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
+        self._inherited = lineage(claim.events).deadline  # a child's, from its parent
+        self.children = Children(self, self._writer, engine.registry, self._deadline)
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
         self.interrupts = Interrupts()  # async step bodies a cancel cancels
@@ -280,6 +284,7 @@ class RunExecution:
         except PayloadError as exc:
             await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
             return
+        self.children.end_with_parent()
         await self._writer.finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
 
     def _check_poison(self, phase: RunPhase) -> None:
@@ -292,7 +297,7 @@ class RunExecution:
                 "taking workers down. Inspect it, then retry it (durably dlq retry) or fail it."
             )
 
-    def _check_control(self) -> None:
+    def check_control(self) -> None:
         """Before the workflow body goes on (a step, a durable call): stop it if a person
         cancelled or paused the run meanwhile."""
         control = self.control
@@ -351,7 +356,7 @@ class RunExecution:
         """A step call from the workflow: replay its recorded outcome or run it for real.
         `hide`: a secret in the arguments (an approval's token), left out of the history."""
         self._check_body_may_go_on()
-        self._check_control()
+        self.check_control()
         self._one_per_branch(f"step {step.name!r}")
         assert self._phase is not None
         position = self._position
@@ -537,7 +542,7 @@ class RunExecution:
     def place(self, name: str) -> tuple[int, StepRecord | None]:
         """The next position, for a timer, signal wait, value or approval named `name`."""
         self._check_body_may_go_on()
-        self._check_control()
+        self.check_control()
         self._one_per_branch(name)
         assert self._phase is not None
         position = self._position
@@ -571,10 +576,10 @@ class RunExecution:
     # -- time ---------------------------------------------------------------------------
 
     def _deadline(self) -> datetime | None:
-        events = self._writer.events
-        if self._workflow.deadline is None or not events:
-            return None
-        return events[0].at + self._workflow.deadline
+        """The workflow's deadline, or its parent's if that comes first (a child run's)."""
+        events, limit, inherited = self._writer.events, self._workflow.deadline, self._inherited
+        own = events[0].at + limit if limit is not None and events else None
+        return min(own, inherited) if own and inherited else own or inherited
 
     def _due(self, due: datetime | None) -> datetime | None:
         """A wait ends at its due time, or at the deadline if that comes first."""

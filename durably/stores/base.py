@@ -37,6 +37,8 @@ class NewRun:
     id: str
     workflow: str
     input: str  # JSON
+    parent: str | None = None  # the run that starts it as its child
+    started: str | None = None  # the data of its run_started event (a child's: its lineage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class RunRecord:
     lease_owner: str | None
     lease_epoch: int
     event_count: int
+    parent: str | None = None  # the run that started it as its child
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,9 @@ class Message:
     name: str | None = None
     data: str | None = None  # JSON
     dedupe_key: str | None = None
+    # Sent by the run's parent (a cancel when the parent ends): stored only if the run is a
+    # child of that run; a paused or parked child is made pending, due now, to fold it.
+    from_parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,12 @@ class Checkpoint:
     the run running under its lease; PENDING releases it, due at `available_at`.
     `consumed`: ids of inbox messages folded into `events`; they leave the inbox in the
     same fenced transaction, so a message is in the history exactly once.
+    `starts`: child runs to create and `messages` to send to other runs, in the same
+    transaction, only if the checkpoint is fenced in (and not when a retried commit finds it
+    applied already): a child exists exactly when its parent's history says it was started,
+    and a parent hears of its child's end exactly when the child's history says it ended. A
+    start whose id is taken by another run is not made; the parent is told at once, with a
+    `child` message saying so (durably.errors.ChildIdTaken).
     """
 
     run_id: str
@@ -146,6 +158,8 @@ class Checkpoint:
     error: ErrorInfo | None = None
     available_at: datetime | None = None
     consumed: tuple[int, ...] = ()
+    starts: tuple[NewRun, ...] = ()
+    messages: tuple[Message, ...] = ()
 
 
 class Store(Protocol):

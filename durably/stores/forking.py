@@ -11,8 +11,8 @@ from datetime import datetime
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.stores.base import NewRun
+from durably.stores.effects import insert_event, insert_run
 from durably.stores.reads import Connection, Dialect
-from durably.stores.rows import event_row, ts
 
 __all__ = ["fork"]
 
@@ -36,23 +36,10 @@ def fork(
     status = row.fetchone()
     if status is None or RunStatus(status[0]) not in FINAL:
         return False
-    at = ts(now)
-    created = db.execute(
-        "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count) VALUES ({mark}, {mark}, 'pending', {mark}, {mark}, {mark},"
-        f" {mark}, {mark}) ON CONFLICT (id) DO NOTHING RETURNING id",
-        (run.id, run.workflow, run.input, at, at, at, len(events)),
-    ).fetchone()
-    if created is None:
+    if not insert_run(db, dialect, run, events, now=now):
         return False
-    insert = (
-        "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
-        f" VALUES ({', '.join([mark] * 8)})"
-    )
-    for event in events:
-        db.execute(insert, event_row(run.id, event))
     last = db.execute(f"SELECT max(seq) FROM durably_events WHERE run_id = {mark}", (source,))
     seq = last.fetchone()[0] + 1
-    db.execute(insert, event_row(source, replace(note, seq=seq)))
+    insert_event(db, dialect, source, replace(note, seq=seq))
     db.execute(f"UPDATE durably_runs SET event_count = {mark} WHERE id = {mark}", (seq, source))
     return True

@@ -19,19 +19,22 @@ from durably.stores.rows import from_ts, ts
 
 __all__ = ["consume", "deliveries", "mail", "send"]
 
+_ROUSED = frozenset({RunStatus.PAUSED, RunStatus.NEEDS_ATTENTION})
+
 
 def send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -> Sent:
     """Store `message` in its run's inbox, inside the caller's write transaction; a pending
-    run is made due now. The caller wakes workers when the answer is STORED and the status
-    PENDING (after commit, or, on PostgreSQL, with a NOTIFY in the same transaction)."""
+    run is made due now (and a paused or parked one, for its parent's message). The caller
+    wakes workers when the answer is STORED and the status PENDING (after commit, or, on
+    PostgreSQL, with a NOTIFY in the same transaction)."""
     mark, at = dialect.mark, ts(now)
     # Lock the run first (PostgreSQL: FOR UPDATE; SQLite: the writer's lock is the file's),
     # so that no commit can end it between this check and the insert.
     lock = " FOR UPDATE" if dialect.arrays else ""
     row = db.execute(
-        f"SELECT status FROM durably_runs WHERE id = {mark}{lock}", (message.run_id,)
+        f"SELECT status, parent FROM durably_runs WHERE id = {mark}{lock}", (message.run_id,)
     ).fetchone()
-    if row is None:
+    if row is None or (message.from_parent is not None and row[1] != message.from_parent):
         return Sent(SentOutcome.NO_RUN)
     status = RunStatus(row[0])
     if status in FINAL:
@@ -67,6 +70,14 @@ def send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -
         f" WHERE id = {mark}",
         (at, at, message.run_id),
     )
+    if message.from_parent is not None and status in _ROUSED:
+        # a parent's word to its paused or parked child: nobody need act for it to be heard
+        db.execute(
+            "UPDATE durably_runs SET status = 'pending', available_at = "
+            f"{mark}, lease_owner = NULL WHERE id = {mark}",
+            (at, message.run_id),
+        )
+        status = RunStatus.PENDING
     return Sent(SentOutcome.STORED, stored[0], status)
 
 

@@ -45,9 +45,9 @@ WITH v AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
     WHERE v.status = 'pending' AND fenced.available_at <= %(now)s
 ){finished}
-SELECT id FROM fenced
+SELECT id, true FROM fenced
 WHERE (SELECT count(*) FROM woken) >= 0{finished_ref}
-UNION ALL SELECT id FROM applied
+UNION ALL SELECT id, false FROM applied
 """
 _CONSUMED = """, consumed AS (
     DELETE FROM durably_inbox AS i
@@ -70,7 +70,9 @@ _FINISHED = """, ended AS (
 # (`finished`: a final or parked status, so neither pending nor running; a checkpoint that keeps
 # its run running has no status). That word is one NOTIFY a batch naming its ended runs, a line
 # each (one per run cost ~10% of a batch), or "" (any run) past the 8,000-byte payload limit.
-# Both are referenced so that PostgreSQL evaluates them.
+# Both are referenced so that PostgreSQL evaluates them. Each row says whether the checkpoint
+# was fenced in by this statement (true) or found applied (false): only the former's effects
+# on other runs (durably.stores.effects) are then done, in the same transaction.
 # A checkpoint whose first event is in the history already was applied by an earlier try of
 # this commit, whose answer was lost with its connection: `applied` reports it and keeps it
 # out of the update and the insert. The whole event is compared, not only its seq: after a

@@ -10,7 +10,10 @@ commits are idempotent, and a claim whose answer was lost is found again by re-r
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import random
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -23,7 +26,7 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError
-from durably.stores import forking, inbox, reads, waking
+from durably.stores import effects, forking, inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -128,6 +131,7 @@ WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(no
 # claim the engine makes passes a fresh one.
 _WAKE_CHANNEL = "durably_due"
 _DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
+_DEADLOCK_TRIES = 5
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
 
 
@@ -330,22 +334,35 @@ class PostgresStore:
         }
         first_sql = commit_sql(again=False, **parts)
         again_sql = commit_sql(again=True, **parts)
+        acting = [c for c in checkpoints if c.starts or c.messages]
 
-        def first(db: psycopg.Connection[Any]) -> set[str]:
-            return {row[0] for row in db.execute(first_sql, values)}
+        def apply(db: psycopg.Connection[Any], sql: str) -> set[str]:
+            rows = db.execute(sql, values).fetchall()
+            fenced_now = {row[0] for row in rows if row[1]}
+            woken = False  # effects on other runs of what this statement fenced in
+            for checkpoint in acting:
+                if checkpoint.run_id in fenced_now:
+                    woken |= effects.apply(db, reads.POSTGRES, checkpoint, now=now)
+            if woken:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return {row[0] for row in rows}
 
-        def again(db: psycopg.Connection[Any]) -> set[str]:
-            # safe to repeat: a checkpoint already applied is reported, not written again
-            return {row[0] for row in db.execute(again_sql, values)}
+        first = functools.partial(apply, sql=first_sql)
+        # safe to repeat: a checkpoint already applied is reported, not written again
+        again = functools.partial(apply, sql=again_sql)
+        many = bool(acting)  # more than one statement: in one transaction
 
-        try:
-            fenced_in = self._db.run(first, after_loss=again)
-        except psycopg.errors.UniqueViolation:  # a try whose answer was lost did commit
-            fenced_in = self._db.run(again)
+        def commit_all() -> set[str]:
+            try:
+                return self._db.run(first, after_loss=again, transaction=many)
+            except psycopg.errors.UniqueViolation:  # a try whose answer was lost did commit
+                return self._db.run(again, transaction=many)
+
+        fenced_in = _despite_deadlocks(commit_all) if many else commit_all()
         if len(fenced_in) < len({checkpoint.run_id for checkpoint in checkpoints}):
             # Refused: a stale epoch, or (when this is a retry) a run an earlier try already
             # moved on, to its end or a wait. Rare; ask again, telling the two apart.
-            fenced_in = self._db.run(again)
+            fenced_in = self._db.run(again, transaction=many)
         return [checkpoint.run_id in fenced_in for checkpoint in checkpoints]
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
@@ -502,6 +519,20 @@ class PostgresStore:
         ]
 
 
+def _despite_deadlocks(work: Callable[[], T]) -> T:
+    """`work()`, tried again when PostgreSQL broke a deadlock by rolling it back: a parent
+    and its child that end at once each lock the other's row (a cancel one way, an end the
+    other), in commits of their own."""
+    for tries in itertools.count(1):
+        try:
+            return work()
+        except psycopg.errors.DeadlockDetected:
+            if tries >= _DEADLOCK_TRIES:
+                raise
+            time.sleep(random.uniform(0, 0.01 * tries))
+    raise AssertionError("unreachable")
+
+
 def _claimed_row(
     run_id: str,
     seq: int,
@@ -552,4 +583,5 @@ def _created_record(run: NewRun, now: datetime) -> RunRecord:
         lease_owner=None,
         lease_epoch=0,
         event_count=1,
+        parent=run.parent,
     )

@@ -81,7 +81,14 @@ _V3 = [
     "ALTER TABLE durably_runs ADD COLUMN inbox INTEGER NOT NULL DEFAULT 0",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3]
+_V4 = [
+    # The run that started this one as its child (durably.start_child): a parent's cancel is
+    # delivered only to its own children.
+    "ALTER TABLE durably_runs ADD COLUMN parent TEXT",
+    "CREATE INDEX durably_runs_by_parent ON durably_runs (parent) WHERE parent IS NOT NULL",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

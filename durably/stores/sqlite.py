@@ -18,7 +18,7 @@ from typing import TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import forking, inbox, reads, waking
+from durably.stores import effects, forking, inbox, reads, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -35,6 +35,7 @@ from durably.stores.rows import (
     checkpoint_params,
     claimed_data,
     event_row,
+    from_ts,
     run_of,
     ts,
 )
@@ -302,6 +303,9 @@ class SQLiteStore:
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
                     )
                     inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
+                    if checkpoint.starts or checkpoint.messages:
+                        woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
+                        due_now |= woken
                 else:  # refused: a stale epoch, or applied by an earlier try of this commit
                     fenced_in = _applied(db, checkpoint)
                 results.append(fenced_in)

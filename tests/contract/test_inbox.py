@@ -13,7 +13,7 @@ import pytest
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import Message, SentOutcome, Store, open_store
-from durably.stores.schema import migrations
+from durably.stores.schema import LATEST_VERSION, migrations
 from durably.testing import FakeClock
 
 from .support import LEASE, WORKFLOW, checkpoint, claim_only, execute_sql, new_run, step_events
@@ -307,7 +307,7 @@ def test_a_version_2_store_migrates_with_its_runs_intact(store_url: str, clock: 
         assert len(claim_only(store, clock, "old").inbox) == 1
     finally:
         store.close()
-    assert execute_sql(store_url, "SELECT value FROM durably_meta") == [("3",)]
+    assert execute_sql(store_url, "SELECT value FROM durably_meta") == [(str(LATEST_VERSION),)]
 
 
 def _run_raw(url: str, statements: list[str]) -> None:

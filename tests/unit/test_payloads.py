@@ -15,6 +15,7 @@ from durably.core.payloads import (
     ApprovalRequested,
     ApprovalToken,
     AttemptFailed,
+    ChildStarted,
     Claimed,
     Command,
     Compensating,
@@ -211,6 +212,22 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         EventKind.RUN_STARTED,
         '{"restarted_from": "order-7", "from_step": 2, "by": "erin"}',
         RunStarted("order-7", 2, "erin"),
+    ),
+    (
+        EventKind.RUN_STARTED,
+        '{"parent": "order-7", "deadline": "2026-01-01T00:00:00+00:00"}',
+        RunStarted(parent="order-7", deadline=AT),
+    ),
+    (EventKind.RUN_STARTED, '{"parent": "order-7"}', RunStarted(parent="order-7")),
+    (
+        EventKind.CHILD_STARTED,
+        '{"run": "order-7.1.pick", "workflow": "pick"}',
+        ChildStarted("order-7.1.pick", "pick"),
+    ),
+    (
+        EventKind.CHILD_STARTED,
+        '{"run": "audit-7", "workflow": "audit", "detached": true}',
+        ChildStarted("audit-7", "audit", detached=True),
     ),
     (
         EventKind.RUN_RESTARTED,

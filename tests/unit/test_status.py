@@ -25,10 +25,12 @@ def test_completed_failed_cancelled_and_timed_out_are_terminal(terminal: RunStat
             check_transition(terminal, target)
 
 
-@pytest.mark.parametrize("stopped", [S.NEEDS_ATTENTION, S.COMPENSATION_FAILED])
-def test_parked_runs_only_move_when_a_person_takes_them(stopped: RunStatus) -> None:
-    """A person retries, skips or fails it: the action leases the run, then hands it back."""
-    assert TRANSITIONS[stopped] == {S.RUNNING}
+def test_parked_runs_only_move_when_a_person_takes_them_or_a_parent_cancels_them() -> None:
+    """A person retries, skips or fails it: the action leases the run, then hands it back. A
+    parent's cancel makes its parked child pending (a failed undo waits for a person)."""
+    assert TRANSITIONS[S.COMPENSATION_FAILED] == {S.RUNNING}
+    assert TRANSITIONS[S.NEEDS_ATTENTION] == {S.RUNNING, S.PENDING}
+    assert TRANSITIONS[S.PAUSED] == {S.RUNNING, S.PENDING}
 
 
 def test_the_final_states() -> None:
@@ -71,7 +73,7 @@ def test_allowed_moves(old: RunStatus, new: RunStatus) -> None:
         (S.PENDING, S.FAILED),
         (S.PENDING, S.NEEDS_ATTENTION),
         (S.PENDING, S.PENDING),
-        (S.NEEDS_ATTENTION, S.PENDING),  # a person's action goes through a lease
+        (S.COMPENSATION_FAILED, S.PENDING),  # a person's action goes through a lease
         (S.FAILED, S.PENDING),  # failed is final
         (S.NEEDS_ATTENTION, S.COMPLETED),
         (S.FAILED, S.RUNNING),
