@@ -21,7 +21,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from durably.codec import NO_HINT, encode
 from durably.core.approvals import ON_TIMEOUT
@@ -36,6 +36,7 @@ __all__ = [
     "ChildHandle",
     "approval",
     "cancelled",
+    "continue_as_new",
     "gather",
     "heartbeat",
     "last_heartbeat",
@@ -201,6 +202,16 @@ def start_child(
         return ChildHandle(started, workflow)
 
     return _call("start_child", start, awaited=True)
+
+
+def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
+    """End this run's workflow body here and begin the run again, under the same id, with
+    these arguments and a fresh history: a loop that runs for months keeps a short history.
+    What was sent to the run and not used yet (signals no wait took) goes along; its
+    deadline, parent and id stay. Children it started and did not see end are cancelled,
+    unless started detached. Call it last, in place of returning; `except Exception` does
+    not catch it."""
+    _here("continue_as_new").continue_as_new(args, kwargs)
 
 
 def now() -> datetime:

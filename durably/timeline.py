@@ -130,11 +130,8 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
     pairs = []
     for event in events:
         payload = payload_of(event) if event.kind in _LINKS else None
-        if isinstance(payload, RunStarted) and payload.parent is not None:
-            pairs.append(("parent", payload.parent + _deadline(payload)))
-        elif isinstance(payload, RunStarted):
-            pairs.append(("restart of", f"{payload.restarted_from} at step "
-                          f"#{payload.from_step}, by {payload.by}"))  # fmt: skip
+        if isinstance(payload, RunStarted):
+            pairs += _started(payload)
         elif isinstance(payload, Restarted):
             pairs.append(("restarted as", f"{payload.run} from step #{payload.from_step}, "
                           f"by {payload.by} at {_time(event.at)}"))  # fmt: skip
@@ -168,6 +165,19 @@ def _children(events: Sequence[Event]) -> list[tuple[str, str]]:
         pairs.append(("child", f"{child.run} ({child.workflow}{detached}): {state}"))
     if len(started) > _CHILDREN_SHOWN:
         pairs.append(("child", f"... and {len(started) - _CHILDREN_SHOWN} more"))
+    return pairs
+
+
+def _started(started: RunStarted) -> list[tuple[str, str]]:
+    pairs = []
+    if started.restarted_from is not None:
+        pairs.append(("restart of", f"{started.restarted_from} at step "
+                      f"#{started.from_step}, by {started.by}"))  # fmt: skip
+    if started.parent is not None:
+        pairs.append(("parent", started.parent + _deadline(started)))
+    if started.generation is not None:
+        pairs.append(("generation", f"{started.generation}: it continued as new (the "
+                      "histories of earlier generations are gone)"))  # fmt: skip
     return pairs
 
 
@@ -212,10 +222,8 @@ def _detail(event: Event) -> str:
         return f"{verdict} by {payload.by} ({payload.via}){comment}"
     if isinstance(payload, Command):
         return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
-    if isinstance(payload, RunStarted) and payload.parent is not None:
-        return f"a child of {payload.parent}{_deadline(payload)}"
     if isinstance(payload, RunStarted):
-        return f"restarted from {payload.restarted_from} at step #{payload.from_step}"
+        return "; ".join(f"{label} {value}" for label, value in _started(payload))
     if isinstance(payload, ChildStarted):
         return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
     if isinstance(payload, Restarted):

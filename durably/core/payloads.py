@@ -68,13 +68,15 @@ __all__ = [
 class RunStarted:
     """`run_started` of a run restarted from another (`durably runs restart`): the run it
     came from, the step it runs again from, who restarted it; of a child run: the run that
-    started it (`parent`) and the deadline it inherits from it. A plain start carries none."""
+    started it (`parent`) and the deadline it inherits from it; of a run that continued as
+    new, its `generation` (and its parent and deadline). A plain start carries none."""
 
     restarted_from: str | None = None
     from_step: int | None = None
     by: str | None = None
     parent: str | None = None
     deadline: datetime | None = None
+    generation: int | None = None  # after durably.continue_as_new: 2, 3, ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,10 +412,10 @@ def encode_payload(payload: Payload) -> str:
 def _fields(payload: Payload) -> dict[str, object]:
     """The JSON object of a payload, keys in the order the engine has always written them."""
     match payload:
-        case RunStarted(restarted_from, from_step, by, parent, deadline):
+        case RunStarted(restarted_from, from_step, by, parent, deadline, generation):
             time = None if deadline is None else deadline.isoformat()
             named = {"restarted_from": restarted_from, "from_step": from_step, "by": by,
-                     "parent": parent, "deadline": time}  # fmt: skip
+                     "parent": parent, "deadline": time, "generation": generation}  # fmt: skip
             return {key: value for key, value in named.items() if value is not None}
         case ChildStarted(run, workflow, detached):
             return {"run": run, "workflow": workflow, **({"detached": True} if detached else {})}
@@ -525,6 +527,7 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
         read.optional_string(d, "by"),
         read.optional_string(d, "parent"),
         read.optional_moment(d, "deadline"),
+        read.optional_integer(d, "generation"),
     ),
     ChildStarted: lambda d: ChildStarted(
         read.string(d, "run"), read.string(d, "workflow"), read.boolean(d, "detached", False)

@@ -56,6 +56,7 @@ class HistoryWriter:
         self.consumed: tuple[int, ...] = ()  # inbox messages appended, for the next commit
         self.starts: tuple[NewRun, ...] = ()  # child runs started, made by the next commit
         self.outbox: tuple[Message, ...] = ()  # messages to other runs, sent by the next commit
+        self.input: str | None = None  # the run continues as new with it, at the next commit
         self._received: set[int] = set()  # every inbox message this writer appended
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
@@ -103,8 +104,9 @@ class HistoryWriter:
         consumed, self.consumed = self.consumed, ()
         starts, self.starts = self.starts, ()
         outbox, self.outbox = self.outbox, ()
+        new_input, self.input = self.input, None
         checkpoint = Checkpoint(self.run_id, self.epoch, events, status, result, error,
-                                available_at, consumed, starts, outbox)  # fmt: skip
+                                available_at, consumed, starts, outbox, new_input)  # fmt: skip
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing

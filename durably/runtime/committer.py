@@ -240,6 +240,7 @@ def _merged(commits: list[_Commit]) -> list[_Merged]:
             before is not None
             and before.checkpoint.epoch == checkpoint.epoch
             and (before.checkpoint.status is None)
+            and checkpoint.input is None  # a new generation's first commit goes on its own
         ):
             first = before.checkpoint
             before.checkpoint = dataclasses.replace(

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from durably.errors import DurablyError
 
@@ -55,6 +55,9 @@ class Execution(Protocol):
     def approval(self, ask: Any) -> Coroutine[Any, Any, Any]: ...
 
     def clock_now(self) -> datetime: ...
+
+    # durably.continue_as_new: raises (runtime.flow.ContinueAsNew) with the encoded input
+    def continue_as_new(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NoReturn: ...
 
     # child runs (a runtime.children.Children: start, result, call), named loosely as above
     @property

@@ -50,7 +50,7 @@ from durably.errors import (
     UnsafeConcurrency,
 )
 from durably.retry import classify
-from durably.runtime import fanout
+from durably.runtime import fanout, generations
 from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import call_user, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
@@ -63,6 +63,7 @@ from durably.runtime.flow import (
     Abandoned,
     Cancelling,
     CheckpointFailed,
+    ContinueAsNew,
     Pause,
     Suspend,
     WaitForPerson,
@@ -238,7 +239,15 @@ class RunExecution:
                 return
             what = f"run {self.run_id!r}"
             args, kwargs = decode_call(self._claim.input, self._workflow.fn, what=what)
-            value = await self._call_workflow(args, kwargs)
+            try:
+                value = await self._call_workflow(args, kwargs)
+            except ContinueAsNew as new:
+                self.check_control()  # a cancel or a pause comes first
+                self.wake_at = await generations.continue_as_new(
+                    self._writer, new.input, deadline=self._deadline(), clock=self._clock
+                )
+                self.suspended = True
+                return
             if self.control.cancel is not None:  # the body let a cancel pass and returned
                 raise Cancelling(self.control.cancel)
         except (NonDeterminismError, UnsafeConcurrency, PayloadError, PoisonPill) as exc:
@@ -509,6 +518,9 @@ class RunExecution:
 
     def clock_now(self) -> datetime:
         return self._clock.now()
+
+    def continue_as_new(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NoReturn:
+        raise ContinueAsNew(generations.next_input(self._workflow, args, kwargs))
 
     async def gather(
         self,

@@ -63,3 +63,12 @@ class CheckpointFailed(BaseException):
     def __init__(self, cause: Exception) -> None:
         super().__init__(f"a checkpoint could not be committed: {cause!r}")
         self.cause = cause
+
+
+class ContinueAsNew(BaseException):
+    """durably.continue_as_new: the workflow body ends here, and the run begins again with
+    this input (JSON) and a fresh history."""
+
+    def __init__(self, input_json: str) -> None:
+        super().__init__(input_json)
+        self.input = input_json

@@ -148,6 +148,7 @@ class Checkpoint:
     and a parent hears of its child's end exactly when the child's history says it ended. A
     start whose id is taken by another run is not made; the parent is told at once, with a
     `child` message saying so (durably.errors.ChildIdTaken).
+    `input`: the run continues as new with this input; its earlier events are deleted.
     """
 
     run_id: str
@@ -160,6 +161,9 @@ class Checkpoint:
     consumed: tuple[int, ...] = ()
     starts: tuple[NewRun, ...] = ()
     messages: tuple[Message, ...] = ()
+    # The run continues as new (durably.continue_as_new): this is its input from now on,
+    # and its events before this checkpoint's first are deleted.
+    input: str | None = None
 
 
 class Store(Protocol):

@@ -1,8 +1,10 @@
-"""What a checkpoint does to other runs, in its own transaction, one implementation for both
-stores: it creates the child runs its parent started (`Checkpoint.starts`) and sends the
-messages its run sends (`Checkpoint.messages`: a child's end to its parent, a parent's cancel
-to its children). The stores call `apply` only for a checkpoint their commit fenced in, never
-for one a retried commit found applied already, so each is done once."""
+"""What a checkpoint does besides appending events and moving its run, in its own
+transaction, one implementation for both stores: it creates the child runs its parent started
+(`Checkpoint.starts`), sends the messages its run sends (`Checkpoint.messages`: a child's end
+to its parent, a parent's cancel to its children), and begins a new generation of a run that
+continues as new (`Checkpoint.input`). The stores call `apply` only for a checkpoint their
+commit fenced in, never for one a retried commit found applied already, so each is done
+once."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ def apply(db: Connection, dialect: Dialect, checkpoint: Checkpoint, *, now: date
     """Inside the caller's write transaction, after the checkpoint's own writes: create its
     children and send its messages. True if that made a run due now (wake the workers)."""
     woken = False
+    if checkpoint.input is not None:
+        _begin_generation(db, dialect, checkpoint)
     for run in checkpoint.starts:
         started = Event(1, EventKind.RUN_STARTED, now, data=run.started)
         if insert_run(db, dialect, run, [started], now=now):
@@ -69,6 +73,19 @@ def insert_event(db: Connection, dialect: Dialect, run_id: str, event: Event) ->
         "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
         f" VALUES ({marks})",
         event_row(run_id, event),
+    )
+
+
+def _begin_generation(db: Connection, dialect: Dialect, checkpoint: Checkpoint) -> None:
+    """The run continues as new: its new input, and none of its events before this
+    checkpoint's (the new generation's history begins with them)."""
+    mark, run_id = dialect.mark, checkpoint.run_id
+    db.execute(
+        f"UPDATE durably_runs SET input = {mark} WHERE id = {mark}", (checkpoint.input, run_id)
+    )
+    db.execute(
+        f"DELETE FROM durably_events WHERE run_id = {mark} AND seq < {mark}",
+        (run_id, checkpoint.events[0].seq),
     )
 
 

@@ -334,7 +334,7 @@ class PostgresStore:
         }
         first_sql = commit_sql(again=False, **parts)
         again_sql = commit_sql(again=True, **parts)
-        acting = [c for c in checkpoints if c.starts or c.messages]
+        acting = [c for c in checkpoints if c.starts or c.messages or c.input is not None]
 
         def apply(db: psycopg.Connection[Any], sql: str) -> set[str]:
             rows = db.execute(sql, values).fetchall()

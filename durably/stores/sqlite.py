@@ -303,7 +303,7 @@ class SQLiteStore:
                         _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
                     )
                     inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
-                    if checkpoint.starts or checkpoint.messages:
+                    if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
                         woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
                         due_now |= woken
                 else:  # refused: a stale epoch, or applied by an earlier try of this commit

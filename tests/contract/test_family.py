@@ -1,8 +1,10 @@
-"""The Store contract for what a checkpoint does to other runs (`Checkpoint.starts` and
-`Checkpoint.messages`): child runs are created and messages sent in the checkpoint's own
-transaction, only when it is fenced in, never again when a retried commit finds it applied;
-a start whose id is taken tells the parent instead; a parent's message reaches only its own
-children, and rouses a paused or parked one. Both real stores."""
+"""The Store contract for what a checkpoint does besides appending: a new generation of its
+run (`Checkpoint.input`: the history starts over), and what it does to other runs
+(`Checkpoint.starts` and `Checkpoint.messages`): child runs are created and messages sent in
+the checkpoint's own transaction, only when it is fenced in, never again when a retried
+commit finds it applied; a start whose id is taken tells the parent instead; a parent's
+message reaches only its own children, and rouses a paused or parked one. Both real
+stores."""
 
 from __future__ import annotations
 
@@ -147,3 +149,30 @@ def test_a_parents_message_reaches_only_its_children_and_rouses_a_paused_or_park
     assert (child.status, child.available_at) == (RunStatus.PENDING, clock.now())
     assert [m.kind for m in store.mail(["p1.0"])["p1.0"]] == ["cancel"]
     assert store.mail(["stranger"]) == {}  # not its child: nothing reaches it
+
+
+def test_a_checkpoint_that_continues_as_new_replaces_the_history_and_the_input(
+    store: Store, clock: FakeClock
+) -> None:
+    store.create_run(new_run("loop"), now=clock.now())
+    claim = claim_only(store, clock, "loop")
+    seq = claim.events[-1].seq + 1
+    old = (Event(seq, EventKind.VALUE_RECORDED, clock.now(), 0, "durably.now", None, "1"),)
+    assert store.commit([checkpoint(claim, old)], now=clock.now()) == [True]
+    started = encode_payload(RunStarted(generation=2))
+    fresh = (Event(seq + 1, EventKind.RUN_STARTED, clock.now(), data=started),)
+    stale = Checkpoint("loop", claim.epoch + 1, fresh, RunStatus.PENDING, input='{"n": 2}')
+    assert store.commit([stale], now=clock.now()) == [False]
+    assert len(store.history("loop")) == 3  # untouched
+
+    new = replace(stale, epoch=claim.epoch, available_at=clock.now())
+    assert store.commit([new], now=clock.now()) == [True]
+    assert store.commit([new], now=clock.now()) == [True]  # a lost answer, tried again
+    assert [e.seq for e in store.history("loop")] == [seq + 1]
+    run = store.get_run("loop")
+    assert run is not None
+    assert (run.input, run.status, run.event_count) == ('{"n": 2}', RunStatus.PENDING, seq + 1)
+    [again] = store.claim("w", ["send_invoice"], now=clock.now(), lease=timedelta(seconds=30),
+                          limit=1)  # fmt: skip
+    assert [e.kind for e in again.events] == [EventKind.RUN_STARTED, EventKind.CLAIMED]
+    assert again.input == '{"n": 2}'
