@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ bench-sleepers: $(STAMP)
 
 bench-fanout: $(STAMP)
 	$(BIN)/python -m benchmarks.fanout
+
+bench-priorities: $(STAMP)
+	$(BIN)/python -m benchmarks.priorities
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

@@ -25,6 +25,7 @@ from typing import Any, NoReturn, TypeVar
 
 from durably.codec import NO_HINT, encode
 from durably.core.approvals import ON_TIMEOUT
+from durably.core.priority import check_priority
 from durably.definitions import Step, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import DurablyError, NotInWorkflow, PayloadError
@@ -179,14 +180,20 @@ class ChildHandle:
 
 
 def start_child(
-    workflow: Workflow, *args: Any, id: str | None = None, detached: bool = False, **kwargs: Any
+    workflow: Workflow,
+    *args: Any,
+    id: str | None = None,
+    detached: bool = False,
+    priority: int | None = None,
+    **kwargs: Any,
 ) -> Any:
     """Start `workflow` as a child run (a run of its own, with its own history, linked to
     this one both ways) and return its ChildHandle without waiting: await it in an async
     workflow. The start is recorded at its place in this workflow, so replay and crashes
     never start two children for one call. `id`: the child's run id (default: this run's id,
     the call's position and the workflow's name). The child inherits this run's deadline; it
-    is cancelled if this run is cancelled or ends before it, unless `detached`. Calling the
+    is cancelled if this run is cancelled or ends before it, unless `detached`. Its
+    `priority` (0 to 1,000): default the child workflow's, else this run's. Calling the
     workflow directly (`await child(...)`) starts it and waits for its result."""
     if not isinstance(workflow, Workflow):
         raise DurablyError(
@@ -195,10 +202,14 @@ def start_child(
         )
     if id is not None and (not isinstance(id, str) or not id):
         raise DurablyError(f"durably.start_child(id=...) must be a non-empty string, not {id!r}")
+    if priority is not None:
+        check_priority(priority, what="durably.start_child(priority=...)")
 
     def start(execution: Execution) -> ChildHandle:
         children = execution.children
-        started = children.start(workflow, args, kwargs, run_id=id, detached=detached)
+        started = children.start(
+            workflow, args, kwargs, run_id=id, detached=detached, priority=priority
+        )
         return ChildHandle(started, workflow)
 
     return _call("start_child", start, awaited=True)

@@ -28,6 +28,7 @@ from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
 from durably.core.history import Event
 from durably.core.payloads import Decision
+from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.core.status import RunStatus
 from durably.definitions import Step, Workflow
 from durably.durations import Duration
@@ -76,6 +77,7 @@ class Start:
     args: Sequence[Any] = ()
     kwargs: Mapping[str, Any] | None = None
     id: str | None = None
+    priority: int | None = None  # None: the workflow's
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +140,16 @@ class Client:
         kwargs: Mapping[str, Any] | None = None,
         *,
         id: str | None = None,
+        priority: int | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
         The arguments are checked against the workflow's parameters: PayloadError if they do
         not fit or would not read back unchanged. RunConflict if the id is taken by a run of
-        another workflow or with another input."""
-        name, payload = self._encoded(Start(workflow, args, kwargs, id))
-        return self._create(name, payload, id)
+        another workflow or with another input. `priority`: 0 to 1,000 (default: the
+        workflow's, else 0); a start that finds its run keeps the run's priority."""
+        new = self._new_run(Start(workflow, args, kwargs, id, priority))
+        return self._create(new)
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
         """`start` for each, in one transaction; the answers in order.
@@ -153,11 +157,7 @@ class Client:
         Every input is checked before anything is written (PayloadError: nothing started).
         RunConflict if an id is taken by a run of another workflow or with another input:
         the other runs of the batch are started all the same (starting them again is safe)."""
-        encoded = [self._encoded(item) for item in starts]
-        new = [
-            NewRun(item.id or new_run_id(), name, payload)
-            for item, (name, payload) in zip(starts, encoded, strict=True)
-        ]
+        new = [self._new_run(item) for item in starts]
         outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
         if any(created for _, created in outcomes):
             self._notify()
@@ -179,23 +179,25 @@ class Client:
         kwargs: Mapping[str, Any] | None = None,
         *,
         id: str | None = None,
+        priority: int | None = None,
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread."""
-        return await asyncio.to_thread(self.start, workflow, args, kwargs, id=id)
+        return await asyncio.to_thread(self.start, workflow, args, kwargs, id=id, priority=priority)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
         """`start_many` from an event loop: the store call runs in a thread."""
         return await asyncio.to_thread(self.start_many, starts)
 
-    def start_json(self, workflow: str, input: str, *, id: str | None = None) -> Started:
+    def start_json(
+        self, workflow: str, input: str, *, id: str | None = None, priority: int | None = None
+    ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
         object for a dataclass, a string for a datetime; "5" is no int)."""
         definition = self._workflow(workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
-        payload = encode_call(args, kwargs, definition.fn, what=what)
-        return self._create(definition.name, payload, id)
+        return self._create(self._new_run(Start(definition, args, kwargs, id, priority)))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -515,17 +517,19 @@ class Client:
             workflow if isinstance(workflow, str) else workflow.name
         )
 
-    def _encoded(self, item: Start) -> tuple[str, str]:
-        """The workflow's name and the input checked and encoded for it."""
+    def _new_run(self, item: Start) -> NewRun:
+        """The run to create: the input checked and encoded for its workflow, its priority."""
         definition = self._workflow(item.workflow)
         what = f"workflow {definition.name!r}"
-        return definition.name, encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
+        payload = encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
+        priority = item.priority if item.priority is not None else definition.priority
+        priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
+        return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority)
 
-    def _create(self, workflow: str, payload: str, run_id: str | None) -> Started:
-        new = NewRun(run_id or new_run_id(), workflow, payload)
+    def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)
         if not created:
-            _check_same_start(record, workflow, payload)
+            _check_same_start(record, new.workflow, new.input)
         else:
             self._notify()
         return Started(record, created)

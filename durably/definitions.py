@@ -29,12 +29,15 @@ class Workflow:
         *,
         deadline: timedelta | None = None,
         max_recoveries: int | None = None,
+        priority: int | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = name
         self.deadline = deadline
         self.max_recoveries = max_recoveries  # None: the app's
+        # its runs' priority when their start names none (None: 0, or a child's parent's)
+        self.priority = priority
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
 

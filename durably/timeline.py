@@ -83,6 +83,8 @@ def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str
         ("updated", run.updated_at.isoformat(timespec="milliseconds")),
         ("input", _short(run.input, 200)),
     ]
+    if run.priority:
+        pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
     if run.lease_owner:
         pairs.append(("leased by", f"{run.lease_owner} (epoch {run.lease_epoch})"))
     if run.available_at is not None:

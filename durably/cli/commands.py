@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where, worker_hint
+from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.timeline import describe_run, timeline
 
@@ -75,13 +76,25 @@ def worker(
     "the workflow's parameter types.",
 )
 @click.option("--id", "run_id", default=None, help="The run's id (default: a random one).")
+@click.option(
+    "--priority",
+    type=click.IntRange(0, MAX_PRIORITY),
+    default=None,
+    help="0 (lowest) to 1000; each level is a minute's head start in the claim order. "
+    "Default: the workflow's, else 0.",
+)
 def start(
-    workflow: str, app_target: str, store_url: str | None, input_json: str, run_id: str | None
+    workflow: str,
+    app_target: str,
+    store_url: str | None,
+    input_json: str,
+    run_id: str | None,
+    priority: int | None,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
     # A store may be created here: starting a run before any worker ran is fine.
     with client_for(app_target, store_url, create=True) as client:
-        started = client.start_json(workflow, input_json, id=run_id)
+        started = client.start_json(workflow, input_json, id=run_id, priority=priority)
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")

@@ -57,6 +57,7 @@ class Run(Protocol):
     """What the children need of their parent's execution (a RunExecution)."""
 
     is_async: bool
+    priority: int  # the run's: its children's, unless their start or workflow says otherwise
 
     def place(self, name: str) -> tuple[int, StepRecord | None]: ...
 
@@ -109,8 +110,10 @@ class Children:
         *,
         run_id: str | None = None,
         detached: bool = False,
+        priority: int | None = None,
     ) -> str:
-        """Start `workflow` as a child run (or find the start recorded); its id."""
+        """Start `workflow` as a child run (or find the start recorded); its id. Its priority:
+        `priority`, else its workflow's, else this run's."""
         self._check_registered(workflow)
         position, record = self._run.place(child_name(workflow.name))
         if record is not None:
@@ -124,7 +127,9 @@ class Children:
         except PayloadError as exc:
             raise DurablyError(str(exc)) from None
         started = RunStarted(parent=parent, deadline=self._deadline())
-        new = NewRun(child, workflow.name, input_json, parent, encode_payload(started))
+        given = (p for p in (priority, workflow.priority) if p is not None)
+        new = NewRun(child, workflow.name, input_json, parent, encode_payload(started),
+                     priority=next(given, self._run.priority))  # fmt: skip
         data = encode_payload(ChildStarted(child, workflow.name, detached))
         self._writer.append(EventKind.CHILD_STARTED, position, child_name(workflow.name), None,
                             data)  # fmt: skip

@@ -109,6 +109,7 @@ class RunExecution:
         self._engine = engine
         self._workflow = engine.registry.workflow_named(claim.workflow)
         self.is_async = self._workflow.is_async
+        self.priority = claim.priority
         self._clock = settings.clock
         self._hooks = settings.hooks
         self._loop = loop

@@ -39,6 +39,7 @@ class NewRun:
     input: str  # JSON
     parent: str | None = None  # the run that starts it as its child
     started: str | None = None  # the data of its run_started event (a child's: its lineage)
+    priority: int = 0  # claimed ahead of lower runs due up to this many minutes before it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class RunRecord:
     lease_epoch: int
     event_count: int
     parent: str | None = None  # the run that started it as its child
+    priority: int = 0  # durably.core.priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ class Claim:
     epoch: int
     events: tuple[Event, ...]
     inbox: tuple[Delivery, ...] = ()
+    priority: int = 0  # the run's: the children it starts inherit it
 
     @property
     def lease(self) -> Lease:
@@ -203,8 +206,9 @@ class Store(Protocol):
         lease: timedelta,
         limit: int,
     ) -> list[Claim]:
-        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease);
-        each claim carries the run's undelivered messages."""
+        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease),
+        lowest rank first (durably.core.priority: the due time less a minute per level of
+        priority); each claim carries the run's undelivered messages."""
         ...
 
     def take(

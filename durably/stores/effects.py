@@ -56,9 +56,9 @@ def insert_run(
     mark, at = dialect.mark, ts(now)
     created = db.execute(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count, parent) VALUES ({mark}, {mark}, 'pending', {mark}, {mark},"
-        f" {mark}, {mark}, {mark}, {mark}) ON CONFLICT (id) DO NOTHING RETURNING id",
-        (run.id, run.workflow, run.input, at, at, at, len(events), run.parent),
+        f" available_at, event_count, parent, priority) VALUES ({mark}, {mark}, 'pending',"
+        f" {', '.join([mark] * 7)}) ON CONFLICT (id) DO NOTHING RETURNING id",
+        (run.id, run.workflow, run.input, at, at, at, len(events), run.parent, run.priority),
     ).fetchone()
     if created is None:
         return False

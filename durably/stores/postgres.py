@@ -50,7 +50,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import check_schema, migrate
+from durably.stores.schema import CLAIM_RANK, check_schema, migrate
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -63,9 +63,9 @@ _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-_PICK_DUE = """
-    WHERE available_at <= %(now)s AND workflow = ANY(%(workflows)s)
-    ORDER BY available_at LIMIT %(limit)s
+_PICK_DUE = f"""
+    WHERE {CLAIM_RANK} <= %(now)s AND available_at <= %(now)s AND workflow = ANY(%(workflows)s)
+    ORDER BY {CLAIM_RANK} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED"""
 _PICK_ONE = """
     WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
@@ -80,13 +80,13 @@ UPDATE durably_runs AS r SET
     available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1
 FROM picked WHERE r.id = picked.id
 RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
-    picked.previous_status, picked.previous_owner
+    picked.previous_status, picked.previous_owner, r.priority
 """
 _CREATE = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count)
-    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1)
+        event_count, priority)
+    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), started AS (
@@ -99,12 +99,12 @@ SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
 _CREATE_MANY = """
 WITH v AS (
-    SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[])
-        WITH ORDINALITY AS v(id, workflow, input, n)
+    SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
+        %(priority)s::int[]) WITH ORDINALITY AS v(id, workflow, input, priority, n)
 ), created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count)
-    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1 FROM v ORDER BY n
+        event_count, priority)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority FROM v ORDER BY n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, workflow
 ), started AS (
@@ -118,7 +118,7 @@ SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
 # A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
 # NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
 _CLAIMED = """
-SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox FROM durably_runs AS r
+SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
 JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
 WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
     AND e.kind = 'claimed' AND e.at = %(now)s
@@ -203,6 +203,7 @@ class PostgresStore:
             "id": [run.id for run in runs],
             "workflow": [run.workflow for run in runs],
             "input": [run.input for run in runs],
+            "priority": [run.priority for run in runs],
             "at": ts(now),
             "kind": str(EventKind.RUN_STARTED),
         }
@@ -488,10 +489,10 @@ class PostgresStore:
                 _INSERT_EVENT,
                 [
                     _claimed_row(run_id, count, at, owner, epoch, previous_status, previous_owner)
-                    for run_id, _, _, epoch, _, count, previous_status, previous_owner in taken
+                    for run_id, _, _, epoch, _, count, previous_status, previous_owner, _ in taken
                 ],
             )
-        return self._claims(db, [row[:5] for row in taken])
+        return self._claims(db, [(*row[:5], row[8]) for row in taken])
 
     def _leased(
         self, db: psycopg.Connection[Any], which: str, params: dict[str, Any]
@@ -500,8 +501,8 @@ class PostgresStore:
         return self._claims(db, db.execute(_CLAIMED.format(which=which), params).fetchall())
 
     def _claims(self, db: psycopg.Connection[Any], leased: Sequence[Sequence[Any]]) -> list[Claim]:
-        """Claims of (run id, workflow, input, epoch, inbox count) rows, with their histories
-        and messages (read only for the runs that have some)."""
+        """Claims of (run id, workflow, input, epoch, inbox count, priority) rows, with their
+        histories and messages (read only for the runs that have some)."""
         if not leased:
             return []
         histories = reads.histories(db, reads.POSTGRES, [row[0] for row in leased])
@@ -514,8 +515,9 @@ class PostgresStore:
                 epoch,
                 tuple(histories.get(run_id, ())),
                 mail.get(run_id, ()),
+                priority,
             )
-            for run_id, workflow, input_, epoch, _ in leased
+            for run_id, workflow, input_, epoch, _, priority in leased
         ]
 
 
@@ -584,4 +586,5 @@ def _created_record(run: NewRun, now: datetime) -> RunRecord:
         lease_epoch=0,
         event_count=1,
         parent=run.parent,
+        priority=run.priority,
     )

@@ -17,6 +17,7 @@ from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.stores.base import RunRecord
 from durably.stores.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
+from durably.stores.schema import CLAIM_RANK
 
 __all__ = [
     "POSTGRES",
@@ -118,8 +119,9 @@ def unclaimable(
     which, params = dialect.one_of("workflow", list(known))
     rows = db.execute(
         "SELECT workflow, count(*) FROM durably_runs"
-        f" WHERE available_at <= {dialect.mark} AND NOT ({which}) GROUP BY workflow",
-        [ts(now), *params],
+        f" WHERE {CLAIM_RANK} <= {dialect.mark} AND available_at <= {dialect.mark}"
+        f" AND NOT ({which}) GROUP BY workflow",
+        [ts(now), ts(now), *params],
     ).fetchall()
     return {name: count for name, count in rows}
 

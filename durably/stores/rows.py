@@ -27,7 +27,7 @@ __all__ = [
 
 RUN_COLUMNS = (
     "id, workflow, status, input, result, error_class, error_message, created_at, "
-    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent"
+    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
 
@@ -42,7 +42,8 @@ def from_ts(seconds: float) -> datetime:
 
 def run_of(row: Sequence[Any]) -> RunRecord:
     (id_, workflow, status, input_, result, error_class, error_message, created_at,
-     updated_at, available_at, lease_owner, lease_epoch, event_count, parent) = row  # fmt: skip
+     updated_at, available_at, lease_owner, lease_epoch, event_count, parent,
+     priority) = row  # fmt: skip
     return RunRecord(
         id=id_,
         workflow=workflow,
@@ -57,6 +58,7 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         lease_epoch=lease_epoch,
         event_count=event_count,
         parent=parent,
+        priority=priority,
     )
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from durably.core.priority import PRIORITY_STEP_SECONDS
 from durably.errors import ConfigError
 from durably.stores.rows import check_version
 
-__all__ = ["CREATE_META", "LATEST_VERSION", "check_schema", "migrate", "migrations"]
+__all__ = ["CLAIM_RANK", "CREATE_META", "LATEST_VERSION", "check_schema", "migrate", "migrations"]
 
 CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -88,7 +89,22 @@ _V4 = [
     "CREATE INDEX durably_runs_by_parent ON durably_runs (parent) WHERE parent IS NOT NULL",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
+# The order in which due runs are claimed (durably.core.priority): the due time, less a
+# minute per level of priority. Indexed as it is written here: a query that filters or sorts
+# by this text uses the index (both databases match an index's expression by its text).
+CLAIM_RANK = f"(available_at - priority * {PRIORITY_STEP_SECONDS})"
+
+_V5 = [
+    # durably.start(..., priority=N): claimed ahead of runs that became due less than N
+    # minutes before it. Claims scan this index from the lowest rank; a run's rank is never
+    # after its due time (priorities are not negative), so `rank <= now` bounds the scan.
+    "ALTER TABLE durably_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    "DROP INDEX durably_runs_claimable",
+    f"CREATE INDEX durably_runs_claim_rank ON durably_runs ({CLAIM_RANK})"
+    " WHERE available_at IS NOT NULL",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

@@ -39,7 +39,7 @@ from durably.stores.rows import (
     run_of,
     ts,
 )
-from durably.stores.schema import check_schema, migrate
+from durably.stores.schema import CLAIM_RANK, check_schema, migrate
 from durably.stores.wakeups import LocalWakeups, run_messages
 
 __all__ = ["SQLiteStore"]
@@ -51,6 +51,10 @@ _IDS_PER_READ = 500  # under SQLite's limit on a statement's parameters
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CREATE = (
+    "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,"
+    " event_count, priority) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?) ON CONFLICT (id) DO NOTHING"
 )
 _COMMIT = """
 UPDATE durably_runs SET
@@ -118,10 +122,7 @@ class SQLiteStore:
         with self._write() as db:
             created = (
                 db.execute(
-                    "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-                    " available_at, event_count) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1)"
-                    " ON CONFLICT (id) DO NOTHING",
-                    (run.id, run.workflow, run.input, at, at, at),
+                    _CREATE, (run.id, run.workflow, run.input, at, at, at, run.priority)
                 ).rowcount
                 == 1
             )
@@ -144,10 +145,7 @@ class SQLiteStore:
             for run in runs:
                 made = (
                     db.execute(
-                        "INSERT INTO durably_runs (id, workflow, status, input, created_at,"
-                        " updated_at, available_at, event_count)"
-                        " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1) ON CONFLICT (id) DO NOTHING",
-                        (run.id, run.workflow, run.input, at, at, at),
+                        _CREATE, (run.id, run.workflow, run.input, at, at, at, run.priority)
                     ).rowcount
                     == 1
                 )
@@ -184,9 +182,9 @@ class SQLiteStore:
         with self._write() as db:
             picked = db.execute(
                 "SELECT id, status, lease_owner FROM durably_runs"
-                f" WHERE available_at <= ? AND workflow IN ({_marks(names)})"
-                " ORDER BY available_at LIMIT ?",
-                (at, *names, limit),
+                f" WHERE {CLAIM_RANK} <= ? AND available_at <= ? AND workflow IN ({_marks(names)})"
+                f" ORDER BY {CLAIM_RANK} LIMIT ?",
+                (at, at, *names, limit),
             ).fetchall()
             taken = [
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
@@ -202,8 +200,9 @@ class SQLiteStore:
                 epoch,
                 tuple(histories.get(run_id, ())),
                 mail.get(run_id, ()),
+                priority,
             )
-            for run_id, workflow, input_, epoch, *_ in taken
+            for run_id, workflow, input_, epoch, _, _, priority in taken
         ]
 
     def take(
@@ -228,7 +227,7 @@ class SQLiteStore:
             taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
             histories = reads.histories(db, reads.SQLITE, [run_id])
             mail = inbox.deliveries(db, reads.SQLITE, [run_id] if taken[5] > 0 else [])
-        return Claim(*taken[:4], tuple(histories.get(run_id, ())), mail.get(run_id, ()))
+        return Claim(*taken[:4], tuple(histories.get(run_id, ())), mail.get(run_id, ()), taken[6])
 
     def fork(
         self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
@@ -480,18 +479,18 @@ class SQLiteStore:
         owner: str,
         at: float,
         expires: float,
-    ) -> tuple[str, str, str, int, int, int]:
+    ) -> tuple[str, str, str, int, int, int, int]:
         """Give the run a new lease epoch and record the claim in its history."""
-        workflow, input_, epoch, count, mail = db.execute(
+        workflow, input_, epoch, count, mail, priority = db.execute(
             "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
             " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
             " event_count = event_count + 1 WHERE id = ?"
-            " RETURNING workflow, input, lease_epoch, event_count, inbox",
+            " RETURNING workflow, input, lease_epoch, event_count, inbox, priority",
             (owner, expires, at, run_id),
         ).fetchone()
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
-        return run_id, workflow, input_, epoch, count, mail
+        return run_id, workflow, input_, epoch, count, mail, priority
 
 
 def _ends(checkpoint: Checkpoint) -> bool:
