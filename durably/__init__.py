@@ -62,13 +62,14 @@ from durably.errors import (
     StoreUnavailable,
     Terminal,
     Throttled,
+    TransactionEnded,
     UnknownWorkflow,
     WorkflowFailed,
 )
 from durably.operations import DeadLetter
 from durably.resilience import Breaker, Dependency
 from durably.retry import Retry
-from durably.runtime.context import idempotency_key
+from durably.runtime.context import connection, idempotency_key
 from durably.runtime.worker import Worker
 from durably.stores import RunRecord
 
@@ -116,12 +117,14 @@ __all__ = [
     "StoreUnavailable",
     "Terminal",
     "Throttled",
+    "TransactionEnded",
     "UnknownWorkflow",
     "Worker",
     "Workflow",
     "WorkflowFailed",
     "approval",
     "cancelled",
+    "connection",
     "continue_as_new",
     "escalate",
     "gather",

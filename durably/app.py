@@ -4,6 +4,7 @@ actions) are those of its `client`, the one client API of durably.client."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, overload
@@ -162,6 +163,52 @@ class App:
 
         def register(fn: Callable[..., Any]) -> Step:
             chosen = name or str(getattr(fn, "__name__", ""))
+            return self.registry.add_step(Step(fn, chosen, options))
+
+        return register if fn is None else register(fn)
+
+    @overload
+    def transaction(self, fn: Callable[..., Any], /) -> Step: ...
+    @overload
+    def transaction(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+    ) -> Callable[[Callable[..., Any]], Step]: ...
+
+    def transaction(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+    ) -> Step | Callable[[Callable[..., Any]], Step]:
+        """Register a transactional step: a plain `def` that writes the app's own tables in
+        the store's database through `durably.connection()`, in the same transaction that
+        records the step's outcome. Both commit or neither: no crash can leave the writes
+        without the outcome (or the outcome without the writes). Raise to roll back; a failed
+        attempt is retried like a step's (`retry`, default the app's). `timeout`: per attempt,
+        unless its transaction has begun committing by then. The body runs in a thread on a
+        connection of the store's: on SQLite every other write waits for it, so keep it short.
+        """
+        options = StepOptions(
+            retry=retry,
+            timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
+            transactional=True,
+        )
+
+        def register(fn: Callable[..., Any]) -> Step:
+            chosen = name or str(getattr(fn, "__name__", ""))
+            if inspect.iscoroutinefunction(fn):
+                raise ConfigError(
+                    f"@app.transaction {chosen!r} is an async def: a transactional step is a "
+                    "plain def, run in a thread on the store's connection (which is not async)"
+                )
             return self.registry.add_step(Step(fn, chosen, options))
 
         return register if fn is None else register(fn)

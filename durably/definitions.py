@@ -61,6 +61,9 @@ class StepOptions:
     key: Callable[..., str] | None = None  # idempotency key from the step's arguments
     dependency: str | None = None  # the outside service it calls, for breakers and limits
     heartbeat_timeout: timedelta | None = None  # lost once its heartbeats stop this long
+    # @app.transaction: the body writes through durably.connection() in the transaction
+    # that records its outcome (durably.runtime.transactions)
+    transactional: bool = False
 
     @property
     def heartbeat_seconds(self) -> float | None:

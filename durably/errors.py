@@ -26,6 +26,7 @@ DurablyError
 
 Raised by users in steps:
 Terminal                        the step fails at once, without retry
+└── TransactionEnded            (raised by durably) a transactional step ended its transaction
 Throttled(retry_after=...)      retry, but not before retry_after
 """
 
@@ -60,6 +61,7 @@ __all__ = [
     "StoreUnavailable",
     "Terminal",
     "Throttled",
+    "TransactionEnded",
     "UnknownWorkflow",
     "UnsafeConcurrency",
     "WorkflowFailed",
@@ -223,6 +225,11 @@ class ChildIdTaken(DurablyError):
 
 class Terminal(Exception):
     """Raise (or subclass) in a step to fail it at once: retrying cannot help."""
+
+
+class TransactionEnded(Terminal):
+    """A transactional step ended its own transaction (a COMMIT or ROLLBACK statement): its
+    writes may be durable without its outcome, so it fails for good, never retried."""
 
 
 class Throttled(Exception):

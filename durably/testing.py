@@ -62,6 +62,7 @@ class Faults(Hooks):
     faults.crash_before_commit(min_batch=8, after=2)  # the worker process dies with the
                                                # third batch of 8+ checkpoints assembled by
                                                # its group commit, before committing it
+    faults.crash_after_commit(after=1)         # ... just after its second commit is durable
     app = durably.App(url, faults=faults)
     """
 
@@ -70,6 +71,7 @@ class Faults(Hooks):
         self._lock = threading.Lock()
         self.injected: dict[str, int] = {}  # action -> how many were injected
         self._commit_crash: tuple[int, int] | None = None  # (batch size, batches to spare)
+        self._committed_crash: tuple[int, int] | None = None  # the same, after the commit
 
     def fail(self, target: str, *, times: int = 1, error: Exception | None = None) -> Faults:
         return self._plan(target, _Plan("fail", times, error or ConnectionError("injected fault")))
@@ -85,14 +87,28 @@ class Faults(Hooks):
             self._commit_crash = (min_batch, after)
         return self
 
-    def before_commit(self, checkpoints: int) -> None:
+    def crash_after_commit(self, *, min_batch: int = 1, after: int = 0) -> Faults:
         with self._lock:
-            if self._commit_crash is None or checkpoints < self._commit_crash[0]:
-                return
-            min_batch, spare = self._commit_crash
-            self._commit_crash = (min_batch, spare - 1)
-        if spare <= 0:
+            self._committed_crash = (min_batch, after)
+        return self
+
+    def before_commit(self, checkpoints: int) -> None:
+        if self._spent("_commit_crash", checkpoints):
             os._exit(137)  # like SIGKILL: the batch is never committed, no caller acknowledged
+
+    def checkpoint_committed(self, checkpoints: int) -> None:
+        if self._spent("_committed_crash", checkpoints):
+            os._exit(137)  # like SIGKILL: durable, but no caller acknowledged
+
+    def _spent(self, plan: str, checkpoints: int) -> bool:
+        """Count a batch of `checkpoints` against a commit crash plan: True when it is the one."""
+        with self._lock:
+            crash: tuple[int, int] | None = getattr(self, plan)
+            if crash is None or checkpoints < crash[0]:
+                return False
+            min_batch, spare = crash
+            setattr(self, plan, (min_batch, spare - 1))
+        return spare <= 0
 
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         plan = self._take(step, dependency, ("fail", "time_out"))

@@ -7,7 +7,8 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -15,6 +16,7 @@ from durably.clock import Clock
 from durably.core import payloads
 from durably.core.history import ErrorInfo, EventKind
 from durably.errors import Escalated, StepFailed, StepTimeout
+from durably.hooks import Hooks
 from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.context import StepScope, _step
@@ -24,7 +26,7 @@ from durably.runtime.threads import in_daemon_thread
 if TYPE_CHECKING:
     from durably.definitions import Step
 
-__all__ = ["call_user", "record_failure", "within"]
+__all__ = ["call_user", "observed", "record_failure", "within"]
 
 log = logging.getLogger("durably.execution")
 
@@ -53,6 +55,22 @@ async def call_user(
         return await within(call, timeout.total_seconds(), lambda: StepTimeout(message))
     finally:
         _step.reset(token)
+
+
+@contextmanager
+def observed(hooks: Hooks | None, scope: StepScope, dependency: str | None) -> Iterator[None]:
+    """Around a step body's call: the hooks hear that the attempt started and how it ended. A
+    hook that raises (fault injection) fails the attempt, like the body would."""
+    if hooks is None:
+        yield
+        return
+    try:
+        hooks.attempt_started(scope.run_id, scope.name, scope.attempt, dependency)
+        yield
+    except Exception as exc:
+        hooks.attempt_finished(scope.run_id, scope.name, scope.attempt, dependency, exc)
+        raise
+    hooks.attempt_finished(scope.run_id, scope.name, scope.attempt, dependency, None)
 
 
 def record_failure(

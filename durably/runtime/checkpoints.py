@@ -17,9 +17,11 @@ Clocks only decide when a lease looks expired (liveness); the epoch decides who 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from durably.clock import Clock
@@ -100,13 +102,9 @@ class HistoryWriter:
         """Commit what is pending (and the run's new status, if any), behind the fence."""
         if status is not None:  # a leased run is running: it may move only as the table says
             check_transition(RunStatus.RUNNING, status)
-        events, self.pending = tuple(self.pending), []
-        consumed, self.consumed = self.consumed, ()
-        starts, self.starts = self.starts, ()
-        outbox, self.outbox = self.outbox, ()
-        new_input, self.input = self.input, None
-        checkpoint = Checkpoint(self.run_id, self.epoch, events, status, result, error,
-                                available_at, consumed, starts, outbox, new_input)  # fmt: skip
+        checkpoint = replace(
+            self.draft(), status=status, result=result, error=error, available_at=available_at
+        )
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
@@ -118,6 +116,49 @@ class HistoryWriter:
                 f"run {self.run_id!r}: lease epoch {self.epoch} was taken over by another worker; "
                 "this worker's writes are refused"
             )
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether anything waits for the next commit."""
+        return bool(self.pending or self.consumed or self.starts or self.outbox) or (
+            self.input is not None
+        )
+
+    def draft(self) -> Checkpoint:
+        """What is pending, taken out as a checkpoint that keeps the run running: for `flush`,
+        or for a transactional step's transaction (Store.transact), which gives it back with
+        `restore` if it does not commit."""
+        events, self.pending = tuple(self.pending), []
+        consumed, self.consumed = self.consumed, ()
+        starts, self.starts = self.starts, ()
+        outbox, self.outbox = self.outbox, ()
+        new_input, self.input = self.input, None
+        return Checkpoint(self.run_id, self.epoch, events, consumed=consumed, starts=starts,
+                          messages=outbox, input=new_input)  # fmt: skip
+
+    def restore(self, draft: Checkpoint) -> None:
+        """A draft that was not committed: pending again, ahead of what came since."""
+        self.pending[:0] = draft.events
+        self.consumed = draft.consumed + self.consumed
+        self.starts = draft.starts + self.starts
+        self.outbox = draft.messages + self.outbox
+        self.input = draft.input if self.input is None else self.input
+
+    def reserve(self) -> int:
+        """The next seq, kept for an event that is made elsewhere (a transaction's outcome,
+        in its thread): it goes into the history with `committed`, or back with `unreserve`."""
+        seq, self._next_seq = self._next_seq, self._next_seq + 1
+        return seq
+
+    def unreserve(self, seq: int) -> None:
+        """The event for `seq` will not be written: its seq is taken by the next event, unless
+        others were numbered after it meanwhile (then the history skips it)."""
+        if self._next_seq == seq + 1:
+            self._next_seq = seq
+
+    def committed(self, event: Event) -> None:
+        """An event a transaction made durable (with a reserved seq): in the history, in order."""
+        bisect.insort(self.events, event, key=lambda known: known.seq)
 
     async def finish(
         self,

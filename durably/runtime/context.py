@@ -17,6 +17,7 @@ __all__ = [
     "Beats",
     "Execution",
     "StepScope",
+    "connection",
     "current_execution",
     "current_step",
     "idempotency_key",
@@ -93,6 +94,7 @@ class StepScope:
     attempt: int
     key: str
     beats: Beats | None = None  # a step body's (none for compensations)
+    connection: Any = None  # a transactional step's, to write through (durably.connection)
 
 
 _execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)
@@ -127,3 +129,17 @@ def idempotency_key() -> str:
             "decorated with @app.step while a worker runs it"
         )
     return scope.key
+
+
+def connection() -> Any:
+    """The database connection of the transactional step running here (@app.transaction):
+    what it writes through it commits in the same transaction as the step's outcome, or not
+    at all. The store's own connection (sqlite3 or psycopg), with commit, rollback and close
+    kept for durably: return to commit, raise to roll back."""
+    scope = _step.get()
+    if scope is None or scope.connection is None:
+        raise DurablyError(
+            "durably.connection() was called outside a transactional step; call it inside a "
+            "function decorated with @app.transaction while a worker runs it"
+        )
+    return scope.connection

@@ -19,7 +19,6 @@ import asyncio
 import functools
 import logging
 import random
-import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -50,9 +49,9 @@ from durably.errors import (
     UnsafeConcurrency,
 )
 from durably.retry import classify
-from durably.runtime import fanout, generations
+from durably.runtime import fanout, generations, transactions
 from durably.runtime.approving import ApprovalCall, await_approval
-from durably.runtime.attempts import call_user, record_failure, within
+from durably.runtime.attempts import call_user, observed, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
@@ -126,9 +125,7 @@ class RunExecution:
         self.control = Control()  # what people asked of the run (cancel, pause), so far
         self.interrupts = Interrupts()  # async step bodies a cancel cancels
         self.gathering = 0  # durably.gather calls under way: its checkpoints come in batches
-        self._main: asyncio.Task[Any] | None = None  # the task the workflow body starts in
-        # tasks besides it that made a durable call (a branch makes one: see _one_per_branch)
-        self._branches: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._branches = fanout.Branches(is_async=self.is_async)
         self._position = 0
         self.closed = False
         self._body_over = False  # the workflow body returned, raised or passed its deadline
@@ -159,7 +156,7 @@ class RunExecution:
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
         token = _execution.set(self)
-        self._main = asyncio.current_task()
+        self._branches.main = asyncio.current_task()
         try:
             await self._drive()
         except Pause as pause:
@@ -367,7 +364,7 @@ class RunExecution:
         `hide`: a secret in the arguments (an approval's token), left out of the history."""
         self._check_body_may_go_on()
         self.check_control()
-        self._one_per_branch(f"step {step.name!r}")
+        self._branches.one_call(f"step {step.name!r}")
         assert self._phase is not None
         position = self._position
         self._position += 1
@@ -396,11 +393,17 @@ class RunExecution:
                            previous=action.heartbeat)  # fmt: skip
         scope = StepScope(self.run_id, position, step.name, action.attempt, key, beats)
         data = payloads.step_started_data(key, input_json)
+        transactional = step.options.transactional
+        if transactional:  # what came before commits first; its start goes with its outcome
+            transactions.check_alone(step, concurrent=self._branches.in_branch())
+            if self._writer.has_pending:
+                await self._writer.flush()
         started = self._writer.append(
             EventKind.STEP_STARTED, position, step.name, action.attempt, data
         )
         first_started_at = action.first_started_at or started.at
-        await self._writer.flush()
+        if not transactional:
+            await self._writer.flush()
         unknown = action.unknown
         failed_for_breaker = False
         throttled_for = None
@@ -418,6 +421,8 @@ class RunExecution:
                 self._record_cancelled(step, position, action.attempt, None)
             body = self._call_body(step, args, kwargs, scope)
             value = await self.interrupts.run(position, body, is_async=step.is_async)
+        except LeaseLost:
+            raise
         except AttemptCancelled as cancelled:
             await beats.close(failed=True)
             self._check_body_may_go_on()
@@ -439,6 +444,8 @@ class RunExecution:
             await self._gates.leave(
                 self.run_id, step, position, failed=failed_for_breaker, throttled_for=throttled_for
             )
+        if transactional:  # its outcome is committed already
+            return value
         return self._completed(step, position, action.attempt, value)
 
     def _record_cancelled(
@@ -461,38 +468,15 @@ class RunExecution:
             raise Cancelling(cancel)
         raise StepFailed(step.name, error.error_class, error.message, "cancelled")
 
-    def _one_per_branch(self, what: str) -> None:
-        """A task other than the workflow body's own (a branch of durably.gather or of
-        asyncio.gather) makes one durable call: its position is taken when the task starts,
-        in the order the calls were made. A second call's position would depend on which
-        branch finished first, so replay could not find it: refused."""
-        task = asyncio.current_task()
-        if task is None or task is self._main or not self.is_async:
-            return
-        if task in self._branches:
-            raise UnsafeConcurrency(
-                f"{what} was called from a concurrent branch that made a durable call already "
-                "(a coroutine of several steps passed to durably.gather or asyncio.gather): "
-                "its place in the history would depend on which branch finished first. Pass "
-                "step calls to gather, or make the branch a workflow of its own"
-            )
-        self._branches.add(task)
-
     async def _call_body(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
     ) -> Any:
-        hooks = self._hooks
-        if hooks is None:
+        if step.options.transactional:
+            return await transactions.transact(step, args, kwargs, scope, writer=self._writer,
+                                               store=self._engine.store, clock=self._clock,
+                                               hooks=self._hooks)  # fmt: skip
+        with observed(self._hooks, scope, step.options.dependency):
             return await call_user(step.fn, args, kwargs, scope, step)
-        dependency = step.options.dependency
-        try:  # a hook that raises (fault injection) fails the attempt, like the body would
-            hooks.attempt_started(self.run_id, step.name, scope.attempt, dependency)
-            value = await call_user(step.fn, args, kwargs, scope, step)
-        except Exception as exc:
-            hooks.attempt_finished(self.run_id, step.name, scope.attempt, dependency, exc)
-            raise
-        hooks.attempt_finished(self.run_id, step.name, scope.attempt, dependency, None)
-        return value
 
     def _check_body_may_go_on(self) -> None:
         if self.lost or self.closed or self._body_over:
@@ -556,7 +540,7 @@ class RunExecution:
         """The next position, for a timer, signal wait, value or approval named `name`."""
         self._check_body_may_go_on()
         self.check_control()
-        self._one_per_branch(name)
+        self._branches.one_call(name)
         assert self._phase is not None
         position = self._position
         self._position += 1

@@ -14,6 +14,7 @@ replay), or how the run must stop (a wait, a cancel, a pause), for every branch 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from typing import Any
@@ -37,7 +38,7 @@ from durably.runtime.flow import (
 )
 from durably.runtime.interrupts import Interrupts
 
-__all__ = ["gather"]
+__all__ = ["Branches", "gather"]
 
 # How a branch's run must stop, most pressing first: the lease is gone or a write failed,
 # the body must not go on, the code changed, a person cancelled or paused the run.
@@ -51,6 +52,37 @@ _STOPS: tuple[type[BaseException], ...] = (
     Cancelling,
     Pause,
 )
+
+
+class Branches:
+    """The tasks of one run that make durable calls: the workflow body's own (`main`), and the
+    branches of a gather, each of which makes one."""
+
+    def __init__(self, *, is_async: bool) -> None:
+        self.main: asyncio.Task[Any] | None = None  # the task the workflow body starts in
+        self._is_async = is_async  # a sync body makes its calls one after another
+        self._calling: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+    def one_call(self, what: str) -> None:
+        """A task other than the body's (a branch of durably.gather or of asyncio.gather)
+        makes one durable call: its position is taken when the task starts, in the order the
+        calls were made. A second call's position would depend on which branch finished
+        first, so replay could not find it: refused."""
+        task = asyncio.current_task()
+        if task is None or task is self.main or not self._is_async:
+            return
+        if task in self._calling:
+            raise UnsafeConcurrency(
+                f"{what} was called from a concurrent branch that made a durable call already "
+                "(a coroutine of several steps passed to durably.gather or asyncio.gather): "
+                "its place in the history would depend on which branch finished first. Pass "
+                "step calls to gather, or make the branch a workflow of its own"
+            )
+        self._calling.add(task)
+
+    def in_branch(self) -> bool:
+        """Whether the call under way comes from a branch (after its `one_call`)."""
+        return asyncio.current_task() in self._calling
 
 
 async def gather(

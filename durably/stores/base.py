@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from durably.core.history import ErrorInfo, Event
 from durably.core.payloads import MessageReceived
@@ -242,6 +242,25 @@ class Store(Protocol):
         first event (every checkpoint the engine writes has one). A checkpoint whose first
         event is in the history already was applied: it is reported True and nothing of it
         is written again."""
+        ...
+
+    def transact(
+        self,
+        lease: Lease,
+        work: Callable[[Any], Checkpoint],
+        *,
+        now: datetime,
+        committing: Callable[[], None] | None = None,
+    ) -> bool:
+        """One write transaction for a transactional step. If `lease` still holds the run,
+        call `work(connection)`, whose writes go through that connection, then apply the
+        checkpoint it returns (fenced, like `commit`), call `committing()`, and commit: the
+        writes and the checkpoint are durable together or not at all.
+
+        False when the lease is stale: before the work (which then never runs), or at the
+        checkpoint's fence (the work is rolled back). What `work` or `committing` raises rolls
+        everything back and is raised as it is. StoreUnavailable when the connection was lost
+        once the work had begun: whether it committed is unknown (the history will say)."""
         ...
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:

@@ -1,11 +1,24 @@
 """The PostgreSQL checkpoint commit: one statement for a whole batch, in the variants a
-batch needs. Text only: the store (durably.stores.postgres) runs it."""
+batch needs, and a batch of checkpoints as that statement's parameters (`Batch`), which the
+store (durably.stores.postgres) runs on its connections."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-__all__ = ["EVENT_ARRAYS", "commit_sql"]
+import psycopg
+
+from durably.core.status import RunStatus
+from durably.stores import effects, reads
+from durably.stores.base import Checkpoint
+from durably.stores.rows import checkpoint_params, event_row, ts
+
+__all__ = ["EVENT_ARRAYS", "WAKE_CHANNEL", "Batch", "commit_sql"]
+
+WAKE_CHANNEL = "durably_due"
 
 _COMMIT = """
 WITH v AS (
@@ -110,3 +123,43 @@ EVENT_ARRAYS = (
     "e_attempt",
     "e_data",
 )
+
+
+class Batch:
+    """Checkpoints to commit in one statement: `apply(db)` runs it on a connection (in a
+    transaction when `many`: their effects on other runs take more statements) and returns
+    the ids of the runs whose checkpoint is in (fenced in now, or, with `again`, found
+    applied by an earlier try whose answer was lost)."""
+
+    def __init__(self, checkpoints: Sequence[Checkpoint], now: datetime) -> None:
+        at = ts(now)
+        params = [checkpoint_params(checkpoint, at) for checkpoint in checkpoints]
+        columns = {key: [p[key] for p in params] for key in params[0] if key != "now"}
+        rows = [event_row(c.run_id, event) for c in checkpoints for event in c.events]
+        events = {name: [row[i] for row in rows] for i, name in enumerate(EVENT_ARRAYS)}
+        consumed = [(c.run_id, message) for c in checkpoints for message in c.consumed]
+        self._values: dict[str, Any] = {
+            "now": at,
+            **columns,
+            **events,
+            "c_run_id": [run_id for run_id, _ in consumed],
+            "c_id": [message for _, message in consumed],
+        }
+        self._parts = {
+            "consumes": bool(consumed),
+            "ends": any(c.status not in (None, RunStatus.PENDING) for c in checkpoints),
+        }
+        self._now = now
+        self._acting = [c for c in checkpoints if c.starts or c.messages or c.input is not None]
+        self.many = bool(self._acting)  # more than one statement: in one transaction
+
+    def apply(self, db: psycopg.Connection[Any], *, again: bool = False) -> set[str]:
+        rows = db.execute(commit_sql(again=again, **self._parts), self._values).fetchall()
+        fenced_now = {row[0] for row in rows if row[1]}
+        woken = False  # effects on other runs of what this statement fenced in
+        for checkpoint in self._acting:
+            if checkpoint.run_id in fenced_now:
+                woken |= effects.apply(db, reads.POSTGRES, checkpoint, now=self._now)
+        if woken:
+            db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))  # sent at commit
+        return {row[0] for row in rows}

@@ -25,8 +25,8 @@ from psycopg import sql
 
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
-from durably.errors import ConfigError
-from durably.stores import effects, forking, inbox, reads, waking
+from durably.errors import ConfigError, StoreUnavailable
+from durably.stores import forking, inbox, reads, transacting, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -38,14 +38,12 @@ from durably.stores.base import (
     Sent,
     SentOutcome,
 )
-from durably.stores.pg_commit import EVENT_ARRAYS, commit_sql
+from durably.stores.pg_commit import WAKE_CHANNEL, Batch
 from durably.stores.pg_connections import Connections, redact
 from durably.stores.pg_listen import Listener
 from durably.stores.rows import (
     RUN_COLUMNS,
-    checkpoint_params,
     claimed_data,
-    event_row,
     from_ts,
     run_of,
     ts,
@@ -129,7 +127,7 @@ WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(no
 # the owner, was last updated by that claim, and has the claim's CLAIMED event last (a run
 # that moved on since has other events after it). `now` tells one claim from another: every
 # claim the engine makes passes a fresh one.
-_WAKE_CHANNEL = "durably_due"
+_WAKE_CHANNEL = WAKE_CHANNEL
 _DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
 _DEADLOCK_TRIES = 5
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
@@ -168,10 +166,10 @@ class PostgresStore:
             configure=self._configure,
         )
         try:
-            if create:
-                self._db.run(self._migrate, transaction=True)
-            else:  # the CLI's commands: a wrong database is an error, not a new store
+            if not create:  # the CLI's commands: a wrong database is an error, not a new store
                 self._db.run(lambda db: check_schema(db, "postgres", self.url))
+            # an older store is brought up to date, so that this durably can read it
+            self._db.run(self._migrate, transaction=True)
         except BaseException:
             self._db.close()  # nobody else can: the caller gets no store to close
             raise
@@ -314,44 +312,10 @@ class PostgresStore:
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         if not checkpoints:
             return []
-        at = ts(now)
-        params = [checkpoint_params(checkpoint, at) for checkpoint in checkpoints]
-        columns: dict[str, Any] = {
-            key: [p[key] for p in params] for key in params[0] if key != "now"
-        }
-        rows = [event_row(c.run_id, event) for c in checkpoints for event in c.events]
-        events = {name: [row[i] for row in rows] for i, name in enumerate(EVENT_ARRAYS)}
-        consumed = [(c.run_id, message) for c in checkpoints for message in c.consumed]
-        values = {
-            "now": at,
-            **columns,
-            **events,
-            "c_run_id": [run_id for run_id, _ in consumed],
-            "c_id": [message for _, message in consumed],
-        }
-        parts = {
-            "consumes": bool(consumed),
-            "ends": any(c.status not in (None, RunStatus.PENDING) for c in checkpoints),
-        }
-        first_sql = commit_sql(again=False, **parts)
-        again_sql = commit_sql(again=True, **parts)
-        acting = [c for c in checkpoints if c.starts or c.messages or c.input is not None]
-
-        def apply(db: psycopg.Connection[Any], sql: str) -> set[str]:
-            rows = db.execute(sql, values).fetchall()
-            fenced_now = {row[0] for row in rows if row[1]}
-            woken = False  # effects on other runs of what this statement fenced in
-            for checkpoint in acting:
-                if checkpoint.run_id in fenced_now:
-                    woken |= effects.apply(db, reads.POSTGRES, checkpoint, now=now)
-            if woken:
-                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
-            return {row[0] for row in rows}
-
-        first = functools.partial(apply, sql=first_sql)
+        batch = Batch(checkpoints, now)
+        first, many = batch.apply, batch.many
         # safe to repeat: a checkpoint already applied is reported, not written again
-        again = functools.partial(apply, sql=again_sql)
-        many = bool(acting)  # more than one statement: in one transaction
+        again = functools.partial(batch.apply, again=True)
 
         def commit_all() -> set[str]:
             try:
@@ -365,6 +329,42 @@ class PostgresStore:
             # moved on, to its end or a wait. Rare; ask again, telling the two apart.
             fenced_in = self._db.run(again, transaction=many)
         return [checkpoint.run_id in fenced_in for checkpoint in checkpoints]
+
+    def transact(
+        self,
+        lease: Lease,
+        work: Callable[[Any], Checkpoint],
+        *,
+        now: datetime,
+        committing: Callable[[], None] | None = None,
+    ) -> bool:
+        began = False
+
+        def transact(db: psycopg.Connection[Any]) -> bool:
+            nonlocal began
+            if not transacting.holds(db, reads.POSTGRES, lease):
+                return False
+            began = True
+            checkpoint = transacting.work_in(work, db, lambda: _in_transaction(db))
+            if lease.run_id not in Batch([checkpoint], now).apply(db):
+                raise transacting.Refused
+            if committing is not None:
+                committing()
+            return True
+
+        def after_loss(db: psycopg.Connection[Any]) -> bool:
+            if not began:  # a dead pooled connection, found out before any work: try again
+                return transact(db)
+            raise StoreUnavailable(
+                f"the connection to {self.url} was lost while a transactional step of run "
+                f"{lease.run_id!r} committed: whether it did is in the run's history"
+            )
+
+        try:
+            with transacting.user_errors():
+                return self._db.run(transact, transaction=True, after_loss=after_loss)
+        except transacting.Refused:
+            return False
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         # Safe to repeat; only the count (which is for a log line) may read 0 the second time.
@@ -533,6 +533,10 @@ def _despite_deadlocks(work: Callable[[], T]) -> T:
                 raise
             time.sleep(random.uniform(0, 0.01 * tries))
     raise AssertionError("unreachable")
+
+
+def _in_transaction(db: psycopg.Connection[Any]) -> bool:
+    return db.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
 
 
 def _claimed_row(

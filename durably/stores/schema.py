@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from durably.core.priority import PRIORITY_STEP_SECONDS
+from durably.core.priority import MAX_PRIORITY, PRIORITY_STEP_SECONDS
 from durably.errors import ConfigError
 from durably.stores.rows import check_version
 
@@ -98,7 +98,8 @@ _V5 = [
     # durably.start(..., priority=N): claimed ahead of runs that became due less than N
     # minutes before it. Claims scan this index from the lowest rank; a run's rank is never
     # after its due time (priorities are not negative), so `rank <= now` bounds the scan.
-    "ALTER TABLE durably_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE durably_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"
+    f" CHECK (priority BETWEEN 0 AND {MAX_PRIORITY})",
     "DROP INDEX durably_runs_claimable",
     f"CREATE INDEX durably_runs_claim_rank ON durably_runs ({CLAIM_RANK})"
     " WHERE available_at IS NOT NULL",
@@ -163,7 +164,8 @@ def migrate(db: _Connection, dialect: str, url: str) -> None:
 
 def check_schema(db: _Connection, dialect: str, url: str) -> None:
     """Refuse, without changing anything, a database that holds no durably store or one that a
-    newer durably migrated. (An older schema is fine to read: versions only add.)"""
+    newer durably migrated. (An older one is migrated by its opener: this durably reads the
+    columns of its own version.)"""
     current = 0
     if db.execute(_HAS_META[dialect]).fetchone()[0]:
         row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()

@@ -13,12 +13,12 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import effects, forking, inbox, reads, waking
+from durably.stores import effects, forking, inbox, reads, transacting, waking
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -113,7 +113,8 @@ class SQLiteStore:
         if create:
             self._migrate()
         else:
-            self._check_schema()
+            self._check_schema()  # a durably store, not newer than this durably:
+            self._migrate()  # brought up to date, as any version of durably can read it
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -268,47 +269,47 @@ class SQLiteStore:
         # look-up runs only where the answer may be wrong: for a refused checkpoint (stale,
         # or applied by an earlier try of this commit), and for the whole batch again when
         # its events collide with ones written already (an earlier try did commit).
+        at = ts(now)
         try:
-            results, due_now = self._commit_once(checkpoints, ts(now), look_first=False)
+            with self._write() as db:
+                results, due_now = _apply(db, checkpoints, at, look_first=False)
         except sqlite3.IntegrityError:
-            results, due_now = self._commit_once(checkpoints, ts(now), look_first=True)
+            with self._write() as db:
+                results, due_now = _apply(db, checkpoints, at, look_first=True)
+        self._tell(checkpoints, results, due_now)
+        return results
+
+    def transact(
+        self,
+        lease: Lease,
+        work: Callable[[Any], Checkpoint],
+        *,
+        now: datetime,
+        committing: Callable[[], None] | None = None,
+    ) -> bool:
+        at = ts(now)
+        try:
+            with transacting.user_errors(), self._write() as db:
+                if not transacting.holds(db, reads.SQLITE, lease):
+                    return False
+                checkpoint = transacting.work_in(work, db, lambda: db.in_transaction)
+                [fenced_in], due_now = _apply(db, [checkpoint], at, look_first=False)
+                if not fenced_in:
+                    raise transacting.Refused
+                if committing is not None:
+                    committing()
+        except transacting.Refused:
+            return False
+        self._tell([checkpoint], [True], due_now)
+        return True
+
+    def _tell(self, checkpoints: Sequence[Checkpoint], results: list[bool], due_now: bool) -> None:
+        """Wake workers for runs made due, and waiting handles for runs that ended."""
         if due_now:
             self._wakeups.notify()
         ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
         if ended:
             self._finishes.notify(run_messages(ended))
-        return results
-
-    def _commit_once(
-        self, checkpoints: Sequence[Checkpoint], at: float, *, look_first: bool
-    ) -> tuple[list[bool], bool]:
-        """Whether each checkpoint was fenced in, and whether one handed its run back due now."""
-        results: list[bool] = []
-        due_now = False
-        with self._write() as db:
-            for checkpoint in checkpoints:
-                if look_first and _applied(db, checkpoint):
-                    results.append(True)
-                    continue
-                row = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).fetchone()
-                fenced_in = row is not None
-                if row is not None and checkpoint.status is not None:
-                    status, available_at = row
-                    due_now |= (
-                        status == "pending" and available_at is not None and available_at <= at
-                    )
-                if fenced_in:
-                    db.executemany(
-                        _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
-                    )
-                    inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
-                    if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
-                        woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
-                        due_now |= woken
-                else:  # refused: a stale epoch, or applied by an earlier try of this commit
-                    fenced_in = _applied(db, checkpoint)
-                results.append(fenced_in)
-        return results, due_now
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         at = ts(now)
@@ -491,6 +492,39 @@ class SQLiteStore:
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
         return run_id, workflow, input_, epoch, count, mail, priority
+
+
+def _apply(
+    db: sqlite3.Connection,
+    checkpoints: Sequence[Checkpoint],
+    at: float,
+    *,
+    look_first: bool,
+) -> tuple[list[bool], bool]:
+    """Whether each checkpoint was fenced in, and whether one handed its run back due now."""
+    results: list[bool] = []
+    due_now = False
+    for checkpoint in checkpoints:
+        if look_first and _applied(db, checkpoint):
+            results.append(True)
+            continue
+        row = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).fetchone()
+        fenced_in = row is not None
+        if row is not None and checkpoint.status is not None:
+            status, available_at = row
+            due_now |= status == "pending" and available_at is not None and available_at <= at
+        if fenced_in:
+            db.executemany(
+                _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
+            )
+            inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
+            if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
+                woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
+                due_now |= woken
+        else:  # refused: a stale epoch, or applied by an earlier try of this commit
+            fenced_in = _applied(db, checkpoint)
+        results.append(fenced_in)
+    return results, due_now
 
 
 def _ends(checkpoint: Checkpoint) -> bool:

@@ -120,11 +120,13 @@ def test_a_child_and_a_fork_are_created_with_the_priority_given(
     assert again.priority == 4
 
 
+@pytest.mark.parametrize("create", [True, False], ids=["by-a-worker", "by-a-command"])
 def test_a_store_made_before_priorities_migrates_its_runs_to_priority_zero(
-    store_url: str, clock: FakeClock
+    store_url: str, clock: FakeClock, create: bool
 ) -> None:
-    """A v4 store (no priority column) with a due run: opened by this durably, the run is
-    still there, priority 0, and claimed through the new index."""
+    """A v4 store (no priority column) with a due run: opened by this durably (to work, or by
+    a command that only reads), the run is still there, priority 0, and claimed through the
+    new index."""
     dialect = "sqlite" if store_url.startswith("sqlite") else "postgres"
     older = [
         s for version, statements in migrations(dialect, 0) if version <= 4 for s in statements
@@ -147,7 +149,7 @@ def test_a_store_made_before_priorities_migrates_its_runs_to_priority_zero(
             for statement in setup:
                 db.execute(statement)  # type: ignore[call-overload]
 
-    store = open_store(store_url)
+    store = open_store(store_url, create=create)
     try:
         old = store.get_run("old")
         assert old is not None
@@ -167,3 +169,11 @@ def test_the_rank_rule_is_the_one_documented(priority: int) -> None:
         check_priority(priority)
     due = FakeClock().now()
     assert rank(due, 5) == due - timedelta(minutes=5)
+
+
+def test_the_store_itself_refuses_a_priority_out_of_range(store: Store, clock: FakeClock) -> None:
+    """The client checks priorities; the schema checks them too, so that no rank comes after
+    its due time (which would let a claim stop reading too early)."""
+    with pytest.raises(Exception, match="priority"):
+        store.create_run(_run("negative", -1), now=clock.now())
+    assert store.get_run("negative") is None
