@@ -475,6 +475,8 @@ class RunExecution:
             return await transactions.transact(step, args, kwargs, scope, writer=self._writer,
                                                store=self._engine.store, clock=self._clock,
                                                hooks=self._hooks)  # fmt: skip
+        if self._hooks is None:  # the usual case: no hook to tell
+            return await call_user(step.fn, args, kwargs, scope, step)
         with observed(self._hooks, scope, step.options.dependency):
             return await call_user(step.fn, args, kwargs, scope, step)
 
