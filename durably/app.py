@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar, overload
 
 from durably.approvals import PendingApproval
@@ -79,6 +79,8 @@ class App:
         deadline: Duration | None = None,
         max_recoveries: int | None = None,
         priority: int | None = None,
+        version: str | None = None,
+        versions: Collection[str] = (),
     ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
     def workflow(
@@ -90,6 +92,8 @@ class App:
         deadline: Duration | None = None,
         max_recoveries: int | None = None,
         priority: int | None = None,
+        version: str | None = None,
+        versions: Collection[str] = (),
     ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow. Its name (default: the function's) is what runs record.
 
@@ -99,16 +103,31 @@ class App:
         (default: the app's). `priority`: its runs' priority (0 to 1,000) when their start
         names none; a level is a minute's head start in the claim order
         (durably.core.priority). Default: 0, or for a child run its parent's.
+        `version`: what its runs are pinned to when they start (default: a hash of its code,
+        durably.versions); a worker claims only runs of the versions its code serves: its
+        own and the older ones listed in `versions` (changes made compatible with
+        durably.patched).
         """
         limit = None if deadline is None else parse_duration(deadline, what="deadline")
         _check_recoveries(max_recoveries)
         if priority is not None:
             check_priority(priority, what="@app.workflow(priority=...)")
+        if isinstance(versions, str):
+            raise ConfigError(f"versions= is a list of versions, not the string {versions!r}")
+        for given in (version, *versions):
+            if given is not None and (not isinstance(given, str) or not given.strip()):
+                raise ConfigError(f"a workflow version is a non-empty string, not {given!r}")
 
         def register(fn: Callable[..., Any]) -> Workflow:
             chosen = name or str(getattr(fn, "__name__", ""))
             definition = Workflow(
-                fn, chosen, deadline=limit, max_recoveries=max_recoveries, priority=priority
+                fn,
+                chosen,
+                deadline=limit,
+                max_recoveries=max_recoveries,
+                priority=priority,
+                version=version,
+                versions=versions,
             )
             return self.registry.add_workflow(definition)
 

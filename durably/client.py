@@ -524,7 +524,8 @@ class Client:
         payload = encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
         priority = item.priority if item.priority is not None else definition.priority
         priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
-        return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority)
+        return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority,
+                      version=definition.version)  # fmt: skip
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from durably.codec import return_hint
 from durably.core.approvals import ESCALATION
-from durably.errors import DurablyError, Escalated
+from durably.errors import ConfigError, DurablyError, Escalated
 from durably.retry import Retry
 from durably.runtime.context import current_execution, in_step
+from durably.versions import code_version
 
 __all__ = ["Step", "StepOptions", "Workflow", "escalate"]
 
@@ -30,6 +31,8 @@ class Workflow:
         deadline: timedelta | None = None,
         max_recoveries: int | None = None,
         priority: int | None = None,
+        version: str | None = None,
+        versions: Collection[str] = (),
     ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
@@ -38,8 +41,21 @@ class Workflow:
         self.max_recoveries = max_recoveries  # None: the app's
         # its runs' priority when their start names none (None: 0, or a child's parent's)
         self.priority = priority
+        self._version = version  # None: a hash of its code (durably.versions)
+        self.versions = tuple(versions)  # older versions this code runs too
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The version its runs are pinned to at start: the one given, or a hash of its code
+        (computed on first use, once the steps it calls are defined)."""
+        return self._version or code_version(self.fn, _registered_name)
+
+    @property
+    def serves(self) -> frozenset[str]:
+        """The versions of its runs this code runs: its own, and the older ones declared."""
+        return frozenset((self.version, *self.versions))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """From workflow code: start it as a child run and wait for its result (await it in
@@ -107,11 +123,20 @@ class Step:
         """Register "did it already happen?": called with the step's arguments before an
         attempt that follows an unknown one (timed out, or its worker died). Return the
         result if the effect happened (the body is not run), or None to run the body."""
+        if self.options.transactional:
+            raise ConfigError(
+                f"transactional step {self.name!r} takes no reconcile hook: its writes commit "
+                "with its outcome or not at all, so no attempt of it is ever unknown"
+            )
         self.reconcile_fn = fn
         return fn
 
     def __repr__(self) -> str:
         return f"<durably step {self.name!r}>"
+
+
+def _registered_name(thing: object) -> str | None:
+    return thing.name if isinstance(thing, Step | Workflow) else None
 
 
 def _ask_a_person(reason: str) -> Any:

@@ -22,6 +22,7 @@ DurablyError
 ├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
 ├── ChildFailed                 a child run ended other than completed (its class and message)
 ├── ChildIdTaken                durably.start_child(id=...) named a run that is not its child
+├── TransactionAborted          a transactional step went on after its SQL failed (retried)
 └── WorkflowFailed              .error_class and .message of the run's failure
 
 Raised by users in steps:
@@ -61,6 +62,7 @@ __all__ = [
     "StoreUnavailable",
     "Terminal",
     "Throttled",
+    "TransactionAborted",
     "TransactionEnded",
     "UnknownWorkflow",
     "UnsafeConcurrency",
@@ -225,6 +227,11 @@ class ChildIdTaken(DurablyError):
 
 class Terminal(Exception):
     """Raise (or subclass) in a step to fail it at once: retrying cannot help."""
+
+
+class TransactionAborted(DurablyError):
+    """A statement of a transactional step failed and the step went on (PostgreSQL aborts
+    the transaction then): nothing of it was written, and the attempt failed."""
 
 
 class TransactionEnded(Terminal):

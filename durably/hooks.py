@@ -20,7 +20,8 @@ class Hooks:
         """A worker leased the run; `takeover`: from a worker whose lease had expired."""
 
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
-        """A step body is about to run (after its start was committed)."""
+        """A step body is about to run (after its start was committed; a transactional
+        step's start commits with its outcome, in the transaction the body runs in)."""
 
     def attempt_finished(
         self,

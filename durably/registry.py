@@ -45,6 +45,11 @@ class Registry:
     def workflow_names(self) -> list[str]:
         return list(self.workflows)
 
+    def serves(self) -> dict[str, tuple[str, ...]]:
+        """Each workflow's name and the versions of its runs this code runs (a worker claims
+        only those)."""
+        return {name: tuple(sorted(w.serves)) for name, w in self.workflows.items()}
+
     def dependency_policy(self, name: str) -> Dependency:
         """The policy for `name`; a dependency nobody configured gets a default breaker."""
         return self.dependencies.setdefault(name, Dependency())

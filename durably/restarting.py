@@ -76,7 +76,8 @@ def restart(
     note = Event(
         0, EventKind.RUN_RESTARTED, now, data=encode_payload(Restarted(new_id, position, by))
     )
-    run = NewRun(new_id, source.workflow, source.input, priority=source.priority)
+    run = NewRun(new_id, source.workflow, source.input, priority=source.priority,
+                 version=source.version)  # fmt: skip
     if store.fork(run, history, source=run_id, note=note, now=now):
         forked = store.get_run(new_id)
         assert forked is not None

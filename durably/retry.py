@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from durably.durations import Duration, parse_duration
-from durably.errors import NotInWorkflow, PayloadError, Terminal, Throttled
+from durably.errors import ConfigError, NotInWorkflow, PayloadError, Terminal, Throttled
 
 __all__ = [
     "NEVER_RETRIED",
@@ -28,6 +28,7 @@ __all__ = [
 # Errors that another attempt cannot fix, unless a step's retry_on names them.
 NEVER_RETRIED: tuple[type[BaseException], ...] = (
     Terminal,
+    ConfigError,  # a definition or setting is wrong: no attempt sets it right
     PayloadError,
     NotInWorkflow,
     AssertionError,

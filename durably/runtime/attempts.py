@@ -87,11 +87,13 @@ def record_failure(
     hide: str = "",
 ) -> NoReturn:
     """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due).
-    `hide`: a secret the step was given, kept out of the recorded error message."""
+    `hide`: a secret the step was given, kept out of the recorded error message. A timed-out
+    attempt is unknown, unless its step is transactional (then it was rolled back)."""
     info = ErrorInfo.of(error)
     if hide:
         info = ErrorInfo(info.error_class, info.message.replace(hide, "[hidden]"))
-    unknown = unknown or isinstance(error, StepTimeout)
+    timed_out = isinstance(error, StepTimeout) and not step.options.transactional
+    unknown = unknown or timed_out
     decision: Any = GiveUp("terminal")
     if isinstance(error, Escalated):
         reason = "escalated"

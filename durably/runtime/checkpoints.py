@@ -21,7 +21,6 @@ import bisect
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from durably.clock import Clock
@@ -102,9 +101,7 @@ class HistoryWriter:
         """Commit what is pending (and the run's new status, if any), behind the fence."""
         if status is not None:  # a leased run is running: it may move only as the table says
             check_transition(RunStatus.RUNNING, status)
-        checkpoint = replace(
-            self.draft(), status=status, result=result, error=error, available_at=available_at
-        )
+        checkpoint = self.draft(status, result=result, error=error, available_at=available_at)
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
@@ -124,17 +121,24 @@ class HistoryWriter:
             self.input is not None
         )
 
-    def draft(self) -> Checkpoint:
-        """What is pending, taken out as a checkpoint that keeps the run running: for `flush`,
-        or for a transactional step's transaction (Store.transact), which gives it back with
-        `restore` if it does not commit."""
+    def draft(
+        self,
+        status: RunStatus | None = None,
+        *,
+        result: str | None = None,
+        error: ErrorInfo | None = None,
+        available_at: datetime | None = None,
+    ) -> Checkpoint:
+        """What is pending, taken out as a checkpoint (with the run's new state, if any): for
+        `flush`, or for a transactional step's transaction (Store.transact), which gives it
+        back with `restore` if it does not commit."""
         events, self.pending = tuple(self.pending), []
         consumed, self.consumed = self.consumed, ()
         starts, self.starts = self.starts, ()
         outbox, self.outbox = self.outbox, ()
         new_input, self.input = self.input, None
-        return Checkpoint(self.run_id, self.epoch, events, consumed=consumed, starts=starts,
-                          messages=outbox, input=new_input)  # fmt: skip
+        return Checkpoint(self.run_id, self.epoch, events, status, result, error, available_at,
+                          consumed, starts, outbox, new_input)  # fmt: skip
 
     def restore(self, draft: Checkpoint) -> None:
         """A draft that was not committed: pending again, ahead of what came since."""

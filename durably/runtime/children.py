@@ -129,7 +129,8 @@ class Children:
         started = RunStarted(parent=parent, deadline=self._deadline())
         given = (p for p in (priority, workflow.priority) if p is not None)
         new = NewRun(child, workflow.name, input_json, parent, encode_payload(started),
-                     priority=next(given, self._run.priority))  # fmt: skip
+                     priority=next(given, self._run.priority),
+                     version=workflow.version)  # fmt: skip
         data = encode_payload(ChildStarted(child, workflow.name, detached))
         self._writer.append(EventKind.CHILD_STARTED, position, child_name(workflow.name), None,
                             data)  # fmt: skip

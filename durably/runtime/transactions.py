@@ -22,9 +22,11 @@ from durably.clock import Clock
 from durably.codec import decode, encode
 from durably.core.history import Event, EventKind
 from durably.errors import (
-    DurablyError,
+    ConfigError,
     LeaseLost,
     StepTimeout,
+    StoreUnavailable,
+    TransactionAborted,
     TransactionEnded,
     UnsafeConcurrency,
 )
@@ -41,6 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = ["TransactionConnection", "check_alone", "transact"]
 
+# How the store says the body left its transaction in a state it cannot commit: the step's
+# failure, like an exception of the body's own.
+_LEFT_BADLY = (TransactionEnded, TransactionAborted)
+_RETRY_FIRST, _RETRY_MAX = 0.05, 5.0  # seconds between tries while the store is unavailable
 _KEPT = (
     "the transaction of a transactional step is durably's to end: return from the step to "
     "commit its writes with its outcome, raise to roll them back ({} is not for the step)"
@@ -61,13 +67,13 @@ class TransactionConnection:
         return getattr(self._db, name)
 
     def commit(self) -> None:
-        raise DurablyError(_KEPT.format("commit()"))
+        raise ConfigError(_KEPT.format("commit()"))
 
     def rollback(self) -> None:
-        raise DurablyError(_KEPT.format("rollback()"))
+        raise ConfigError(_KEPT.format("rollback()"))
 
     def close(self) -> None:
-        raise DurablyError(_KEPT.format("close()"))
+        raise ConfigError(_KEPT.format("close()"))
 
     def __repr__(self) -> str:
         return f"<durably transaction connection {self._db!r}>"
@@ -104,8 +110,11 @@ async def transact(
     ticket = _Ticket()
     failed: list[BaseException] = []  # what the body raised, told from the store's errors
     made: list[Event] = []
+    entered = False  # the store began the work: a failure now may have come after the body
 
     def work(db: Any) -> Checkpoint:
+        nonlocal entered
+        entered = True
         token = _step.set(replace(scope, connection=TransactionConnection(db)))
         try:
             with observed(hooks, scope, None):
@@ -127,8 +136,15 @@ async def transact(
             hooks.before_commit(1)
 
     def run() -> bool:
-        lease = Lease(writer.run_id, writer.epoch)
-        held = store.transact(lease, work, now=clock.now(), committing=committing)
+        lease, pause = Lease(writer.run_id, writer.epoch), _RETRY_FIRST
+        while True:
+            try:
+                held = store.transact(lease, work, now=clock.now(), committing=committing)
+                break
+            except StoreUnavailable:
+                if entered or not ticket.waits(pause):  # it began, or nobody waits for it
+                    raise
+                pause = min(pause * 2, _RETRY_MAX)  # the store is down: its work never began
         if held and hooks is not None:
             hooks.checkpoint_committed(1)
         return held
@@ -143,7 +159,7 @@ async def transact(
             writer.unreserve(seq)
         raise  # else it is committing: its outcome stands, and the history will say it
     except Exception as exc:
-        if not ((failed and exc is failed[0]) or isinstance(exc, TransactionEnded)):
+        if not ((failed and exc is failed[0]) or isinstance(exc, _LEFT_BADLY)):
             writer.lost = True
             raise CheckpointFailed(exc) from exc
         writer.restore(draft)  # the body failed: its transaction rolled back
@@ -196,6 +212,7 @@ class _Ticket:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._state = "running"
+        self._abandoned = threading.Event()
 
     def commit(self) -> bool:
         with self._lock:
@@ -209,4 +226,9 @@ class _Ticket:
             if self._state == "committing":
                 return False
             self._state = "abandoned"
+            self._abandoned.set()
             return True
+
+    def waits(self, seconds: float) -> bool:
+        """Pause `seconds` before another try; False (at once) if the attempt was abandoned."""
+        return not self._abandoned.wait(seconds)

@@ -26,7 +26,7 @@ from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
-from durably.stores.base import Claim, Lease, Store
+from durably.stores.base import Claim, Lease, Store, WorkerBeat
 
 __all__ = ["Worker"]
 
@@ -78,7 +78,9 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None
-        self._warned_unknown: set[str] = set()
+        self._warned_unknown: set[str | tuple[str, str]] = set()
+        self._serves: dict[str, tuple[str, ...]] = {}
+        self._started_at = self._clock.now()
 
     # -- entry points -------------------------------------------------------------------
 
@@ -111,6 +113,8 @@ class Worker:
         if store is None:
             return  # stopped before the store could be reached
         self._engine = Engine(self.app.registry, self._settings, store, self.concurrency)
+        self._serves = self.app.registry.serves()  # the versions of each workflow it runs
+        self._started_at = self._clock.now()
         committer = Committer(
             store,
             self._clock,
@@ -129,6 +133,7 @@ class Worker:
         mail.add_done_callback(self._background_done)
         idle_polls = 0
         try:
+            await self._beat(committer)
             if self.recovers_own:
                 await self._recover_own(committer)
             while not self._stopping:
@@ -150,6 +155,8 @@ class Worker:
             heartbeat.cancel()
             mail.cancel()
             await asyncio.gather(heartbeat, mail, return_exceptions=True)
+            with contextlib.suppress(StoreUnavailable):  # it is presumed dead in time anyway
+                await committer.call(functools.partial(store.forget_worker, self.name))
             committer.stop()
         if self._failure is not None:
             raise self._failure
@@ -195,10 +202,10 @@ class Worker:
         if free <= 0:
             return []
         assert self._engine is not None
-        names = self.app.registry.workflow_names()
+        serves = self._serves
         store, now = self._engine.store, self._clock.now()
         claims = await committer.call(
-            functools.partial(store.claim, self.name, names, now=now, lease=self.lease, limit=free)
+            functools.partial(store.claim, self.name, serves, now=now, lease=self.lease, limit=free)
         )
         assert self._loop is not None
         for claim in claims:
@@ -302,10 +309,17 @@ class Worker:
             await asyncio.wait_for(self._wake.wait(), self.poll.total_seconds())
         self._wake.clear()
 
+    async def _beat(self, committer: Committer) -> None:
+        """Say this worker is alive, and what it serves (`durably workers`)."""
+        beat = WorkerBeat(self.name, self._started_at, self._clock.now(), self.lease / 3,
+                          self._serves)  # fmt: skip
+        await committer.call(functools.partial(self.app.store.beat, beat))
+
     async def _heartbeat(self, committer: Committer) -> None:
         interval = self.lease.total_seconds() / 3
         while True:
             await asyncio.sleep(interval)
+            await self._beat(committer)
             running = [execution for execution, _ in self._active.values()]
             held = [execution for execution in [*running, *self._suspects] if not execution.lost]
             if not held:
@@ -353,6 +367,17 @@ class Worker:
         names = self.app.registry.workflow_names()
         unclaimable = functools.partial(self.app.store.unclaimable, names, now=self._clock.now())
         waiting = await committer.call(unclaimable)
+        unserved = functools.partial(self.app.store.unserved, self._serves, now=self._clock.now())
+        for (name, version), count in (await committer.call(unserved)).items():
+            if (name, version) not in self._warned_unknown:
+                self._warned_unknown.add((name, version))
+                log.warning(
+                    "%d run(s) of workflow %r started on version %s are waiting, but this "
+                    "worker runs version(s) %s of it; they stay pending until a worker with "
+                    "their code runs (or, if this code runs them the same way, list %r in "
+                    "@app.workflow(versions=...))",
+                    *(count, name, version, ", ".join(self._serves[name]), version),
+                )
         for name, count in waiting.items():
             if name not in self._warned_unknown:
                 self._warned_unknown.add(name)

@@ -6,7 +6,7 @@ run carries the lease epoch and is refused when the epoch is stale (fencing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -26,7 +26,9 @@ __all__ = [
     "RunRecord",
     "Sent",
     "SentOutcome",
+    "Serves",
     "Store",
+    "WorkerBeat",
 ]
 
 T = TypeVar("T")
@@ -40,6 +42,7 @@ class NewRun:
     parent: str | None = None  # the run that starts it as its child
     started: str | None = None  # the data of its run_started event (a child's: its lineage)
     priority: int = 0  # claimed ahead of lower runs due up to this many minutes before it
+    version: str | None = None  # of its workflow: only workers that serve it claim the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,28 @@ class RunRecord:
     event_count: int
     parent: str | None = None  # the run that started it as its child
     priority: int = 0  # durably.core.priority
+    version: str | None = None  # of its workflow, at its start (None: before versions existed)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """A worker as it says it is alive: since when, when last, how often it says so, and the
+    versions of each workflow it serves."""
+
+    name: str
+    started_at: datetime
+    seen_at: datetime
+    every: timedelta
+    serves: Mapping[str, tuple[str, ...]]
+
+    def alive(self, now: datetime) -> bool:
+        """Whether it beat lately: three beats missed, it is presumed dead."""
+        return now - self.seen_at <= 3 * self.every
+
+
+# What a worker runs: workflow name -> the versions of its runs it serves. A plain collection
+# of names serves every version (what a tool or a test that is no worker asks for).
+Serves = Collection[str] | Mapping[str, Collection[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,15 +225,16 @@ class Store(Protocol):
     def claim(
         self,
         owner: str,
-        workflows: Collection[str],
+        workflows: Serves,
         *,
         now: datetime,
         lease: timedelta,
         limit: int,
     ) -> list[Claim]:
-        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease),
-        lowest rank first (durably.core.priority: the due time less a minute per level of
-        priority); each claim carries the run's undelivered messages."""
+        """Lease up to `limit` due runs of these workflows (pending, or with an expired lease)
+        whose version is served (or was never recorded), lowest rank first
+        (durably.core.priority: the due time less a minute per level of priority); each claim
+        carries the run's undelivered messages."""
         ...
 
     def take(
@@ -321,6 +347,26 @@ class Store(Protocol):
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
         """Due runs whose workflow is not in `known`: name -> count."""
+        ...
+
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        """Due runs of these workflows pinned to a version not served: (name, version) ->
+        count."""
+        ...
+
+    def beat(self, worker: WorkerBeat) -> None:
+        """Record that `worker` is alive (create or update it by name)."""
+        ...
+
+    def forget_worker(self, name: str) -> None:
+        """The worker stopped: take it off the list."""
+        ...
+
+    def workers(self) -> list[WorkerBeat]:
+        """Every worker that beat and was not forgotten, by name (dead ones too: see
+        WorkerBeat.alive; those silent for a day are dropped by the next beat)."""
         ...
 
     def close(self) -> None: ...

@@ -56,9 +56,20 @@ def insert_run(
     mark, at = dialect.mark, ts(now)
     created = db.execute(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count, parent, priority) VALUES ({mark}, {mark}, 'pending',"
-        f" {', '.join([mark] * 7)}) ON CONFLICT (id) DO NOTHING RETURNING id",
-        (run.id, run.workflow, run.input, at, at, at, len(events), run.parent, run.priority),
+        f" available_at, event_count, parent, priority, version) VALUES ({mark}, {mark},"
+        f" 'pending', {', '.join([mark] * 8)}) ON CONFLICT (id) DO NOTHING RETURNING id",
+        (
+            run.id,
+            run.workflow,
+            run.input,
+            at,
+            at,
+            at,
+            len(events),
+            run.parent,
+            run.priority,
+            run.version,
+        ),
     ).fetchone()
     if created is None:
         return False

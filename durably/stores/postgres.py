@@ -13,8 +13,9 @@ import functools
 import itertools
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -26,7 +27,7 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import forking, inbox, reads, transacting, waking
+from durably.stores import forking, inbox, reads, transacting, waking, workers
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -37,6 +38,8 @@ from durably.stores.base import (
     RunRecord,
     Sent,
     SentOutcome,
+    Serves,
+    WorkerBeat,
 )
 from durably.stores.pg_commit import WAKE_CHANNEL, Batch
 from durably.stores.pg_connections import Connections, redact
@@ -63,6 +66,8 @@ _INSERT_EVENT = (
 )
 _PICK_DUE = f"""
     WHERE {CLAIM_RANK} <= %(now)s AND available_at <= %(now)s AND workflow = ANY(%(workflows)s)
+        AND (%(pinned)s::text[] IS NULL OR version IS NULL
+            OR workflow || %(separator)s || version = ANY(%(pinned)s))
     ORDER BY {CLAIM_RANK} LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED"""
 _PICK_ONE = """
@@ -83,8 +88,9 @@ RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
 _CREATE = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority)
-    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s)
+        event_count, priority, version)
+    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s,
+        %(version)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), started AS (
@@ -98,11 +104,13 @@ SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 _CREATE_MANY = """
 WITH v AS (
     SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
-        %(priority)s::int[]) WITH ORDINALITY AS v(id, workflow, input, priority, n)
+        %(priority)s::int[], %(version)s::text[])
+        WITH ORDINALITY AS v(id, workflow, input, priority, version, n)
 ), created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority)
-    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority FROM v ORDER BY n
+        event_count, priority, version)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority, version
+    FROM v ORDER BY n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, workflow
 ), started AS (
@@ -158,6 +166,9 @@ class PostgresStore:
         self.url = redact(url)
         self.synchronous_commit = synchronous_commit
         self._url = url
+        self._pool_size, self._connect_timeout = pool_size, connect_timeout
+        self._transaction_pool: Connections | None = None
+        self._transactions_lock = threading.Lock()
         self._db = Connections(
             url,
             self.url,
@@ -202,6 +213,7 @@ class PostgresStore:
             "workflow": [run.workflow for run in runs],
             "input": [run.input for run in runs],
             "priority": [run.priority for run in runs],
+            "version": [run.version for run in runs],
             "at": ts(now),
             "kind": str(EventKind.RUN_STARTED),
         }
@@ -224,7 +236,7 @@ class PostgresStore:
     def claim(
         self,
         owner: str,
-        workflows: Collection[str],
+        workflows: Serves,
         *,
         now: datetime,
         lease: timedelta,
@@ -236,6 +248,8 @@ class PostgresStore:
             "now": ts(now),
             "expires": ts(now + lease),
             "workflows": list(workflows),
+            "pinned": workers.keys(workflows),
+            "separator": workers.SEPARATOR,
             "limit": limit,
             "owner": owner,
         }
@@ -345,7 +359,7 @@ class PostgresStore:
             if not transacting.holds(db, reads.POSTGRES, lease):
                 return False
             began = True
-            checkpoint = transacting.work_in(work, db, lambda: _in_transaction(db))
+            checkpoint = transacting.work_in(work, db, lambda: _left(db))
             if lease.run_id not in Batch([checkpoint], now).apply(db):
                 raise transacting.Refused
             if committing is not None:
@@ -362,7 +376,7 @@ class PostgresStore:
 
         try:
             with transacting.user_errors():
-                return self._db.run(transact, transaction=True, after_loss=after_loss)
+                return self._transactions().run(transact, transaction=True, after_loss=after_loss)
         except transacting.Refused:
             return False
 
@@ -451,11 +465,40 @@ class PostgresStore:
             )
         )
 
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        return self._db.run(lambda db: workers.unserved(db, reads.POSTGRES, serves, now=now))
+
+    def beat(self, worker: WorkerBeat) -> None:
+        self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)
+
+    def forget_worker(self, name: str) -> None:
+        self._db.run(lambda db: workers.forget(db, reads.POSTGRES, name))
+
+    def workers(self) -> list[WorkerBeat]:
+        return self._db.run(workers.listed)
+
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
         return self._db.run(lambda db: reads.unclaimable(db, reads.POSTGRES, known, now=now))
 
     def close(self) -> None:
         self._db.close()
+        with self._transactions_lock:
+            if self._transaction_pool is not None:
+                self._transaction_pool.close()
+                self._transaction_pool = None
+
+    def _transactions(self) -> Connections:
+        """The connections transactional steps run on: a pool of their own, made on first
+        use, so that bodies holding connections never keep the worker from committing."""
+        with self._transactions_lock:
+            if self._transaction_pool is None:
+                self._transaction_pool = Connections(
+                    self._url, self.url, size=self._pool_size,
+                    connect_timeout=self._connect_timeout, configure=self._configure,
+                )  # fmt: skip
+            return self._transaction_pool
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -535,8 +578,12 @@ def _despite_deadlocks(work: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _in_transaction(db: psycopg.Connection[Any]) -> bool:
-    return db.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+def _left(db: psycopg.Connection[Any]) -> str:
+    """How a transactional step's work left the transaction: "open", "aborted" or "ended"."""
+    status = db.info.transaction_status
+    if status == psycopg.pq.TransactionStatus.INTRANS:
+        return "open"
+    return "aborted" if status == psycopg.pq.TransactionStatus.INERROR else "ended"
 
 
 def _claimed_row(
@@ -591,4 +638,5 @@ def _created_record(run: NewRun, now: datetime) -> RunRecord:
         event_count=1,
         parent=run.parent,
         priority=run.priority,
+        version=run.version,
     )

@@ -27,7 +27,7 @@ __all__ = [
 
 RUN_COLUMNS = (
     "id, workflow, status, input, result, error_class, error_message, created_at, "
-    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority"
+    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
 
@@ -43,7 +43,7 @@ def from_ts(seconds: float) -> datetime:
 def run_of(row: Sequence[Any]) -> RunRecord:
     (id_, workflow, status, input_, result, error_class, error_message, created_at,
      updated_at, available_at, lease_owner, lease_epoch, event_count, parent,
-     priority) = row  # fmt: skip
+     priority, version) = row  # fmt: skip
     return RunRecord(
         id=id_,
         workflow=workflow,
@@ -59,6 +59,7 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         event_count=event_count,
         parent=parent,
         priority=priority,
+        version=version,
     )
 
 

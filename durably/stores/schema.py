@@ -105,7 +105,25 @@ _V5 = [
     " WHERE available_at IS NOT NULL",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
+_V6 = [
+    # The version of its workflow a run was started on (durably.versions): only workers that
+    # serve it claim it. NULL for runs started before versions were recorded: any worker may.
+    "ALTER TABLE durably_runs ADD COLUMN version TEXT",
+    # Live workers, each beating every third of its lease: what `durably workers` lists, and
+    # whom `runs show` names as able to run a run's version.
+    """CREATE TABLE durably_workers (
+        name TEXT PRIMARY KEY,
+        started_at {real} NOT NULL,
+        seen_at {real} NOT NULL,
+        beat_seconds {real} NOT NULL,
+        serves TEXT NOT NULL
+    )""",
+    # durably.patched decisions, found by patch without reading every history.
+    "CREATE INDEX durably_events_patches ON durably_events (name, run_id)"
+    " WHERE kind = 'patch_decided'",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import effects, forking, inbox, reads, transacting, waking
+from durably.stores import effects, forking, inbox, reads, transacting, waking, workers
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -29,6 +29,8 @@ from durably.stores.base import (
     RunRecord,
     Sent,
     SentOutcome,
+    Serves,
+    WorkerBeat,
 )
 from durably.stores.rows import (
     RUN_COLUMNS,
@@ -54,7 +56,8 @@ _INSERT_EVENT = (
 )
 _CREATE = (
     "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,"
-    " event_count, priority) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?) ON CONFLICT (id) DO NOTHING"
+    " event_count, priority, version) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?)"
+    " ON CONFLICT (id) DO NOTHING"
 )
 _COMMIT = """
 UPDATE durably_runs SET
@@ -123,7 +126,8 @@ class SQLiteStore:
         with self._write() as db:
             created = (
                 db.execute(
-                    _CREATE, (run.id, run.workflow, run.input, at, at, at, run.priority)
+                    _CREATE,
+                    (run.id, run.workflow, run.input, at, at, at, run.priority, run.version),
                 ).rowcount
                 == 1
             )
@@ -146,7 +150,8 @@ class SQLiteStore:
             for run in runs:
                 made = (
                     db.execute(
-                        _CREATE, (run.id, run.workflow, run.input, at, at, at, run.priority)
+                        _CREATE,
+                        (run.id, run.workflow, run.input, at, at, at, run.priority, run.version),
                     ).rowcount
                     == 1
                 )
@@ -170,7 +175,7 @@ class SQLiteStore:
     def claim(
         self,
         owner: str,
-        workflows: Collection[str],
+        workflows: Serves,
         *,
         now: datetime,
         lease: timedelta,
@@ -179,13 +184,13 @@ class SQLiteStore:
         if not workflows or limit <= 0:
             return []
         at, expires = ts(now), ts(now + lease)
-        names = list(workflows)
+        which, params = workers.served(reads.SQLITE, workflows)
         with self._write() as db:
             picked = db.execute(
                 "SELECT id, status, lease_owner FROM durably_runs"
-                f" WHERE {CLAIM_RANK} <= ? AND available_at <= ? AND workflow IN ({_marks(names)})"
+                f" WHERE {CLAIM_RANK} <= ? AND available_at <= ? AND {which}"
                 f" ORDER BY {CLAIM_RANK} LIMIT ?",
-                (at, at, *names, limit),
+                (at, at, *params, limit),
             ).fetchall()
             taken = [
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
@@ -292,7 +297,7 @@ class SQLiteStore:
             with transacting.user_errors(), self._write() as db:
                 if not transacting.holds(db, reads.SQLITE, lease):
                     return False
-                checkpoint = transacting.work_in(work, db, lambda: db.in_transaction)
+                checkpoint = transacting.work_in(work, db, lambda: _left(db))
                 [fenced_in], due_now = _apply(db, [checkpoint], at, look_first=False)
                 if not fenced_in:
                     raise transacting.Refused
@@ -300,6 +305,8 @@ class SQLiteStore:
                     committing()
         except transacting.Refused:
             return False
+        finally:
+            self._release_connection()  # a transactional step's thread ends after this
         self._tell([checkpoint], [True], due_now)
         return True
 
@@ -378,6 +385,24 @@ class SQLiteStore:
                 db, reads.SQLITE, status=status, workflow=workflow, limit=limit, after=after
             )
 
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        with self._read() as db:
+            return workers.unserved(db, reads.SQLITE, serves, now=now)
+
+    def beat(self, worker: WorkerBeat) -> None:
+        with self._write() as db:
+            workers.beat(db, reads.SQLITE, worker)
+
+    def forget_worker(self, name: str) -> None:
+        with self._write() as db:
+            workers.forget(db, reads.SQLITE, name)
+
+    def workers(self) -> list[WorkerBeat]:
+        with self._read() as db:
+            return workers.listed(db)
+
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
         with self._read() as db:
             return reads.unclaimable(db, reads.SQLITE, known, now=now)
@@ -401,6 +426,17 @@ class SQLiteStore:
             with self._lock:
                 self._connections.append(db)
         return db
+
+    def _release_connection(self) -> None:
+        """Close this thread's connection (the next call here opens another)."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            return
+        self._local.db = None
+        with self._lock:
+            if db in self._connections:
+                self._connections.remove(db)
+        db.close()
 
     def _connect(self) -> sqlite3.Connection:
         # mode=rw: a file that does not exist is an error, never created (create=False)
@@ -525,6 +561,16 @@ def _apply(
             fenced_in = _applied(db, checkpoint)
         results.append(fenced_in)
     return results, due_now
+
+
+def _left(db: sqlite3.Connection) -> str:
+    """How a transactional step's work left the transaction: "open", or "ended"."""
+    return "open" if db.in_transaction else "ended"
+
+
+def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
+    """The parameters of _CREATE for `run`, created at `at`."""
+    return (run.id, run.workflow, run.input, at, at, at, run.priority, run.version)
 
 
 def _ends(checkpoint: Checkpoint) -> bool:

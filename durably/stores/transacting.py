@@ -9,13 +9,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from durably.errors import TransactionEnded
+from durably.errors import TransactionAborted, TransactionEnded
 from durably.stores.base import Checkpoint, Lease
 from durably.stores.reads import Connection, Dialect
 
 __all__ = ["Refused", "holds", "user_errors", "work_in"]
 
 Work = Callable[[Any], Checkpoint]
+
+_ABORTED = (
+    "a statement of the transactional step failed and the step went on: PostgreSQL aborted the "
+    "transaction, so nothing of it was written. Let the error fail the step, or run the "
+    "statement that may fail in a savepoint (with durably.connection().transaction(): ...)"
+)
 
 _ENDED_BY_WORK = (
     "the transactional step ended its transaction itself (a COMMIT or ROLLBACK statement): its "
@@ -47,16 +53,21 @@ def holds(db: Connection, dialect: Dialect, lease: Lease) -> bool:
     return row is not None
 
 
-def work_in(work: Work, db: Any, still_open: Callable[[], bool]) -> Checkpoint:
-    """`work(db)`; what it raises goes out wrapped, to be unwrapped by `user_errors`. Work
-    that ended the transaction itself (a COMMIT or ROLLBACK statement of its own) fails the
-    step for good: its writes may be durable without the step's outcome."""
+def work_in(work: Work, db: Any, left: Callable[[], str]) -> Checkpoint:
+    """`work(db)`; what it raises goes out wrapped, to be unwrapped by `user_errors`. `left()`
+    says how the work left the transaction: "open" (as it should), "ended" (a COMMIT or
+    ROLLBACK statement of its own: it fails for good, since its writes may be durable without
+    the step's outcome), or "aborted" (PostgreSQL: a statement failed and the work went on:
+    nothing of it is written, and the attempt fails)."""
     try:
         checkpoint = work(db)
     except Exception as exc:
         raise _WorkFailed(exc) from exc
-    if not still_open():
+    state = left()
+    if state == "ended":
         raise _WorkFailed(TransactionEnded(_ENDED_BY_WORK))
+    if state == "aborted":
+        raise _WorkFailed(TransactionAborted(_ABORTED))
     return checkpoint
 
 

@@ -213,7 +213,7 @@ def test_a_renamed_child_is_caught_on_replay(
 ) -> None:
     family_app(app, [])
 
-    @app.workflow
+    @app.workflow(version="1")  # the new deploy keeps it: its runs are its to run
     async def parent() -> str:
         child = await durably.start_child(app.registry.workflows["pick"], "a")
         await durably.sleep("1m")
@@ -228,7 +228,7 @@ def test_a_renamed_child_is_caught_on_replay(
     async def pick_other(item: str) -> str:
         return item
 
-    @other_app.workflow
+    @other_app.workflow(version="1")
     async def parent() -> str:  # noqa: F811 (the new deploy's code)
         child = await durably.start_child(pick_other, "a")
         await durably.sleep("1m")

@@ -195,7 +195,7 @@ def leave_in_flight(app: durably.App, first: str, second: str) -> Callable[[], l
         await asyncio.Event().wait()
         return "never"
 
-    @app.workflow(name="flow")
+    @app.workflow(name="flow", version="1")  # kept by the deploys below: same version
     async def flow() -> list[str]:
         return [await one(), await two()]
 
@@ -226,7 +226,7 @@ def test_a_changed_workflow_is_parked_for_a_person(
         v2_calls.append("reserve_stock")
         return "reserved"
 
-    @other_app.workflow(name="flow")
+    @other_app.workflow(name="flow", version="1")
     async def flow_v2() -> list[str]:  # the new deploy charges first
         return [await charge_card(), await reserve_stock()]
 
@@ -271,7 +271,7 @@ def test_a_workflow_calling_more_steps_on_replay_is_fine_past_the_history(
     async def c() -> str:
         return "c done"
 
-    @other_app.workflow(name="flow")
+    @other_app.workflow(name="flow", version="1")
     async def flow_v2() -> list[str]:
         return [await a(), await b(), await c()]
 

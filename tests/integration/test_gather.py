@@ -164,7 +164,7 @@ def test_a_renamed_branch_is_caught_on_replay(
             raise ConnectionError("reset")
         return name
 
-    @app.workflow
+    @app.workflow(version="1")  # the new deploy keeps the version: its runs are its to run
     async def ship() -> list[str]:
         return await durably.gather(pack("a"), pack("b"))  # type: ignore[no-any-return]
 
@@ -179,7 +179,7 @@ def test_a_renamed_branch_is_caught_on_replay(
     async def wrap(name: str) -> str:
         return name
 
-    @other_app.workflow
+    @other_app.workflow(version="1")
     async def ship() -> list[str]:  # noqa: F811
         return await durably.gather(pack("a"), wrap("b"))  # type: ignore[no-any-return]
 

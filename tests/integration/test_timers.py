@@ -90,7 +90,7 @@ def test_a_timer_keeps_its_recorded_time_when_the_code_asks_for_another(
     """Replay ends a timer at the time recorded when it was set, whatever the code (now
     deployed with another duration) would compute."""
 
-    @app.workflow(name="nap")
+    @app.workflow(name="nap", version="1")  # the new deploy keeps the version
     async def nap() -> str:
         await durably.sleep("1h")
         return "rested"
@@ -99,7 +99,7 @@ def test_a_timer_keeps_its_recorded_time_when_the_code_asks_for_another(
     app.run_until_idle()
     set_at = clock.now()
 
-    @other_app.workflow(name="nap")
+    @other_app.workflow(name="nap", version="1")
     async def longer_nap() -> str:
         await durably.sleep("5h")
         return "rested"
@@ -234,12 +234,12 @@ def test_now_uuid4_and_random_replay_unchanged(
 def test_a_changed_order_of_durable_calls_is_caught(
     app: durably.App, other_app: durably.App, clock: FakeClock
 ) -> None:
-    @app.workflow(name="order")
+    @app.workflow(name="order", version="1")  # the new deploy keeps the version
     async def first() -> str:
         await durably.sleep("1m")
         return "ok"
 
-    @other_app.workflow(name="order")
+    @other_app.workflow(name="order", version="1")
     async def changed() -> str:
         durably.now()  # where the timer was
         await durably.sleep("1m")

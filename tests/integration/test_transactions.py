@@ -288,3 +288,83 @@ def test_a_transactional_step_is_refused_in_a_gather_and_as_an_async_def(
 
         @app.transaction
         async def nope() -> None: ...
+
+
+def test_sql_that_failed_and_was_caught_fails_the_attempt_on_postgres_only(
+    app: durably.App, ledger: Ledger, store_url: str
+) -> None:
+    """PostgreSQL aborts a transaction whose statement failed: a body that catches the error
+    and returns has written nothing, and its attempt fails (TransactionAborted). SQLite keeps
+    the transaction going: the body's other writes commit."""
+
+    @app.transaction(retry=Retry(attempts=1))
+    def book_and_shrug(entry: str) -> str:
+        db = durably.connection()
+        ledger.insert(db, entry, 1)
+        try:
+            db.execute("INSERT INTO no_such_table VALUES (1)")
+        except Exception:  # the body carries on: what was written so far?
+            return "shrugged"
+        return "unreachable"
+
+    @app.workflow
+    async def shrugging(entry: str) -> str:
+        return await book_and_shrug(entry)  # type: ignore[no-any-return]
+
+    handle = app.start(shrugging, "e-7")
+    app.run_until_idle()
+
+    run = app.get_run(handle.id)
+    if store_url.startswith("sqlite"):
+        assert handle.result(timeout=0) == "shrugged"
+        assert ledger.rows() == [("e-7", 1)]
+    else:
+        assert run.status is RunStatus.NEEDS_ATTENTION
+        assert run.error is not None
+        assert "TransactionAborted" in run.error.message
+        assert "savepoint" in run.error.message
+        assert ledger.rows() == []
+
+
+def test_a_timed_out_attempt_is_not_unknown_and_takes_no_reconcile_hook(
+    app: durably.App, ledger: Ledger, clock: FakeClock
+) -> None:
+    @app.transaction(timeout="0.1s", retry=Retry(attempts=2, initial="1s"))
+    def book_late(entry: str) -> str:
+        time.sleep(0.3)
+        return entry
+
+    with pytest.raises(ConfigError, match="takes no reconcile hook"):
+
+        @book_late.reconcile
+        def find(entry: str) -> str | None:
+            return None
+
+    @app.workflow
+    async def booking_late(entry: str) -> str:
+        return await book_late(entry)  # type: ignore[no-any-return]
+
+    handle = app.start(booking_late, "e-8")
+    app.run_until_idle()
+    [failed] = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_ATTEMPT_FAILED]
+    assert '"unknown":false' in (failed.data or "").replace(" ", "")
+
+
+def test_a_worker_running_many_transactional_steps_holds_few_sqlite_connections(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    """Each attempt runs in a thread of its own; SQLite connections are per thread: each
+    attempt's is closed with its transaction, not kept until the store closes."""
+    app = durably.App(sqlite_url, clock=clock)
+    try:
+        app.store  # noqa: B018
+        ledger = Ledger(sqlite_url)
+        book_app(app, ledger)
+        for n in range(30):
+            app.start("booking", f"e-{n}", n)
+        app.run_until_idle()
+
+        assert len(ledger.rows()) == 30
+        assert len(app.store._connections) < 10  # type: ignore[attr-defined]
+    finally:
+        app.close()

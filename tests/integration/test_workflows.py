@@ -170,11 +170,11 @@ def test_many_runs_are_drained(app: durably.App) -> None:
 def test_a_run_started_by_another_app_is_executed(app: durably.App, other_app: durably.App) -> None:
     """A client process starts the run; a worker process on the same store executes it."""
 
-    @app.workflow(name="shout")
+    @app.workflow(name="shout", version="1")  # a client's code differs: the same version
     async def shout(word: str) -> str:
         return word.upper()
 
-    @other_app.workflow(name="shout")
+    @other_app.workflow(name="shout", version="1")
     async def shout_client(word: str) -> str:
         raise AssertionError("the client never executes")
 

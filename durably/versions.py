@@ -1,0 +1,86 @@
+"""Workflow versions: what a run is pinned to when it starts, so that only workers with the
+same code (or code declared compatible) ever run it.
+
+A workflow's version is the one its decorator names (`@app.workflow(version="2025-06-a")`),
+or by default a short hash of its code: the function's source, read as tokens (so comments,
+blank lines and indentation do not count, and Python versions agree), and the registered
+names of the steps and workflows it refers to (renaming a step changes what its history
+records). A change of either is a new version; `versions=` on the decorator lists older ones
+this code can still run (a change made compatible with `durably.patched`).
+
+Written by hand: no library hashes a function's code in a way that stays the same across
+Python versions (bytecode does not; the AST's dump gained fields in 3.12).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import textwrap
+import tokenize
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["code_version"]
+
+_SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+_DIGITS = 12  # of the SHA-256, in hex: 48 bits, plenty to tell a workflow's versions apart
+
+
+def code_version(fn: Callable[..., Any], names: Callable[[object], str | None]) -> str:
+    """The default version of the workflow `fn`. `names(obj)`: the registered name of a step
+    or workflow object the code refers to (None for anything else)."""
+    digest = hashlib.sha256()
+    for part in _source_tokens(fn):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    for referred in sorted(_referred(fn, names)):
+        digest.update(b"\1" + referred.encode())
+    return digest.hexdigest()[:_DIGITS]
+
+
+def _source_tokens(fn: Callable[..., Any]) -> Iterator[str]:
+    """The function's source as its tokens' text; its bytecode if the source is not there
+    (a function made at run time): stable for one Python version only."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (OSError, TypeError, tokenize.TokenError, IndentationError):
+        code = getattr(fn, "__code__", None)
+        yield repr(code.co_code if code else fn)
+        yield repr(code.co_consts if code else ())
+        return
+    for token in tokens:
+        if token.type not in _SKIPPED:
+            yield token.string
+
+
+def _referred(fn: Callable[..., Any], names: Callable[[object], str | None]) -> set[str]:
+    """The registered names of the steps and workflows the code refers to, by a global name
+    or a variable of an enclosing function (a workflow defined where its steps are)."""
+    code = getattr(fn, "__code__", None)
+    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    cells = getattr(fn, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars if code else (), cells, strict=False):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+    found: set[str] = set()
+    for name in _global_names(code):
+        registered = names(scope.get(name))
+        if registered is not None:
+            found.add(f"{name}={registered}")
+    return found
+
+
+def _global_names(code: types.CodeType | None) -> Iterator[str]:
+    if code is None:
+        return
+    yield from code.co_names
+    yield from code.co_freevars
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):  # a nested function or comprehension
+            yield from _global_names(constant)
