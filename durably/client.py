@@ -9,17 +9,14 @@ still read runs and act on them; only starting a run needs it.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Protocol
 
-from durably import approvals, control, operations, restarting
+from durably import approvals, control, operations, paging, restarting
 from durably.approvals import PendingApproval
 from durably.clock import Clock, SystemClock
 from durably.codec import NO_HINT, decode, decode_given, decode_given_call, encode, encode_call
@@ -45,6 +42,7 @@ from durably.operations import DeadLetter
 from durably.runtime.waits import SIGNAL_KIND, check_signal_name
 from durably.starting import Starter
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
+from durably.stores.base import WorkerBeat
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 
 __all__ = [
@@ -221,12 +219,12 @@ class Client:
         two pages moves to the front, ahead of the cursor: later pages do not show it (again)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
-        wanted = None if status is None else _status(status)
-        after = None if cursor is None else _after(cursor)
+        wanted = None if status is None else paging.status_of(status)
+        after = None if cursor is None else paging.after(cursor)
         # One more than asked: whether there is a next page, without a last empty one.
         found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after)
         page = found[:limit]
-        return RunPage(page, _cursor(page[-1]) if len(found) > limit else None)
+        return RunPage(page, paging.cursor(page[-1]) if len(found) > limit else None)
 
     def wait(
         self, run_id: str, *, timeout: Duration | None = None, poll: Duration = DEFAULT_POLL
@@ -256,6 +254,11 @@ class Client:
         """Stop listening for runs that end (until the next `wait`); the store is not
         closed: it is the caller's."""
         self._finishes.close()
+
+    def workers(self) -> list[WorkerBeat]:
+        """The workers that said lately they are alive (and the dead ones not yet dropped),
+        with the versions of each workflow they run."""
+        return self.store.workers()
 
     def history(self, run_id: str) -> list[Event]:
         """The run's events in order; RunNotFound if no run has this id."""
@@ -567,33 +570,3 @@ def _check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
             f"workflow {workflow!r} and input {payload} would create a second run. Use another "
             "id, or app.handle(id) to follow the existing run."
         )
-
-
-def _status(status: RunStatus | str) -> RunStatus:
-    try:
-        return RunStatus(status)
-    except ValueError:
-        known = ", ".join(RunStatus)
-        raise DurablyError(f"{status!r} is not a run status (one of: {known})") from None
-
-
-def _cursor(run: RunRecord) -> str:
-    """Where the next page starts, as an opaque string: the last run's (updated_at, id)."""
-    key = json.dumps([run.updated_at.isoformat(), run.id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def _after(cursor: str) -> tuple[datetime, str]:
-    try:
-        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        moment, run_id = json.loads(key)
-        at = datetime.fromisoformat(moment)
-        if at.tzinfo is None or not isinstance(run_id, str):
-            raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error):
-        shown = cursor if len(cursor) <= 60 else cursor[:59] + "…"
-        raise DurablyError(
-            f"the cursor {shown!r} is not one durably gave out: pass the next_cursor of the "
-            "previous page as it is (none for the first page)"
-        ) from None
-    return at, run_id

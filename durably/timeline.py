@@ -29,7 +29,7 @@ from durably.core.payloads import (
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
-from durably.stores.base import RunRecord
+from durably.stores.base import RunRecord, WorkerBeat
 
 __all__ = ["TimelineRow", "describe_run", "timeline"]
 
@@ -72,9 +72,15 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
     return rows
 
 
-def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str, str]]:
+def describe_run(
+    run: RunRecord,
+    events: Sequence[Event] = (),
+    workers: Sequence[WorkerBeat] = (),
+    now: datetime | None = None,
+) -> list[tuple[str, str]]:
     """The run's current state as label/value pairs (with its history: the approvals it
-    waits for, and the last heartbeat any step recorded)."""
+    waits for, and the last heartbeat any step recorded; with the workers and the time:
+    which live workers can run its version)."""
     pairs = [
         ("run", run.id),
         ("workflow", run.workflow),
@@ -85,6 +91,8 @@ def describe_run(run: RunRecord, events: Sequence[Event] = ()) -> list[tuple[str
     ]
     if run.priority:
         pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
+    if run.version is not None:
+        pairs.append(("version", _version(run, workers, now)))
     if run.lease_owner:
         pairs.append(("leased by", f"{run.lease_owner} (epoch {run.lease_epoch})"))
     if run.available_at is not None:
@@ -250,3 +258,21 @@ def _ms(delta: object) -> float:
 
     assert isinstance(delta, timedelta)
     return delta.total_seconds() * 1000
+
+
+def _version(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime | None) -> str:
+    """The run's version, and, while it has yet to end, which live workers can run it."""
+    if run.status in FINAL or now is None:
+        return str(run.version)
+    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
+    serving = [w.name for w in live if run.version in w.serves[run.workflow]]
+    if serving:
+        return f"{run.version} (run by: {', '.join(serving)})"
+    others = sorted({v for w in live for v in w.serves[run.workflow]})
+    if others:
+        return (
+            f"{run.version}: no live worker runs it; theirs: {', '.join(others)}. Start a "
+            "worker with the code it started on, or list it in @app.workflow(versions=...) "
+            "if this code runs it the same way"
+        )
+    return f"{run.version} (no live worker runs workflow {run.workflow!r})"

@@ -141,7 +141,8 @@ def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> Non
     """A run's state and its whole timeline: steps, attempts, keys, durations, errors."""
     with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
-    for label, value in describe_run(run, history):
+        workers, now = client.workers(), client.clock.now()
+    for label, value in describe_run(run, history, workers, now):
         click.echo(f"{label + ':':<15}{value}")
     click.echo("")
     click.echo(f"{'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  DETAIL")

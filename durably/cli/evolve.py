@@ -1,0 +1,31 @@
+"""Commands for code that evolves: which workers run which versions (`durably workers`)."""
+
+from __future__ import annotations
+
+import click
+
+from durably.cli.base import PRECEDENCE, cli, client_for, where
+
+__all__ = ["workers"]
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+def workers(app_target: str | None, store_url: str | None) -> None:
+    """The workers of the store, live or lately gone, with the versions they run.
+
+    A run is claimed only by a worker that runs its workflow's version (`durably runs show`
+    says which can); a worker that missed three beats is presumed dead."""
+    with client_for(app_target, store_url) as client:
+        listed, now = client.workers(), client.clock.now()
+    click.echo(f"{'WORKER':<40} {'STATE':<6} {'LAST SEEN':<12} {'UP SINCE':<24} SERVES")
+    for worker in listed:
+        state = "live" if worker.alive(now) else "gone"
+        seen = f"{(now - worker.seen_at).total_seconds():.0f}s ago"
+        since = worker.started_at.isoformat(timespec="seconds")
+        serves = "; ".join(
+            f"{name} {', '.join(versions)}" for name, versions in sorted(worker.serves.items())
+        )
+        click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<24} {serves}")
+    if not listed:
+        click.echo("(no worker has run on this store lately)")
