@@ -25,6 +25,7 @@ from typing import Any, NoReturn, TypeVar
 
 from durably.codec import NO_HINT, encode
 from durably.core.approvals import ON_TIMEOUT
+from durably.core.patches import check_name
 from durably.core.priority import check_priority
 from durably.definitions import Step, Workflow
 from durably.durations import Duration, parse_duration
@@ -223,6 +224,28 @@ def continue_as_new(*args: Any, **kwargs: Any) -> NoReturn:
     unless started detached. Call it last, in place of returning; `except Exception` does
     not catch it."""
     _here("continue_as_new").continue_as_new(args, kwargs)
+
+
+def patched(patch_id: str) -> bool:
+    """Whether this run takes the new side of a change made under running workflows:
+    `if durably.patched("fraud-check"): <new code> else: <old code>`. A run that got past this
+    point before the change (its history follows the old code) takes the old side; every other
+    run the new one. Decided the first time the run gets here, recorded, and the same on every
+    replay. It takes no place in the history: no step after it moves."""
+    check_name(patch_id)
+    side: bool = _call("patched", lambda execution: execution.patches.patched(patch_id),
+                       awaited=False)  # fmt: skip
+    return side
+
+
+def deprecated_patch(patch_id: str) -> None:
+    """Say that the patch `patch_id` is retired: the code has only its new side now. A run
+    that took the old side (or got past this point before the patch) cannot follow this code
+    and is parked with NonDeterminismError; `durably runs list --patch ID` lists such runs
+    before you deploy."""
+    check_name(patch_id)
+    _call("deprecated_patch", lambda execution: execution.patches.retired(patch_id),
+          awaited=False)  # fmt: skip
 
 
 def now() -> datetime:

@@ -213,16 +213,21 @@ class Client:
         workflow: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        patch: str | None = None,
     ) -> RunPage:
         """A page of runs, most recently updated first (ties by id); `cursor` is the previous
         page's next_cursor. A run that stays put is listed exactly once; one updated between
-        two pages moves to the front, ahead of the cursor: later pages do not show it (again)."""
+        two pages moves to the front, ahead of the cursor: later pages do not show it (again).
+        `patch`: only the runs still on the old side of that patch (not ended): those that
+        keep it from being retired."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
         wanted = None if status is None else paging.status_of(status)
         after = None if cursor is None else paging.after(cursor)
         # One more than asked: whether there is a next page, without a last empty one.
-        found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after)
+        found = self.store.runs(
+            status=wanted, workflow=workflow, limit=limit + 1, after=after, patch=patch
+        )
         page = found[:limit]
         return RunPage(page, paging.cursor(page[-1]) if len(found) > limit else None)
 

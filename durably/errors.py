@@ -111,11 +111,15 @@ class UnknownWorkflow(DurablyError):
 class NonDeterminismError(DurablyError):
     """The workflow called a different step than its history records at that position."""
 
-    def __init__(self, *, position: int, recorded: str, called: str) -> None:
+    def __init__(
+        self, *, position: int, recorded: str, called: str, why: str | None = None
+    ) -> None:
         super().__init__(
-            f"step #{position} is recorded as {recorded!r} but the workflow now calls {called!r}; "
-            "the workflow code changed under a run in flight (let old runs finish on the old "
-            "code, or register the new code under a new workflow name)"
+            why
+            or f"step #{position} is recorded as {recorded!r} but the workflow now calls "
+            f"{called!r}; the workflow code changed under a run in flight (put the change "
+            'behind `if durably.patched("...")`, or let old runs finish on the old code: give '
+            "the new code a new version, or register it under a new workflow name)"
         )
         self.position = position
         self.recorded = recorded

@@ -59,6 +59,8 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
             begun = started.get((event.position, event.attempt))
             duration = None if begun is None else _ms(event.at - begun)
         step = "" if event.name is None else f"#{event.position} {event.name}"
+        if event.position is None and event.name is not None:  # a patch: no position
+            step = event.name
         rows.append(
             TimelineRow(
                 offset_ms=_ms(event.at - origin),
@@ -199,6 +201,8 @@ def _deadline(started: RunStarted) -> str:
 def _detail(event: Event) -> str:
     if event.data is None:
         return ""
+    if event.kind is EventKind.PATCH_DECIDED:
+        return "the new code" if event.data == "true" else "the old code (it got here before)"
     try:
         payload = payload_of(event)
     except PayloadError:

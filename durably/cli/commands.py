@@ -114,6 +114,13 @@ def runs() -> None:
 @click.option("--workflow", default=None)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 @click.option("--cursor", default=None, help="Where the page starts (printed under the last).")
+@click.option(
+    "--patch",
+    default=None,
+    metavar="ID",
+    help="Only runs still on the old side of this patch (durably.patched), not ended: none "
+    "left, and the patch can be retired (durably.deprecated_patch).",
+)
 def runs_list(
     app_target: str | None,
     store_url: str | None,
@@ -121,10 +128,13 @@ def runs_list(
     workflow: str | None,
     limit: int,
     cursor: str | None,
+    patch: str | None,
 ) -> None:
     """The most recently updated runs, a page at a time."""
     with client_for(app_target, store_url) as client:
-        page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor)
+        page = client.runs(
+            status=status, workflow=workflow, limit=limit, cursor=cursor, patch=patch
+        )
     click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
     for run in page.runs:
         error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]

@@ -50,6 +50,9 @@ class EventKind(StrEnum):
     APPROVAL_ESCALATED = "approval_escalated"  # timed out with on_timeout="escalate"
     APPROVAL_DECIDED = "approval_decided"  # data: approved, by, at, comment, via
     STEP_HEARTBEAT = "step_heartbeat"  # a long step's progress (data: the details, as JSON)
+    # durably.patched: which side of a change the run takes (name: the patch; data: true for
+    # the new code, false for the old); no position: patches shift no step
+    PATCH_DECIDED = "patch_decided"
 
 
 @dataclass(frozen=True, slots=True)

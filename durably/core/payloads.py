@@ -382,6 +382,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.SIGNAL_RECEIVED: SignalReceived,
     EventKind.SIGNAL_TIMED_OUT: None,
     EventKind.VALUE_RECORDED: Result,
+    EventKind.PATCH_DECIDED: Result,  # true (the new code) or false (the old)
     EventKind.CHILD_STARTED: ChildStarted,
     EventKind.APPROVAL_REQUESTED: ApprovalRequested,
     EventKind.APPROVAL_TOKEN: ApprovalToken,

@@ -64,6 +64,10 @@ class Execution(Protocol):
     @property
     def children(self) -> Any: ...
 
+    # durably.patched / deprecated_patch (a runtime.patches.Patches: patched, retired)
+    @property
+    def patches(self) -> Any: ...
+
     # durably.gather: the calls' results in call order (see runtime.fanout)
     def gather(
         self,

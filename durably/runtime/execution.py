@@ -70,6 +70,7 @@ from durably.runtime.flow import (
 from durably.runtime.gating import Gates
 from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.interrupts import AttemptCancelled, Interrupts
+from durably.runtime.patches import Patches
 from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
 from durably.stores.base import Claim, Delivery
@@ -121,6 +122,7 @@ class RunExecution:
         self.waits = Waits(self._writer, self._clock, self.place)
         self._inherited = lineage(claim.events).deadline  # a child's, from its parent
         self.children = Children(self, self._writer, engine.registry, self._deadline)
+        self.patches = Patches(self._writer, self._where)
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
         self.interrupts = Interrupts()  # async step bodies a cancel cancels
@@ -531,6 +533,11 @@ class RunExecution:
 
     async def approval(self, ask: ApprovalCall) -> Decision:
         return await await_approval(self, self._writer, ask)
+
+    def _where(self) -> tuple[int, bool]:
+        """The body's next position, and whether the history holds calls from there on."""
+        assert self._phase is not None
+        return self._position, self._position < len(self._phase.steps)
 
     def peek(self, position: int) -> StepRecord | None:
         """What the history holds at `position`, if anything (the position is not taken)."""

@@ -339,10 +339,14 @@ class Store(Protocol):
         workflow: str | None = None,
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
     ) -> list[RunRecord]:
         """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
         order. `after` is the (updated_at, id) of the last run of the previous page: only the
-        runs that come after it in that order are listed (keyset pagination)."""
+        runs that come after it in that order are listed (keyset pagination). `patch`: only
+        runs that have not ended and may be on the old side of that patch (durably.patched):
+        of the workflows whose runs met it, those that did not take its new side (the old
+        side, or not met yet)."""
         ...
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:

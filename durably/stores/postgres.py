@@ -458,10 +458,17 @@ class PostgresStore:
         workflow: str | None = None,
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
     ) -> list[RunRecord]:
         return self._db.run(
             lambda db: reads.runs(
-                db, reads.POSTGRES, status=status, workflow=workflow, limit=limit, after=after
+                db,
+                reads.POSTGRES,
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                after=after,
+                patch=patch,
             )
         )
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from durably.core.history import Event
-from durably.core.status import RunStatus
+from durably.core.status import FINAL, RunStatus
 from durably.stores.base import RunRecord
 from durably.stores.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
 from durably.stores.schema import CLAIM_RANK
@@ -83,6 +83,7 @@ def runs(
     workflow: str | None,
     limit: int,
     after: tuple[datetime, str] | None,
+    patch: str | None = None,
 ) -> list[RunRecord]:
     """Most recently updated first, ties by id (descending); only those after `after`.
 
@@ -97,6 +98,10 @@ def runs(
     if workflow is not None:
         where.append(f"workflow = {mark}")
         params.append(workflow)
+    if patch is not None:
+        ended, more = dialect.one_of("status", sorted(FINAL))
+        where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")
+        params += [*more, patch, patch]
     if after is not None:
         # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
         # ties on updated_at (every run of one batch commit shares it) by id.
@@ -110,6 +115,16 @@ def runs(
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]
+
+
+# The runs that may be on a patch's old side (through the index of patch decisions): of the
+# workflows whose runs met the patch, every run but those that took its new side. A run that
+# has not met it yet may have a history past its point (it started on older code): it counts.
+_OLD_SIDE = """workflow IN (SELECT r.workflow FROM durably_runs AS r
+        JOIN durably_events AS e ON e.run_id = r.id
+        WHERE e.kind = 'patch_decided' AND e.name = {mark})
+    AND id NOT IN (SELECT run_id FROM durably_events
+        WHERE kind = 'patch_decided' AND name = {mark} AND data = 'true')"""
 
 
 def unclaimable(

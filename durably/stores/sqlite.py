@@ -379,11 +379,11 @@ class SQLiteStore:
         workflow: str | None = None,
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
     ) -> list[RunRecord]:
         with self._read() as db:
-            return reads.runs(
-                db, reads.SQLITE, status=status, workflow=workflow, limit=limit, after=after
-            )
+            return reads.runs(db, reads.SQLITE, status=status, workflow=workflow, limit=limit,
+                              after=after, patch=patch)  # fmt: skip
 
     def unserved(
         self, serves: Mapping[str, Collection[str]], *, now: datetime

@@ -245,6 +245,7 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         Command("ops", "supplier down"),
     ),
     (EventKind.RUN_PAUSED, '{"by": "ops", "reason": null}', Command("ops")),
+    (EventKind.PATCH_DECIDED, "false", Result("false")),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 
