@@ -27,7 +27,7 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import forking, inbox, reads, transacting, waking, workers
+from durably.stores import forking, inbox, pg_leases, reads, transacting, waking, workers
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -46,12 +46,11 @@ from durably.stores.pg_connections import Connections, redact
 from durably.stores.pg_listen import Listener
 from durably.stores.rows import (
     RUN_COLUMNS,
-    claimed_data,
     from_ts,
     run_of,
     ts,
 )
-from durably.stores.schema import CLAIM_RANK, check_schema, migrate
+from durably.stores.schema import check_schema, migrate
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -64,27 +63,6 @@ _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-_PICK_DUE = f"""
-    WHERE {CLAIM_RANK} <= %(now)s AND available_at <= %(now)s AND workflow = ANY(%(workflows)s)
-        AND (%(pinned)s::text[] IS NULL OR version IS NULL
-            OR workflow || %(separator)s || version = ANY(%(pinned)s))
-    ORDER BY {CLAIM_RANK} LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED"""
-_PICK_ONE = """
-    WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
-    FOR UPDATE"""
-_LEASE = """
-WITH picked AS (
-    SELECT id, status AS previous_status, lease_owner AS previous_owner FROM durably_runs
-    {pick}
-)
-UPDATE durably_runs AS r SET
-    status = 'running', lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
-    available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1
-FROM picked WHERE r.id = picked.id
-RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
-    picked.previous_status, picked.previous_owner, r.priority
-"""
 _CREATE = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
@@ -123,18 +101,6 @@ SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
 # A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
 # NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
-_CLAIMED = """
-SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
-JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
-WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
-    AND e.kind = 'claimed' AND e.at = %(now)s
-    AND (e.data::jsonb ->> 'epoch')::bigint = r.lease_epoch
-    AND {which}
-"""
-# The runs a claim made at `now` by `owner` leased, if it committed: each is still leased to
-# the owner, was last updated by that claim, and has the claim's CLAIMED event last (a run
-# that moved on since has other events after it). `now` tells one claim from another: every
-# claim the engine makes passes a fresh one.
 _WAKE_CHANNEL = WAKE_CHANNEL
 _DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
 _DEADLOCK_TRIES = 5
@@ -253,7 +219,9 @@ class PostgresStore:
             "limit": limit,
             "owner": owner,
         }
-        return self._lease_once(_PICK_DUE, "r.workflow = ANY(%(workflows)s)", params)
+        return pg_leases.lease_once(
+            self._db, pg_leases.PICK_DUE, "r.workflow = ANY(%(workflows)s)", params
+        )
 
     def take(
         self,
@@ -271,7 +239,7 @@ class PostgresStore:
             "statuses": [str(status) for status in statuses],
             "owner": owner,
         }
-        taken = self._lease_once(_PICK_ONE, "r.id = %(run_id)s", params)
+        taken = pg_leases.lease_once(self._db, pg_leases.PICK_ONE, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
 
     def fork(
@@ -514,62 +482,6 @@ class PostgresStore:
         db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         migrate(db, "postgres", self.url)
 
-    def _lease_once(self, pick: str, which: str, params: dict[str, Any]) -> list[Claim]:
-        """Lease the runs `pick` selects. Leasing is not safe to repeat: if the connection
-        dies, the lease may have committed, its runs now leased to the owner without the
-        owner knowing. So the second try first looks for what that lease left (`which`
-        narrows it to the runs it could have picked), and leases afresh only if nothing."""
-
-        def lease(db: psycopg.Connection[Any]) -> list[Claim]:
-            return self._lease(db, pick, params)
-
-        def settle(db: psycopg.Connection[Any]) -> list[Claim]:
-            return self._leased(db, which, params) or self._lease(db, pick, params)
-
-        return self._db.run(lease, transaction=True, after_loss=settle)
-
-    def _lease(self, db: psycopg.Connection[Any], pick: str, params: dict[str, Any]) -> list[Claim]:
-        """Give the picked runs a new lease epoch and record each claim in its history."""
-        taken = db.execute(_LEASE.format(pick=pick), params).fetchall()
-        if not taken:
-            return []
-        owner, at = params["owner"], params["now"]
-        with db.cursor() as cursor:
-            cursor.executemany(
-                _INSERT_EVENT,
-                [
-                    _claimed_row(run_id, count, at, owner, epoch, previous_status, previous_owner)
-                    for run_id, _, _, epoch, _, count, previous_status, previous_owner, _ in taken
-                ],
-            )
-        return self._claims(db, [(*row[:5], row[8]) for row in taken])
-
-    def _leased(
-        self, db: psycopg.Connection[Any], which: str, params: dict[str, Any]
-    ) -> list[Claim]:
-        """The claims a lease at params["now"] by params["owner"] made, if it committed."""
-        return self._claims(db, db.execute(_CLAIMED.format(which=which), params).fetchall())
-
-    def _claims(self, db: psycopg.Connection[Any], leased: Sequence[Sequence[Any]]) -> list[Claim]:
-        """Claims of (run id, workflow, input, epoch, inbox count, priority) rows, with their
-        histories and messages (read only for the runs that have some)."""
-        if not leased:
-            return []
-        histories = reads.histories(db, reads.POSTGRES, [row[0] for row in leased])
-        mail = inbox.deliveries(db, reads.POSTGRES, [row[0] for row in leased if row[4] > 0])
-        return [
-            Claim(
-                run_id,
-                workflow,
-                input_,
-                epoch,
-                tuple(histories.get(run_id, ())),
-                mail.get(run_id, ()),
-                priority,
-            )
-            for run_id, workflow, input_, epoch, _, priority in leased
-        ]
-
 
 def _despite_deadlocks(work: Callable[[], T]) -> T:
     """`work()`, tried again when PostgreSQL broke a deadlock by rolling it back: a parent
@@ -591,19 +503,6 @@ def _left(db: psycopg.Connection[Any]) -> str:
     if status == psycopg.pq.TransactionStatus.INTRANS:
         return "open"
     return "aborted" if status == psycopg.pq.TransactionStatus.INERROR else "ended"
-
-
-def _claimed_row(
-    run_id: str,
-    seq: int,
-    at: float,
-    owner: str,
-    epoch: int,
-    previous_status: str,
-    previous_owner: str | None,
-) -> tuple[Any, ...]:
-    data = claimed_data(owner, epoch, previous_status, previous_owner)
-    return (run_id, seq, EventKind.CLAIMED, at, None, None, None, data)
 
 
 def _without_option(url: str, name: str) -> tuple[str, str | None]:

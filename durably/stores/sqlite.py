@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import effects, forking, inbox, reads, transacting, waking, workers
+from durably.stores import (
+    forking,
+    inbox,
+    reads,
+    sqlite_commit,
+    transacting,
+    waking,
+    workers,
+)
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -34,10 +42,7 @@ from durably.stores.base import (
 )
 from durably.stores.rows import (
     RUN_COLUMNS,
-    checkpoint_params,
     claimed_data,
-    event_row,
-    from_ts,
     run_of,
     ts,
 )
@@ -59,29 +64,6 @@ _CREATE = (
     " event_count, priority, version) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
 )
-_COMMIT = """
-UPDATE durably_runs SET
-    updated_at = :now,
-    event_count = coalesce(:event_count, event_count),
-    status = coalesce(:status, status),
-    result = CASE WHEN :status IS NULL THEN result ELSE :result END,
-    error_class = CASE WHEN :status IS NULL THEN error_class ELSE :error_class END,
-    error_message = CASE WHEN :status IS NULL THEN error_message ELSE :error_message END,
-    available_at = CASE WHEN :status IS NULL THEN available_at
-        WHEN :status = 'pending' AND inbox > :consumed
-            AND (:available_at IS NULL OR :available_at > :now) THEN :now
-        ELSE :available_at END,
-    lease_owner = CASE WHEN :status IS NULL THEN lease_owner ELSE NULL END,
-    inbox = inbox - :consumed
-WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
-RETURNING status, available_at
-"""
-# The whole event, not only its seq: after a takeover, the seq a stale writer would use holds
-# the new owner's CLAIMED event.
-_APPLIED = """
-SELECT 1 FROM durably_events WHERE run_id = ? AND seq = ? AND kind = ? AND at = ?
-    AND position IS ? AND name IS ? AND attempt IS ?
-"""
 
 
 class SQLiteStore:
@@ -277,10 +259,10 @@ class SQLiteStore:
         at = ts(now)
         try:
             with self._write() as db:
-                results, due_now = _apply(db, checkpoints, at, look_first=False)
+                results, due_now = sqlite_commit.apply(db, checkpoints, at, look_first=False)
         except sqlite3.IntegrityError:
             with self._write() as db:
-                results, due_now = _apply(db, checkpoints, at, look_first=True)
+                results, due_now = sqlite_commit.apply(db, checkpoints, at, look_first=True)
         self._tell(checkpoints, results, due_now)
         return results
 
@@ -298,7 +280,7 @@ class SQLiteStore:
                 if not transacting.holds(db, reads.SQLITE, lease):
                     return False
                 checkpoint = transacting.work_in(work, db, lambda: _left(db))
-                [fenced_in], due_now = _apply(db, [checkpoint], at, look_first=False)
+                [fenced_in], due_now = sqlite_commit.apply(db, [checkpoint], at, look_first=False)
                 if not fenced_in:
                     raise transacting.Refused
                 if committing is not None:
@@ -530,39 +512,6 @@ class SQLiteStore:
         return run_id, workflow, input_, epoch, count, mail, priority
 
 
-def _apply(
-    db: sqlite3.Connection,
-    checkpoints: Sequence[Checkpoint],
-    at: float,
-    *,
-    look_first: bool,
-) -> tuple[list[bool], bool]:
-    """Whether each checkpoint was fenced in, and whether one handed its run back due now."""
-    results: list[bool] = []
-    due_now = False
-    for checkpoint in checkpoints:
-        if look_first and _applied(db, checkpoint):
-            results.append(True)
-            continue
-        row = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).fetchone()
-        fenced_in = row is not None
-        if row is not None and checkpoint.status is not None:
-            status, available_at = row
-            due_now |= status == "pending" and available_at is not None and available_at <= at
-        if fenced_in:
-            db.executemany(
-                _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
-            )
-            inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
-            if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
-                woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
-                due_now |= woken
-        else:  # refused: a stale epoch, or applied by an earlier try of this commit
-            fenced_in = _applied(db, checkpoint)
-        results.append(fenced_in)
-    return results, due_now
-
-
 def _left(db: sqlite3.Connection) -> str:
     """How a transactional step's work left the transaction: "open", or "ended"."""
     return "open" if db.in_transaction else "ended"
@@ -576,14 +525,6 @@ def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
 def _ends(checkpoint: Checkpoint) -> bool:
     """Whether a checkpoint ends its run (for now, if parked): handles waiting hear of it."""
     return checkpoint.status in FINAL or checkpoint.status in PARKED
-
-
-def _applied(db: sqlite3.Connection, checkpoint: Checkpoint) -> bool:
-    """Whether the checkpoint's first event is in the history already."""
-    if not checkpoint.events:
-        return False
-    first = event_row(checkpoint.run_id, checkpoint.events[0])
-    return db.execute(_APPLIED, first[:-1]).fetchone() is not None
 
 
 def _no_file(path: Path) -> str:
