@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from durably import approvals, control, operations, paging, restarting
+from durably import approvals, control, exporting, operations, paging, restarting
 from durably.approvals import PendingApproval
 from durably.clock import Clock, SystemClock
 from durably.codec import NO_HINT, decode, decode_given, decode_given_call, encode, encode_call
@@ -259,6 +259,12 @@ class Client:
         """Stop listening for runs that end (until the next `wait`); the store is not
         closed: it is the caller's."""
         self._finishes.close()
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """The run and its whole history as JSON-ready data (`durably runs export`), for a
+        replay test (durably.testing.replay); RunNotFound if no run has this id."""
+        run = self.get(run_id)
+        return exporting.export_run(run, self.store.history(run_id))
 
     def workers(self) -> list[WorkerBeat]:
         """The workers that said lately they are alive (and the dead ones not yet dropped),

@@ -1,5 +1,5 @@
-"""Helpers for testing code that uses durably: a fake clock that only moves when told, and
-fault injection into steps."""
+"""Helpers for testing code that uses durably: a fake clock that only moves when told, fault
+injection into steps, and replay tests of exported runs against new code (durably.replays)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from durably.durations import Duration, parse_duration
 from durably.errors import StepTimeout
 from durably.hooks import Hooks
+from durably.replays import Replayed, replay
 
-__all__ = ["FakeClock", "Faults"]
+__all__ = ["FakeClock", "Faults", "Replayed", "replay"]
 
 
 class FakeClock:

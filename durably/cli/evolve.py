@@ -1,12 +1,28 @@
-"""Commands for code that evolves: which workers run which versions (`durably workers`)."""
+"""Commands for code that evolves: which workers run which versions (`durably workers`), and
+a run's history for a replay test of new code (`durably runs export`)."""
 
 from __future__ import annotations
+
+import json
 
 import click
 
 from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.cli.commands import runs
 
-__all__ = ["workers"]
+__all__ = ["runs_export", "workers"]
+
+
+@runs.command("export", epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+def runs_export(app_target: str | None, store_url: str | None, run_id: str) -> None:
+    """Write RUN and its whole history as JSON to standard output: `durably runs export RUN >
+    run.json`, then `durably.testing.replay(app, "run.json")` in a test replays it against
+    your current code (no step runs) and fails if the code no longer follows it."""
+    with client_for(app_target, store_url) as client:
+        exported = client.export(run_id)
+    click.echo(json.dumps(exported, indent=1))
 
 
 @cli.command(epilog=PRECEDENCE)

@@ -19,7 +19,7 @@ from durably.errors import Escalated, StepFailed, StepTimeout
 from durably.hooks import Hooks
 from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope, _step
+from durably.runtime.context import StepScope, _step, at_frontier
 from durably.runtime.flow import Suspend
 from durably.runtime.threads import in_daemon_thread
 
@@ -39,6 +39,7 @@ async def call_user(
     step: Step,
 ) -> Any:
     """Call a step body (or its reconcile or compensation hook) within the step's timeout."""
+    at_frontier(f"step {step.name!r}")
     token = _step.set(scope)
     try:
         timeout = step.options.timeout

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,12 +17,15 @@ if TYPE_CHECKING:
 __all__ = [
     "Beats",
     "Execution",
+    "ReplayFrontier",
     "StepScope",
+    "at_frontier",
     "connection",
     "current_execution",
     "current_step",
     "idempotency_key",
     "in_step",
+    "replay_only",
     "step_key",
 ]
 
@@ -101,6 +105,13 @@ class StepScope:
     connection: Any = None  # a transactional step's, to write through (durably.connection)
 
 
+class ReplayFrontier(BaseException):
+    """A replay test (durably.testing.replay) reached code that would run for real: a step
+    body, a reconcile or compensation hook. The replay stops there, having done nothing."""
+
+
+# Set by a replay test around its worker: every task and thread it starts sees it.
+_replay_only: ContextVar[bool] = ContextVar("durably_replay_only", default=False)
 _execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)
 _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
 
@@ -147,3 +158,19 @@ def connection() -> Any:
             "function decorated with @app.transaction while a worker runs it"
         )
     return scope.connection
+
+
+@contextmanager
+def replay_only() -> Iterator[None]:
+    """Within it, workers replay histories and run no user code (ReplayFrontier instead)."""
+    token = _replay_only.set(True)
+    try:
+        yield
+    finally:
+        _replay_only.reset(token)
+
+
+def at_frontier(what: str) -> None:
+    """Before user code runs for real: in a replay test, stop here (ReplayFrontier)."""
+    if _replay_only.get():
+        raise ReplayFrontier(what)

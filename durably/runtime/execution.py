@@ -56,7 +56,7 @@ from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
-from durably.runtime.context import StepScope, _execution, step_key
+from durably.runtime.context import ReplayFrontier, StepScope, _execution, step_key
 from durably.runtime.engine import Engine
 from durably.runtime.flow import (
     Abandoned,
@@ -181,6 +181,8 @@ class RunExecution:
             log.warning("run %s: %s", self.run_id, exc)
         except CheckpointFailed as exc:
             log.error("run %s: %s; it is retried when its lease expires", self.run_id, exc)
+        except ReplayFrontier:  # a replay test got to code that would run for real: stop
+            self.suspended = True
         except asyncio.CancelledError:
             if not self.lost:
                 await asyncio.shield(self._writer.release())

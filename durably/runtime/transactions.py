@@ -33,7 +33,7 @@ from durably.errors import (
 from durably.hooks import Hooks
 from durably.runtime.attempts import observed
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope, _step
+from durably.runtime.context import StepScope, _step, at_frontier
 from durably.runtime.flow import CheckpointFailed
 from durably.runtime.threads import in_daemon_thread
 from durably.stores.base import Checkpoint, Lease, Store
@@ -106,6 +106,7 @@ async def transact(
     its writes are durable together. What the body raises (or a StepTimeout) comes out with
     nothing of the attempt written and its start pending again, to go with the failure.
     LeaseLost if the run was taken over; CheckpointFailed if the store failed."""
+    at_frontier(f"step {step.name!r}")
     draft, seq = writer.draft(), writer.reserve()
     ticket = _Ticket()
     failed: list[BaseException] = []  # what the body raised, told from the store's errors

@@ -215,6 +215,12 @@ class Store(Protocol):
         transaction. False, writing nothing, if `source` has not ended or `run.id` is taken."""
         ...
 
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        """Create `run`, pending and due now, with `events` as its whole history (their seqs
+        as given): a run exported from another store (durably.exporting). False, writing
+        nothing, if its id is taken."""
+        ...
+
     def send(self, message: Message, *, now: datetime) -> Sent:
         """Put a message in its run's inbox, in one transaction, unless the run does not
         exist or has ended (NO_RUN, ENDED) or a message with its dedupe_key is there already

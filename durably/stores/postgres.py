@@ -27,7 +27,16 @@ from psycopg import sql
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores import forking, inbox, pg_leases, reads, transacting, waking, workers
+from durably.stores import (
+    effects,
+    forking,
+    inbox,
+    pg_leases,
+    reads,
+    transacting,
+    waking,
+    workers,
+)
 from durably.stores.base import (
     Checkpoint,
     Claim,
@@ -256,6 +265,15 @@ class PostgresStore:
         # A fork whose answer was lost with its connection answers False on a second try (its
         # id is taken): the caller reads the run to tell that from a real refusal.
         return self._db.run(fork, transaction=True)
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        def insert(db: psycopg.Connection[Any]) -> bool:
+            created = effects.insert_run(db, reads.POSTGRES, run, events, now=now)
+            if created:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return created
+
+        return self._db.run(insert, transaction=True)
 
     def send(self, message: Message, *, now: datetime) -> Sent:
         def send(db: psycopg.Connection[Any]) -> Sent:

@@ -19,6 +19,7 @@ from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores import (
+    effects,
     forking,
     inbox,
     reads,
@@ -225,6 +226,13 @@ class SQLiteStore:
         if forked:
             self._wakeups.notify()
         return forked
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        with self._write() as db:
+            created = effects.insert_run(db, reads.SQLITE, run, events, now=now)
+        if created:
+            self._wakeups.notify()
+        return created
 
     def send(self, message: Message, *, now: datetime) -> Sent:
         with self._write() as db:
