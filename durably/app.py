@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 from durably.approvals import PendingApproval
@@ -15,8 +16,9 @@ from durably.clock import Clock, SystemClock
 from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.priority import check_priority
+from durably.core.schedules import Spec
 from durably.core.status import RunStatus
-from durably.definitions import Step, StepOptions, Workflow
+from durably.definitions import Schedule, Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
 from durably.hooks import Hooks, chain
@@ -25,6 +27,7 @@ from durably.resilience import Dependency
 from durably.retry import Retry
 from durably.runtime.engine import Settings
 from durably.runtime.worker import Worker
+from durably.scheduling import Schedules
 from durably.stores import RunRecord, Store, open_store, resolve_url
 from durably.testing import Faults
 from durably.waiting import DEFAULT_POLL
@@ -231,6 +234,58 @@ class App:
             return self.registry.add_step(Step(fn, chosen, options))
 
         return register if fn is None else register(fn)
+
+    def schedule(
+        self,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        catchup: str = "latest",
+        jitter: Duration | None = None,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        tick: str | None = None,
+    ) -> Callable[[Workflow], Workflow]:
+        """Start the workflow below on a schedule: `cron` (in `timezone`, daylight saving
+        followed as cron does) or `every` (ticks at whole multiples of it since the epoch).
+        Exactly one run per tick, whatever the number of workers (its id is the tick's).
+        `overlap` when the previous run has not ended: "skip" it, "queue" it until then, or
+        "allow" it. `catchup` after downtime: the "latest" missed tick only, or "all" of them.
+        `jitter`: each tick starts a fixed delay in [0, jitter) later. The runs get `args`
+        and `kwargs`, and the tick's time (UTC) as the parameter named `tick`, if given.
+        Workers run the schedules of their app; `app.schedules` and `durably schedules`
+        list, pause, resume, trigger and backfill them."""
+        spec = Spec(
+            workflow="",
+            cron=cron,
+            every=None if every is None else parse_duration(every, what="every").total_seconds(),
+            timezone=timezone,
+            jitter=0.0 if jitter is None else parse_duration(jitter, what="jitter").total_seconds(),
+            overlap=overlap,
+            catchup=catchup,
+        )
+
+        def register(workflow: Workflow) -> Workflow:
+            if not isinstance(workflow, Workflow):
+                raise ConfigError(
+                    "@app.schedule goes above @app.workflow: it schedules a workflow, not "
+                    f"{workflow!r}"
+                )
+            named = replace(spec, workflow=workflow.name)
+            scheduled = Schedule(name or workflow.name, workflow, named, tuple(args), kwargs, tick)
+            scheduled.input(self.clock.now())  # PayloadError now, not at the first tick
+            self.registry.add_schedule(scheduled)
+            return workflow
+
+        return register
+
+    @property
+    def schedules(self) -> Schedules:
+        """The app's schedules in its store: list, pause, resume, trigger, backfill."""
+        return Schedules(self.store, self.registry, self.clock)
 
     def dependency(self, name: str, policy: Dependency) -> None:
         """Protect calls to the service `name` (steps with dependency=name): a circuit

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from durably.codec import return_hint
+from durably.codec import encode_call, return_hint
 from durably.core.approvals import ESCALATION
+from durably.core.schedules import Spec
 from durably.errors import ConfigError, DurablyError, Escalated
 from durably.retry import Retry
 from durably.runtime.context import current_execution, in_step
 from durably.versions import code_version
 
-__all__ = ["Step", "StepOptions", "Workflow", "escalate"]
+__all__ = ["Schedule", "Step", "StepOptions", "Workflow", "escalate"]
 
 
 class Workflow:
@@ -156,3 +157,23 @@ def escalate(reason: str) -> Any:
     if current_execution() is None:
         raise DurablyError("durably.escalate() can only be called inside a workflow")
     return _ESCALATION(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A workflow started on a schedule (@app.schedule): when (`spec`), and with what."""
+
+    name: str
+    workflow: Workflow
+    spec: Spec
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] | None = None
+    tick: str | None = None  # the workflow's parameter that gets the tick's time
+
+    def input(self, at: datetime) -> str:
+        """The input of the run of the tick at `at`, encoded for the workflow."""
+        kwargs = dict(self.kwargs or {})
+        if self.tick is not None:
+            kwargs[self.tick] = at
+        what = f"schedule {self.name!r}'s input"
+        return encode_call(self.args, kwargs, self.workflow.fn, what=what)

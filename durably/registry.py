@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durably.definitions import Step, Workflow
+from durably.definitions import Schedule, Step, Workflow
 from durably.errors import ConfigError, UnknownWorkflow
 from durably.resilience import Dependency
 
@@ -19,6 +19,7 @@ class Registry:
         self.workflows: dict[str, Workflow] = {}
         self.steps: dict[str, Step] = {}
         self.dependencies: dict[str, Dependency] = {}
+        self.schedules: dict[str, Schedule] = {}
 
     def add_workflow(self, definition: Workflow) -> Workflow:
         _check_free(definition.name, definition.fn, self.workflows, "workflow")
@@ -29,6 +30,14 @@ class Registry:
         _check_free(definition.name, definition.fn, self.steps, "step")
         self.steps[definition.name] = definition
         return definition
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        if schedule.name in self.schedules:
+            raise ConfigError(
+                f"two schedules are named {schedule.name!r}; give one of them another name "
+                "with @app.schedule(name=...)"
+            )
+        self.schedules[schedule.name] = schedule
 
     def workflow_named(self, name: str) -> Workflow:
         try:

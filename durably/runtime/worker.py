@@ -17,10 +17,12 @@ import uuid
 from collections import deque
 from datetime import datetime, timedelta
 
+from durably import scheduling
 from durably.clock import Clock
 from durably.core.history import EventKind
 from durably.core.payloads import Claimed, read_payload
 from durably.core.replay import WorkerDeaths, fold_deaths
+from durably.core.schedules import State
 from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
@@ -38,6 +40,9 @@ _OPEN_RETRY_MAX = timedelta(seconds=5)
 # How often a worker looks for messages sent to the runs it is running (a cancel, a pause):
 # one indexed read of their inbox counts, and only while it holds any.
 _MAIL_EVERY = timedelta(seconds=1)
+# How often a worker reads its schedules' state at the least (a pause, a change by another
+# worker); it looks at once when one is due.
+_SCHEDULES_EVERY = timedelta(minutes=1)
 
 
 class Worker:
@@ -80,6 +85,7 @@ class Worker:
         self._failure: BaseException | None = None
         self._warned_unknown: set[str | tuple[str, str]] = set()
         self._serves: dict[str, tuple[str, ...]] = {}
+        self._schedules_at: datetime | None = None  # when to look at the schedules next
         self._started_at = self._clock.now()
 
     # -- entry points -------------------------------------------------------------------
@@ -137,6 +143,7 @@ class Worker:
             if self.recovers_own:
                 await self._recover_own(committer)
             while not self._stopping:
+                await self._run_schedules(committer)
                 claims = await self._claim(committer)
                 if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
@@ -224,6 +231,32 @@ class Worker:
                 self._launch(execution)
         self._start_alone()
         return claims
+
+    async def _run_schedules(self, committer: Committer) -> None:
+        """Start the due ticks of the app's schedules (durably.scheduling), when one is due:
+        between ticks this costs a comparison of times, and one read a minute."""
+        schedules = self.app.registry.schedules
+        now = self._clock.now()
+        if not schedules or (self._schedules_at is not None and now < self._schedules_at):
+            return
+        assert self._engine is not None
+        store = self._engine.store
+        states = await committer.call(store.schedules)
+        check = now + _SCHEDULES_EVERY
+        for name, schedule in schedules.items():
+            if name not in states or self._schedules_at is None:  # new, or maybe changed
+                state = await committer.call(
+                    functools.partial(scheduling.register, store, schedule, now=now)
+                )
+            else:
+                state = State.from_json(states[name])
+            state = await committer.call(
+                functools.partial(scheduling.fire, store, schedule, state, now=now)
+            )
+            upcoming = now + self.poll * 5 if state.held else state.next_fire(name)
+            check = check if upcoming is None else min(check, upcoming)
+        self._schedules_at = check
+        self._wake_at(check)
 
     def _solo(self) -> bool:
         """Whether one run is in flight here, and it makes one call at a time (not in a

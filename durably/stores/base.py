@@ -327,6 +327,15 @@ class Store(Protocol):
         """Every gate's state, by name."""
         ...
 
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        """Under the schedule's lock: pass its state (None if new) to `change`, store the new
+        state it returns, and return its answer (durably.core.schedules)."""
+        ...
+
+    def schedules(self) -> dict[str, str]:
+        """Every schedule's state, by name."""
+        ...
+
     def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
         """Make these runs due now if they are pending and wait for later (due after `now`,
         or only for a message), and wake workers if that made any due. A run that is not

@@ -396,26 +396,39 @@ class PostgresStore:
         self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        def read_modify_write(db: psycopg.Connection[Any]) -> T:
-            db.execute(
-                "INSERT INTO durably_gates (name, state) VALUES (%s, '') ON CONFLICT DO NOTHING",
-                (name,),
-            )
-            row = db.execute(
-                "SELECT state FROM durably_gates WHERE name = %s FOR UPDATE", (name,)
-            ).fetchone()
-            state, answer = change(row[0] if row and row[0] else None)
-            db.execute("UPDATE durably_gates SET state = %s WHERE name = %s", (state, name))
-            return answer
-
         # Run again on a lost connection. If it died before the transaction began, that is
         # plainly safe. If it died during COMMIT, the first change may have been applied, and
         # it is applied twice: at worst a rate-limit token is spent twice, or a concurrency
         # slot is held until its hold ends. Conservative, never unsafe.
-        return self._db.run(read_modify_write, transaction=True)
+        return self._update_state("durably_gates", name, change)
 
     def gates(self) -> dict[str, str]:
-        return self._db.run(reads.gates)
+        return self._db.run(lambda db: reads.states(db, "durably_gates"))
+
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        # Twice, on a lost connection: a tick planned twice starts once (its run's id).
+        return self._update_state("durably_schedules", name, change)
+
+    def schedules(self) -> dict[str, str]:
+        return self._db.run(lambda db: reads.states(db, "durably_schedules"))
+
+    def _update_state(
+        self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
+    ) -> T:
+        def read_modify_write(db: psycopg.Connection[Any]) -> T:
+            db.execute(
+                f"INSERT INTO {table} (name, state) VALUES (%s, '') ON CONFLICT DO NOTHING",
+                (name,),
+            )
+            row = db.execute(
+                f"SELECT state FROM {table} WHERE name = %s FOR UPDATE",
+                (name,),
+            ).fetchone()
+            state, answer = change(row[0] if row and row[0] else None)
+            db.execute(f"UPDATE {table} SET state = %s WHERE name = %s", (state, name))
+            return answer
+
+        return self._db.run(read_modify_write, transaction=True)
 
     def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
         if not run_ids:

@@ -23,10 +23,10 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
-    "gates",
     "get_run",
     "histories",
     "runs",
+    "states",
     "unclaimable",
 ]
 
@@ -141,5 +141,6 @@ def unclaimable(
     return {name: count for name, count in rows}
 
 
-def gates(db: Connection) -> dict[str, str]:
-    return dict(db.execute("SELECT name, state FROM durably_gates").fetchall())
+def states(db: Connection, table: str) -> dict[str, str]:
+    """Every state in a table of shared states (durably_gates, durably_schedules), by name."""
+    return dict(db.execute(f"SELECT name, state FROM {table}").fetchall())

@@ -118,6 +118,9 @@ _V6 = [
         beat_seconds {real} NOT NULL,
         serves TEXT NOT NULL
     )""",
+    # Schedules' state (durably.core.schedules), one JSON document each, changed under the
+    # row's lock like a gate's.
+    "CREATE TABLE durably_schedules (name TEXT PRIMARY KEY, state TEXT NOT NULL)",
     # durably.patched decisions, found by patch without reading every history.
     "CREATE INDEX durably_events_patches ON durably_events (name, run_id)"
     " WHERE kind = 'patch_decided'",

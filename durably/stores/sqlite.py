@@ -330,19 +330,31 @@ class SQLiteStore:
         return self._finishes.watch(heard)
 
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        return self._update_state("durably_gates", name, change)
+
+    def gates(self) -> dict[str, str]:
+        with self._read() as db:
+            return reads.states(db, "durably_gates")
+
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        return self._update_state("durably_schedules", name, change)
+
+    def schedules(self) -> dict[str, str]:
+        with self._read() as db:
+            return reads.states(db, "durably_schedules")
+
+    def _update_state(
+        self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
+    ) -> T:
         with self._write() as db:
-            row = db.execute("SELECT state FROM durably_gates WHERE name = ?", (name,)).fetchone()
+            row = db.execute(f"SELECT state FROM {table} WHERE name = ?", (name,)).fetchone()
             state, answer = change(None if row is None else row[0])
             db.execute(
-                "INSERT INTO durably_gates (name, state) VALUES (?, ?)"
+                f"INSERT INTO {table} (name, state) VALUES (?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET state = excluded.state",
                 (name, state),
             )
         return answer
-
-    def gates(self) -> dict[str, str]:
-        with self._read() as db:
-            return reads.gates(db)
 
     def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
         if not run_ids:
