@@ -1,0 +1,104 @@
+"""`durably schedules`: the schedules of a store, and what a person does with them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import click
+
+from durably.app import App
+from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.scheduling import Schedules
+
+__all__ = ["schedules"]
+
+
+@cli.group()
+def schedules() -> None:
+    """Workflows started on a schedule (@app.schedule): list, pause, resume, trigger,
+    backfill. Workers of the app start the ticks; these commands act on the store."""
+
+
+@schedules.command("list", epilog=PRECEDENCE)
+@where
+def schedules_list(app_target: str | None, store_url: str | None) -> None:
+    """Every schedule: when it ticks, its last tick and run, its next start, its counts."""
+    with _acting(app_target, store_url) as acting:
+        listed = acting.all()
+    click.echo(
+        f"{'SCHEDULE':<20} {'WORKFLOW':<18} {'WHEN':<34} {'STATE':<7} {'NEXT':<26} "
+        f"{'FIRED':>6} {'SKIPPED':>7}  LAST RUN"
+    )
+    for info in listed:
+        state = "paused" if info.paused else "active"
+        upcoming = "" if info.next_fire is None else info.next_fire.isoformat(timespec="seconds")
+        click.echo(
+            f"{info.name:<20} {info.workflow:<18} {info.when:<34} {state:<7} {upcoming:<26} "
+            f"{info.fired:>6} {info.skipped:>7}  {info.last_run or ''}"
+        )
+    if not listed:
+        click.echo("(no schedule: decorate a workflow with @app.schedule, and run a worker)")
+
+
+@schedules.command("pause", epilog=PRECEDENCE)
+@where
+@click.argument("name")
+def schedules_pause(app_target: str | None, store_url: str | None, name: str) -> None:
+    """Start no tick of NAME until it is resumed (ticks meanwhile are not caught up)."""
+    with _acting(app_target, store_url) as acting:
+        acting.pause(name)
+    click.echo(f"schedule {name} paused")
+
+
+@schedules.command("resume", epilog=PRECEDENCE)
+@where
+@click.argument("name")
+def schedules_resume(app_target: str | None, store_url: str | None, name: str) -> None:
+    """Start NAME's ticks again, from now on."""
+    with _acting(app_target, store_url) as acting:
+        acting.resume(name)
+    click.echo(f"schedule {name} resumed")
+
+
+@schedules.command("trigger", epilog=PRECEDENCE)
+@where
+@click.argument("name")
+def schedules_trigger(app_target: str | None, store_url: str | None, name: str) -> None:
+    """Start a run of NAME now, outside its ticks (needs --app: the run's input)."""
+    with _acting(app_target, store_url) as acting:
+        run_id = acting.trigger(name)
+    click.echo(f"started run {run_id}")
+
+
+@schedules.command("backfill", epilog=PRECEDENCE)
+@where
+@click.argument("name")
+@click.option("--from", "start", required=True, metavar="TIME", help="ISO 8601; UTC if no zone.")
+@click.option("--to", "end", required=True, metavar="TIME", help="ISO 8601; UTC if no zone.")
+def schedules_backfill(
+    app_target: str | None, store_url: str | None, name: str, start: str, end: str
+) -> None:
+    """Start a run for every tick of NAME from --from to --to (both included); ticks started
+    already are found, not started again (needs --app: the runs' input)."""
+    with _acting(app_target, store_url) as acting:
+        started = acting.backfill(name, _time(start, "--from"), _time(end, "--to"))
+    click.echo(f"{len(started)} tick(s) of {name} have their run: {', '.join(started[:3])}"
+               + (" ..." if len(started) > 3 else ""))  # fmt: skip
+
+
+@contextmanager
+def _acting(app_target: str | None, store_url: str | None) -> Iterator[Schedules]:
+    """The store's schedules, with the app's definitions when --app is given."""
+    with client_for(app_target, store_url) as client:
+        app = client.registry if isinstance(client.registry, App) else None
+        yield Schedules(client.store, None if app is None else app.registry, client.clock)
+
+
+def _time(text: str, option: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is no ISO 8601 time", param_hint=option) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
