@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,9 @@ bench-fanout: $(STAMP)
 
 bench-priorities: $(STAMP)
 	$(BIN)/python -m benchmarks.priorities
+
+bench-schedules: $(STAMP)
+	$(BIN)/python -m benchmarks.schedules
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

@@ -244,16 +244,17 @@ class Worker:
         states = await committer.call(store.schedules)
         check = now + _SCHEDULES_EVERY
         for name, schedule in schedules.items():
-            if name not in states or self._schedules_at is None:  # new, or maybe changed
+            state = State.from_json(states[name]) if name in states else None
+            if state is None or state.spec != schedule.spec:  # new, or changed in code
                 state = await committer.call(
                     functools.partial(scheduling.register, store, schedule, now=now)
                 )
-            else:
-                state = State.from_json(states[name])
-            state = await committer.call(
-                functools.partial(scheduling.fire, store, schedule, state, now=now)
-            )
-            upcoming = now + self.poll * 5 if state.held else state.next_fire(name)
+            upcoming = state.next_fire(name)
+            if state.pending or state.held or (upcoming is not None and upcoming <= now):
+                state = await committer.call(
+                    functools.partial(scheduling.fire, store, schedule, state, now=now)
+                )
+                upcoming = now + self.poll * 5 if state.held else state.next_fire(name)
             check = check if upcoming is None else min(check, upcoming)
         self._schedules_at = check
         self._wake_at(check)

@@ -5,7 +5,9 @@ pause, resume, trigger and backfill; the tick's time as an argument; bad schedul
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -13,6 +15,8 @@ import pytest
 import durably
 from durably import ConfigError
 from durably.testing import FakeClock
+
+from .test_cli import durably_cli
 
 
 def ticks_run(app: durably.App, name: str) -> list[str]:
@@ -203,3 +207,28 @@ def test_bad_schedules_are_refused_with_what_to_do(app: durably.App) -> None:
             app.schedule(**options)(job)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"goes above @app\.workflow"):
         app.schedule(every="1h")(asyncio.sleep)  # type: ignore[arg-type]
+
+
+def test_the_schedules_commands(store_url: str, tmp_path: Path) -> None:
+    target = "tests.integration.schedule_cli_app:app"
+    opened = durably.App(store_url)  # the store, as a worker's first start makes it
+    opened.store  # noqa: B018
+    opened.close()
+
+    def run(*words: str) -> subprocess.CompletedProcess[str]:
+        done = durably_cli("schedules", *words, "--app", target, cwd=tmp_path, app_store=store_url)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    listed = run("list").stdout
+    assert "morning_report" in listed
+    assert "cron 0 6 * * * (Europe/Berlin)" in listed
+    run("pause", "morning_report")
+    assert " paused " in run("list").stdout
+    triggered = run("trigger", "morning_report").stdout
+    filled = run("backfill", "morning_report", "--from", "2026-03-01", "--to", "2026-03-07T23:00")
+    run("resume", "morning_report")
+
+    assert triggered.startswith("started run schedule:morning_report:")
+    assert filled.stdout.startswith("7 tick(s) of morning_report have their run")
+    assert " active " in run("list").stdout
