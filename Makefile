@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules clean
+.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules bench-retention clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-priorities: $(STAMP)
 
 bench-schedules: $(STAMP)
 	$(BIN)/python -m benchmarks.schedules
+
+bench-retention: $(STAMP)
+	$(BIN)/python -m benchmarks.retention
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

@@ -54,6 +54,7 @@ class App:
         seed: int | None = None,
         hooks: Hooks | Sequence[Hooks] | None = None,
         faults: Faults | None = None,
+        retention: Duration | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.default_retry = default_retry or Retry()
@@ -61,6 +62,8 @@ class App:
         self.max_recoveries = max_recoveries  # workers that may die under a run before parking
         self.seed = seed  # for the retry jitter; None: unpredictable
         self.faults = faults  # injected failures, for tests and the demo
+        # ended runs older than this are deleted by the workers (None: kept for ever)
+        self.retention = None if retention is None else parse_duration(retention, what="retention")
         self.hooks: list[Hooks] = [hooks] if isinstance(hooks, Hooks) else list(hooks or ())
         self.registry = Registry()
         self._store: Store | None = store if not isinstance(store, str | None) else None
@@ -313,6 +316,7 @@ class App:
             max_recoveries=self.max_recoveries,
             seed=self.seed,
             hooks=chain([*self.hooks, self.faults]),
+            retention=self.retention,
         )
 
     # -- client calls -------------------------------------------------------------------

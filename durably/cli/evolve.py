@@ -1,5 +1,6 @@
-"""Commands for code that evolves: which workers run which versions (`durably workers`), and
-a run's history for a replay test of new code (`durably runs export`)."""
+"""Commands for code and stores that evolve: which workers run which versions (`durably
+workers`), a run's history for a replay test of new code (`durably runs export`), and the
+deletion of old runs (`durably prune`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import click
 
 from durably.cli.base import PRECEDENCE, cli, client_for, where
 from durably.cli.commands import runs
+from durably.durations import parse_duration
 
-__all__ = ["runs_export", "workers"]
+__all__ = ["prune", "runs_export", "workers"]
 
 
 @runs.command("export", epilog=PRECEDENCE)
@@ -45,3 +47,27 @@ def workers(app_target: str | None, store_url: str | None) -> None:
         click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<24} {serves}")
     if not listed:
         click.echo("(no worker has run on this store lately)")
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="DURATION",
+    help="Delete runs that ended longer ago than this (30d, 12h, ...).",
+)
+@click.option("--batch", default=1_000, show_default=True, type=click.IntRange(1, 10_000),
+              help="Runs deleted a transaction.")  # fmt: skip
+def prune(app_target: str | None, store_url: str | None, older_than: str, batch: int) -> None:
+    """Delete the runs that ended (completed, failed, timed out, cancelled) longer ago than
+    --older-than, with their histories, a batch at a time. Parked, paused and unfinished runs
+    are never deleted. Workers of an app with retention= do the same on their own."""
+    age = parse_duration(older_than, what="--older-than")
+    with client_for(app_target, store_url) as client:
+        before, total = client.clock.now() - age, 0
+        while deleted := client.store.prune(before, limit=batch):
+            total += deleted
+            click.echo(f"deleted {total:,} run(s) so far", err=True)
+    click.echo(f"deleted {total:,} run(s) that ended before {before.isoformat(timespec='seconds')}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 from durably.clock import Clock
@@ -25,6 +26,7 @@ class Settings:
     max_recoveries: int  # workers that may die under a run before it is parked
     seed: int | None  # for the retry jitter; None: unpredictable
     hooks: Hooks | None  # None: the engine makes no hook call at all
+    retention: timedelta | None = None  # ended runs older than this are deleted by workers
 
 
 class Host(Protocol):

@@ -43,6 +43,9 @@ _MAIL_EVERY = timedelta(seconds=1)
 # How often a worker reads its schedules' state at the least (a pause, a change by another
 # worker); it looks at once when one is due.
 _SCHEDULES_EVERY = timedelta(minutes=1)
+# Retention: runs deleted a transaction at a time, the next batch soon while there is more.
+_PRUNE_BATCH = 500
+_PRUNE_AGAIN, _PRUNE_EVERY = timedelta(milliseconds=100), timedelta(minutes=5)
 
 
 class Worker:
@@ -86,6 +89,7 @@ class Worker:
         self._warned_unknown: set[str | tuple[str, str]] = set()
         self._serves: dict[str, tuple[str, ...]] = {}
         self._schedules_at: datetime | None = None  # when to look at the schedules next
+        self._prune_at: datetime | None = None  # when to delete old runs next (retention)
         self._started_at = self._clock.now()
 
     # -- entry points -------------------------------------------------------------------
@@ -144,6 +148,7 @@ class Worker:
                 await self._recover_own(committer)
             while not self._stopping:
                 await self._run_schedules(committer)
+                await self._prune(committer)
                 claims = await self._claim(committer)
                 if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
@@ -258,6 +263,21 @@ class Worker:
             check = check if upcoming is None else min(check, upcoming)
         self._schedules_at = check
         self._wake_at(check)
+
+    async def _prune(self, committer: Committer) -> None:
+        """Delete a batch of runs ended longer ago than the app's retention, when one is due:
+        a batch at a time, between claims, so that checkpoints commit in between."""
+        retention, now = self._settings.retention, self._clock.now()
+        if retention is None or (self._prune_at is not None and now < self._prune_at):
+            return
+        assert self._engine is not None
+        prune = functools.partial(self._engine.store.prune, now - retention, limit=_PRUNE_BATCH)
+        deleted = await committer.call(prune)
+        self._prune_at = now + (_PRUNE_AGAIN if deleted >= _PRUNE_BATCH else _PRUNE_EVERY)
+        if deleted:
+            log.info(
+                "worker %s: deleted %d run(s) ended over %s ago", self.name, deleted, retention
+            )
 
     def _solo(self) -> bool:
         """Whether one run is in flight here, and it makes one call at a time (not in a

@@ -375,6 +375,12 @@ class Store(Protocol):
         count."""
         ...
 
+    def prune(self, before: datetime, *, limit: int) -> int:
+        """Delete up to `limit` runs that ended (completed, failed, timed out, cancelled)
+        before `before`, oldest first, with their histories, in one transaction; how many.
+        Parked, paused and unfinished runs are never deleted."""
+        ...
+
     def beat(self, worker: WorkerBeat) -> None:
         """Record that `worker` is alive (create or update it by name)."""
         ...

@@ -32,6 +32,7 @@ from durably.stores import (
     forking,
     inbox,
     pg_leases,
+    pruning,
     reads,
     transacting,
     waking,
@@ -475,6 +476,11 @@ class PostgresStore:
         self, serves: Mapping[str, Collection[str]], *, now: datetime
     ) -> dict[tuple[str, str], int]:
         return self._db.run(lambda db: workers.unserved(db, reads.POSTGRES, serves, now=now))
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        return self._db.run(  # safe to repeat: a second try deletes what is left
+            lambda db: pruning.prune(db, reads.POSTGRES, before, limit=limit), transaction=True
+        )
 
     def beat(self, worker: WorkerBeat) -> None:
         self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)

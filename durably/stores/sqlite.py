@@ -22,6 +22,7 @@ from durably.stores import (
     effects,
     forking,
     inbox,
+    pruning,
     reads,
     sqlite_commit,
     transacting,
@@ -392,6 +393,10 @@ class SQLiteStore:
     ) -> dict[tuple[str, str], int]:
         with self._read() as db:
             return workers.unserved(db, reads.SQLITE, serves, now=now)
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        with self._write() as db:
+            return pruning.prune(db, reads.SQLITE, before, limit=limit)
 
     def beat(self, worker: WorkerBeat) -> None:
         with self._write() as db:
