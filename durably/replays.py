@@ -13,18 +13,17 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from durably.clock import FakeClock
 from durably.core.history import Event, EventKind
 from durably.core.replay import fold_run
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, NonDeterminismError
 from durably.exporting import read_export
+from durably.registry import Registry
 from durably.runtime.context import replay_only
 from durably.stores import NewRun, RunRecord, open_store
-
-if TYPE_CHECKING:
-    from durably.app import App
 
 __all__ = ["Replayed", "replay"]
 
@@ -32,6 +31,15 @@ __all__ = ["Replayed", "replay"]
 _ENDINGS = {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED,
             EventKind.COMPENSATING}  # fmt: skip
 _INCOMPATIBLE = ("NonDeterminismError", "UnsafeConcurrency")
+
+
+class App(Protocol):
+    """What a replay needs of the app whose code it tries (a durably.App): its definitions,
+    and its class, to make a replaying app of the same code on a throwaway store."""
+
+    registry: Registry
+
+    def workflow_named(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +60,11 @@ def replay(app: App, source: str | Path | Mapping[str, Any]) -> Replayed:
     exported = read_export(source)
     events = _replayable(exported.events)
     app.workflow_named(exported.workflow)  # UnknownWorkflow: the app does not define it
-    from durably.testing import FakeClock  # here: durably.testing offers this function
-
     with tempfile.TemporaryDirectory(prefix="durably-replay-") as folder:
         store = open_store(f"sqlite:///{Path(folder) / 'replay.db'}")
         clock = FakeClock(events[-1].at)
-        replayer = type(app)(store, clock=clock, max_recoveries=1_000_000)
+        make: Any = type(app)  # the app's own class: no import of it here
+        replayer = make(store, clock=clock, max_recoveries=1_000_000)
         replayer.registry = app.registry
         try:
             store.import_run(NewRun(exported.run_id, exported.workflow, exported.input), events,
