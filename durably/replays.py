@@ -44,8 +44,9 @@ class App(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """A replay that found nothing incompatible: the run, and how many of its recorded calls
-    (steps, timers, signal waits, ...) the current code made again, in order."""
+    """A replay that found nothing incompatible: the run, and how many calls (steps, timers,
+    signal waits, ...) its history records, which the current code followed as far as it
+    went."""
 
     run_id: str
     workflow: str

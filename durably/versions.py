@@ -52,9 +52,38 @@ def _source_tokens(fn: Callable[..., Any]) -> Iterator[str]:
         yield repr(code.co_code if code else fn)
         yield repr(code.co_consts if code else ())
         return
+    yield from _joined(tokens, source.splitlines(keepends=True))
+
+
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12 and later
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
+def _joined(tokens: list[tokenize.TokenInfo], lines: list[str]) -> Iterator[str]:
+    """The tokens' text, an f-string whole as its source reads (Python 3.12 splits it into
+    several tokens where 3.11 has one: both give the same text)."""
+    depth, start = 0, (0, 0)
     for token in tokens:
+        if token.type == _FSTRING_START:
+            depth, start = depth + 1, (token.start if depth == 0 else start)
+            continue
+        if depth:
+            if token.type == _FSTRING_END:
+                depth -= 1
+                if depth == 0:
+                    yield _text(lines, start, token.end)
+            continue
         if token.type not in _SKIPPED:
             yield token.string
+
+
+def _text(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The source from `start` to `end` (tokenize's (row from 1, column) positions)."""
+    (first, column), (last, stop) = start, end
+    if first == last:
+        return lines[first - 1][column:stop]
+    middle = "".join(lines[first : last - 1])
+    return lines[first - 1][column:] + middle + lines[last - 1][:stop]
 
 
 def _referred(fn: Callable[..., Any], names: Callable[[object], str | None]) -> set[str]:

@@ -36,7 +36,7 @@ def workers(app_target: str | None, store_url: str | None) -> None:
     says which can); a worker that missed three beats is presumed dead."""
     with client_for(app_target, store_url) as client:
         listed, now = client.workers(), client.clock.now()
-    click.echo(f"{'WORKER':<40} {'STATE':<6} {'LAST SEEN':<12} {'UP SINCE':<24} SERVES")
+    click.echo(f"{'WORKER':<40} {'STATE':<6} {'LAST SEEN':<12} {'UP SINCE':<25} SERVES")
     for worker in listed:
         state = "live" if worker.alive(now) else "gone"
         seen = f"{(now - worker.seen_at).total_seconds():.0f}s ago"
@@ -44,7 +44,7 @@ def workers(app_target: str | None, store_url: str | None) -> None:
         serves = "; ".join(
             f"{name} {', '.join(versions)}" for name, versions in sorted(worker.serves.items())
         )
-        click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<24} {serves}")
+        click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<25} {serves}")
     if not listed:
         click.echo("(no worker has run on this store lately)")
 
