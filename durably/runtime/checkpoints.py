@@ -58,6 +58,7 @@ class HistoryWriter:
         self.starts: tuple[NewRun, ...] = ()  # child runs started, made by the next commit
         self.outbox: tuple[Message, ...] = ()  # messages to other runs, sent by the next commit
         self.input: str | None = None  # the run continues as new with it, at the next commit
+        self.version: str | None = None  # and with this version of its workflow
         self._received: set[int] = set()  # every inbox message this writer appended
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
@@ -137,8 +138,9 @@ class HistoryWriter:
         starts, self.starts = self.starts, ()
         outbox, self.outbox = self.outbox, ()
         new_input, self.input = self.input, None
+        version, self.version = self.version, None
         return Checkpoint(self.run_id, self.epoch, events, status, result, error, available_at,
-                          consumed, starts, outbox, new_input)  # fmt: skip
+                          consumed, starts, outbox, new_input, version)  # fmt: skip
 
     def restore(self, draft: Checkpoint) -> None:
         """A draft that was not committed: pending again, ahead of what came since."""
@@ -147,6 +149,7 @@ class HistoryWriter:
         self.starts = draft.starts + self.starts
         self.outbox = draft.messages + self.outbox
         self.input = draft.input if self.input is None else self.input
+        self.version = draft.version if self.version is None else self.version
 
     def reserve(self) -> int:
         """The next seq, kept for an event that is made elsewhere (a transaction's outcome,

@@ -246,8 +246,8 @@ class RunExecution:
             except ContinueAsNew as new:
                 self.check_control()  # a cancel or a pause comes first
                 self.wake_at = await generations.continue_as_new(
-                    self._writer, new.input, deadline=self._deadline(), clock=self._clock
-                )
+                    self._writer, new.input, deadline=self._deadline(), clock=self._clock,
+                    version=self._workflow.version)  # fmt: skip
                 self.suspended = True
                 return
             if self.control.cancel is not None:  # the body let a cancel pass and returned

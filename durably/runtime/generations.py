@@ -44,9 +44,15 @@ _LEFT_BEHIND = "its parent run continued as new without waiting for its end"
 
 
 async def continue_as_new(
-    writer: HistoryWriter, input_json: str, *, deadline: datetime | None, clock: Clock
+    writer: HistoryWriter,
+    input_json: str,
+    *,
+    deadline: datetime | None,
+    clock: Clock,
+    version: str | None = None,
 ) -> datetime:
-    """Begin the run's next generation with `input_json`; when it is due (now)."""
+    """Begin the run's next generation with `input_json`, pinned to `version` (the running
+    code's: a fresh history follows nothing older); when it is due (now)."""
     await writer.flush()  # what the old generation did last is its own, committed first
     events = list(writer.events)
     writer.outbox += cancel_children(writer.run_id, events, _LEFT_BEHIND)
@@ -55,7 +61,7 @@ async def continue_as_new(
     writer.append(EventKind.RUN_STARTED, data=encode_payload(started))
     for message in unused_messages(events):
         writer.append(EventKind.MESSAGE_RECEIVED, data=message.data)
-    writer.input = input_json
+    writer.input, writer.version = input_json, version
     now = clock.now()
     await writer.flush(RunStatus.PENDING, available_at=now)
     return now

@@ -192,6 +192,7 @@ class Checkpoint:
     # The run continues as new (durably.continue_as_new): this is its input from now on,
     # and its events before this checkpoint's first are deleted.
     input: str | None = None
+    version: str | None = None  # with `input`: the new generation's workflow version
 
 
 class Store(Protocol):

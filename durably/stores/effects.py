@@ -88,11 +88,14 @@ def insert_event(db: Connection, dialect: Dialect, run_id: str, event: Event) ->
 
 
 def _begin_generation(db: Connection, dialect: Dialect, checkpoint: Checkpoint) -> None:
-    """The run continues as new: its new input, and none of its events before this
-    checkpoint's (the new generation's history begins with them)."""
+    """The run continues as new: its new input and version (the code that began the new
+    generation's), and none of its events before this checkpoint's (the new generation's
+    history begins with them)."""
     mark, run_id = dialect.mark, checkpoint.run_id
     db.execute(
-        f"UPDATE durably_runs SET input = {mark} WHERE id = {mark}", (checkpoint.input, run_id)
+        f"UPDATE durably_runs SET input = {mark}, version = coalesce({mark}, version)"
+        f" WHERE id = {mark}",
+        (checkpoint.input, checkpoint.version, run_id),
     )
     db.execute(
         f"DELETE FROM durably_events WHERE run_id = {mark} AND seq < {mark}",

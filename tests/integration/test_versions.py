@@ -133,3 +133,28 @@ def test_durably_workers_and_runs_show_say_who_runs_a_runs_version(
         assert f"{version} (run by: shipper-1)" in shown.stdout
     finally:
         client.close()
+
+
+def test_a_run_that_continues_as_new_takes_the_version_of_the_code_that_runs_it(
+    app: durably.App, other_app: durably.App, clock: FakeClock
+) -> None:
+    @app.workflow(name="loop", version="v1")
+    async def loop_v1(n: int) -> int:
+        await durably.sleep("1h")
+        durably.continue_as_new(n + 1)
+
+    handle = app.start(loop_v1, 0, id="loop")
+    app.run_until_idle()
+    assert app.get_run("loop").version == "v1"
+
+    @other_app.workflow(name="loop", version="v2", versions=["v1"])
+    async def loop_v2(n: int) -> int:
+        if n >= 1:
+            return n
+        await durably.sleep("1h")
+        durably.continue_as_new(n + 1)
+
+    clock.advance("1h")
+    other_app.run_until_idle()  # v1's generation ends here: the next one is v2's
+    assert other_app.get_run("loop").version == "v2"
+    assert handle.result(timeout=0) == 1
