@@ -1,7 +1,8 @@
 """Retention costs little: W1 (1,000 workflows x 3 trivial steps, concurrency 32) on a store
 that holds 100,000 runs ended two days ago, by an app that keeps them and by one with
 retention="1d", whose worker deletes them (500 a transaction, between claims) while W1 runs;
-then how long the deletion of all of them takes, on each store.
+then how long the deletion of all of them takes, on each store; W1's figures are the medians
+of --pairs runs, each on a freshly filled store.
 
     python -m benchmarks.retention                      # both stores
     python -m benchmarks.retention --stores sqlite --old 20000
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--old", type=int, default=100_000)
+    parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
     for store_name in args.stores.split(","):
@@ -102,17 +105,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"postgres skipped: {problem}", file=sys.stderr)
             continue
         figures: dict[str, float] = {}
-        for label, retention in (("kept", None), ("retention", "1d")):
-            fresh = fresh_sqlite() if store_name == "sqlite" else fresh_schema(POSTGRES_URL)
-            with fresh as url:
-                opened = open_store(url)
-                fill(opened, args.old)
-                opened.close()
-                settle(url)
-                figures[f"w1_{label}"] = w1(url, retention)
-                if retention is not None:
-                    seconds, deleted = prune_all(url)
-                    figures["prune_rest_s"], figures["pruned_rest"] = seconds, deleted
+        samples: dict[str, list[float]] = {"kept": [], "retention": []}
+        for _ in range(args.pairs):
+            for label, retention in (("kept", None), ("retention", "1d")):
+                fresh = fresh_sqlite() if store_name == "sqlite" else fresh_schema(POSTGRES_URL)
+                with fresh as url:
+                    opened = open_store(url)
+                    fill(opened, args.old)
+                    opened.close()
+                    settle(url)
+                    samples[label].append(w1(url, retention))
+                    if retention is not None:
+                        seconds, deleted = prune_all(url)
+                        figures["prune_rest_s"], figures["pruned_rest"] = seconds, deleted
+        figures["w1_kept"] = statistics.median(samples["kept"])
+        figures["w1_retention"] = statistics.median(samples["retention"])
         results[store_name] = figures
         change = figures["w1_retention"] / figures["w1_kept"] - 1
         print(

@@ -43,9 +43,10 @@ _MAIL_EVERY = timedelta(seconds=1)
 # How often a worker reads its schedules' state at the least (a pause, a change by another
 # worker); it looks at once when one is due.
 _SCHEDULES_EVERY = timedelta(minutes=1)
-# Retention: runs deleted a transaction at a time, the next batch soon while there is more.
+# Retention: runs deleted a transaction at a time; when idle, batch after batch while there is
+# more; when busy, a batch a minute; when none was left, a look every five minutes.
 _PRUNE_BATCH = 500
-_PRUNE_AGAIN, _PRUNE_EVERY = timedelta(milliseconds=100), timedelta(minutes=5)
+_PRUNE_BUSY, _PRUNE_EVERY = timedelta(minutes=1), timedelta(minutes=5)
 
 
 class Worker:
@@ -90,6 +91,7 @@ class Worker:
         self._serves: dict[str, tuple[str, ...]] = {}
         self._schedules_at: datetime | None = None  # when to look at the schedules next
         self._prune_at: datetime | None = None  # when to delete old runs next (retention)
+        self._prune_more = True  # old runs may be left to delete: go on when idle
         self._started_at = self._clock.now()
 
     # -- entry points -------------------------------------------------------------------
@@ -148,8 +150,8 @@ class Worker:
                 await self._recover_own(committer)
             while not self._stopping:
                 await self._run_schedules(committer)
-                await self._prune(committer)
                 claims = await self._claim(committer)
+                await self._prune(committer, idle=not claims and not self._active)
                 if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
                     break
@@ -264,22 +266,22 @@ class Worker:
         self._schedules_at = check
         self._wake_at(check)
 
-    async def _prune(self, committer: Committer) -> None:
-        """Delete a batch of runs ended longer ago than the app's retention, when one is due:
-        a batch at a time, between claims, so that checkpoints commit in between."""
+    async def _prune(self, committer: Committer, *, idle: bool) -> None:
+        """Delete a batch of runs ended longer ago than the app's retention: in the worker's
+        idle passes (nothing claimed, nothing running), a batch each while there is more; when
+        it is never idle, a batch a minute all the same."""
         retention, now = self._settings.retention, self._clock.now()
-        if retention is None or (self._prune_at is not None and now < self._prune_at):
+        if retention is None:
+            return
+        if self._prune_at is None:  # from the worker's start
+            self._prune_at = now + _PRUNE_BUSY
+        if now < self._prune_at and not (idle and self._prune_more):
             return
         assert self._engine is not None
         prune = functools.partial(self._engine.store.prune, now - retention, limit=_PRUNE_BATCH)
-        assert self._loop is not None
-        began = self._loop.time()
         deleted = await committer.call(prune)
-        # While there is more, the next batch after nine times this one's time: deleting takes
-        # at most a tenth of the store's time from the runs.
-        took = timedelta(seconds=self._loop.time() - began)
-        self._prune_at = now + (max(_PRUNE_AGAIN, 9 * took) if deleted >= _PRUNE_BATCH
-                                else _PRUNE_EVERY)  # fmt: skip
+        self._prune_more = deleted >= _PRUNE_BATCH
+        self._prune_at = now + (_PRUNE_BUSY if self._prune_more else _PRUNE_EVERY)
         if deleted:
             log.info(
                 "worker %s: deleted %d run(s) ended over %s ago", self.name, deleted, retention
