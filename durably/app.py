@@ -8,6 +8,7 @@ import inspect
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from durably.approvals import PendingApproval
@@ -63,7 +64,7 @@ class App:
         self.seed = seed  # for the retry jitter; None: unpredictable
         self.faults = faults  # injected failures, for tests and the demo
         # ended runs older than this are deleted by the workers (None: kept for ever)
-        self.retention = None if retention is None else parse_duration(retention, what="retention")
+        self.retention = None if retention is None else _retention(retention)
         self.hooks: list[Hooks] = [hooks] if isinstance(hooks, Hooks) else list(hooks or ())
         self.registry = Registry()
         self._store: Store | None = store if not isinstance(store, str | None) else None
@@ -264,9 +265,9 @@ class App:
         spec = Spec(
             workflow="",
             cron=cron,
-            every=None if every is None else parse_duration(every, what="every").total_seconds(),
+            every=None if every is None else _seconds(every, "every"),
             timezone=timezone,
-            jitter=0.0 if jitter is None else parse_duration(jitter, what="jitter").total_seconds(),
+            jitter=0.0 if jitter is None else _seconds(jitter, "jitter"),
             overlap=overlap,
             catchup=catchup,
         )
@@ -566,3 +567,24 @@ def _check_recoveries(limit: int | None) -> None:
             f"max_recoveries must be a whole number of 0 or more, not {limit!r}: it is how many "
             "workers may die under one run before it is parked as a poison pill"
         )
+
+
+def _seconds(value: Duration, what: str) -> float:
+    """A schedule's duration in seconds; ConfigError, saying what is wrong, if it is none."""
+    try:
+        return parse_duration(value, what=what).total_seconds()
+    except ValueError as exc:
+        raise ConfigError(f"@app.schedule({what}=...): {exc}") from None
+
+
+def _retention(value: Duration) -> timedelta:
+    try:
+        retention = parse_duration(value, what="retention")
+    except ValueError as exc:
+        raise ConfigError(f"App(retention=...): {exc}") from None
+    if retention < timedelta(minutes=1):
+        raise ConfigError(
+            f"App(retention={value!r}) is too short: a run is deleted that long after it ends, "
+            "and whoever waits for its result must find it first. Give a minute or more"
+        )
+    return retention

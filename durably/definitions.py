@@ -175,5 +175,5 @@ class Schedule:
         kwargs = dict(self.kwargs or {})
         if self.tick is not None:
             kwargs[self.tick] = at
-        what = f"schedule {self.name!r}'s input"
+        what = f"schedule {self.name!r}"
         return encode_call(self.args, kwargs, self.workflow.fn, what=what)

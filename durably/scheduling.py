@@ -177,8 +177,16 @@ class Schedules:
         return schedules[name]
 
     def _change(self, name: str, how: Callable[[State], State]) -> None:
-        if name not in self._store.schedules():
-            schedule = self._defined(name)  # defined, not registered yet: register it now
+        stored = self._store.schedules()
+        if name not in stored:
+            defined = {} if self._registry is None else self._registry.schedules
+            if name not in defined:
+                known = ", ".join(sorted({*stored, *defined})) or "none"
+                raise ConfigError(
+                    f"no schedule is named {name!r} in this store or app (known: {known}); a "
+                    "schedule is stored once a worker of its app has run (or give --app)"
+                )
+            schedule = defined[name]  # defined, not registered yet: register it now
             register(self._store, schedule, now=self._clock.now())
 
         def change(current: str | None) -> tuple[str, None]:

@@ -64,7 +64,10 @@ def prune(app_target: str | None, store_url: str | None, older_than: str, batch:
     """Delete the runs that ended (completed, failed, timed out, cancelled) longer ago than
     --older-than, with their histories, a batch at a time. Parked, paused and unfinished runs
     are never deleted. Workers of an app with retention= do the same on their own."""
-    age = parse_duration(older_than, what="--older-than")
+    try:
+        age = parse_duration(older_than, what="--older-than")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
     with client_for(app_target, store_url) as client:
         before, total = client.clock.now() - age, 0
         while deleted := client.store.prune(before, limit=batch):

@@ -45,6 +45,7 @@ __all__ = [
 OVERLAP = ("skip", "queue", "allow")
 CATCHUP = ("latest", "all")
 MAX_CATCHUP = 100  # ticks one pass starts at most (catchup="all" after a long outage)
+_MAX_SCAN = 1_000_000  # missed ticks one pass looks through at most (a minutely cron: 2 years)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -136,6 +137,11 @@ def check(spec: Spec) -> None:
     if (spec.cron is None) == (spec.every is None):
         raise ConfigError("a schedule takes one of cron='...' or every='...', not both or none")
     if spec.cron is not None:
+        if not spec.cron.startswith("@") and len(spec.cron.split()) != 5:
+            raise ConfigError(
+                f"cron={spec.cron!r} has {len(spec.cron.split())} fields: a schedule's cron has "
+                "five (minute, hour, day of month, month, day of week), e.g. '0 6 * * *'"
+            )
         try:
             CronSim(spec.cron, datetime(2026, 1, 1))
         except CronSimError as exc:
@@ -195,12 +201,9 @@ def plan(name: str, state: State, now: datetime, *, previous_ended: bool) -> Pla
             return Plan(state, ())
         tick = datetime.fromisoformat(state.held)
         return Plan(_started(state, name, [tick], held=None), (tick,))
-    due = _due(state, name, now)
+    due, missed = _due(state, name, now)  # catchup="latest": the earlier ones are skipped
     if not due:
         return Plan(state, ())
-    missed = 0
-    if state.spec.catchup == "latest":  # the earlier missed ticks are skipped
-        missed, due = len(due) - 1, due[-1:]
     state = replace(state, skipped=state.skipped + missed)
     if previous_ended or state.spec.overlap == "allow":
         return Plan(_started(state, name, due, held=None), tuple(due))
@@ -210,14 +213,22 @@ def plan(name: str, state: State, now: datetime, *, previous_ended: bool) -> Pla
     return Plan(replace(state, last_tick=due[-1], skipped=state.skipped + len(due)), ())
 
 
-def _due(state: State, name: str, now: datetime) -> list[datetime]:
-    """The ticks after the last planned one whose start time (with jitter) has come."""
+def _due(state: State, name: str, now: datetime) -> tuple[list[datetime], int]:
+    """The ticks after the last planned one whose start time (with jitter) has come, and how
+    many more came that are not listed: catchup="all" lists MAX_CATCHUP at most (the rest
+    start in the next passes); "latest" lists only the latest, however many came."""
     due: list[datetime] = []
-    for tick in ticks(state.spec, _after(state)):
-        if tick + jitter(state.spec, name, tick) > now or len(due) >= MAX_CATCHUP:
+    more = 0
+    latest = state.spec.catchup == "latest"
+    for count, tick in enumerate(ticks(state.spec, _after(state))):
+        if tick + jitter(state.spec, name, tick) > now or count >= _MAX_SCAN:
             break
-        due.append(tick)
-    return due
+        if latest:
+            more += bool(due)
+            due = [tick]
+        elif len(due) < MAX_CATCHUP:
+            due.append(tick)
+    return due, more
 
 
 def _started(state: State, name: str, started: list[datetime], *, held: str | None) -> State:

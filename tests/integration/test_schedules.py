@@ -232,3 +232,35 @@ def test_the_schedules_commands(store_url: str, tmp_path: Path) -> None:
     assert triggered.startswith("started run schedule:morning_report:")
     assert filled.stdout.startswith("7 tick(s) of morning_report have their run")
     assert " active " in run("list").stdout
+
+
+def test_the_latest_of_many_missed_ticks_is_the_one_started(
+    app: durably.App, clock: FakeClock
+) -> None:
+    @app.schedule(every="1m")
+    @app.workflow
+    async def minutely() -> None: ...
+
+    app.run_until_idle()
+    clock.advance("250m")  # 250 ticks missed: more than a pass lists for catchup="all"
+    app.run_until_idle()
+
+    assert ticks_run(app, "minutely") == ["2026-03-23T04:10:00+00:00"]
+    [info] = app.schedules.all()
+    assert (info.fired, info.skipped) == (1, 249)
+
+
+def test_durations_and_a_six_field_cron_are_refused_as_config_errors(
+    app: durably.App, store_url: str
+) -> None:
+    @app.workflow
+    async def job() -> None: ...
+
+    with pytest.raises(ConfigError, match="has 6 fields"):
+        app.schedule(cron="0 6 * * * *")(job)
+    with pytest.raises(ConfigError, match=r"@app.schedule\(every=...\)"):
+        app.schedule(every="soon")(job)
+    with pytest.raises(ConfigError, match="too short"):
+        durably.App(store_url, retention="0s")
+    with pytest.raises(ConfigError, match=r"App\(retention=...\)"):
+        durably.App(store_url, retention="a while")
