@@ -42,6 +42,14 @@ __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "work
     "same name, it recovers the runs its last incarnation held at once, without waiting "
     "for their leases to expire.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (/metrics; needs durably[metrics]).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="The address the metrics are served on (0.0.0.0: every interface).")  # fmt: skip
 def worker(
     target: str,
     store_url: str | None,
@@ -50,11 +58,19 @@ def worker(
     poll: str,
     stop_grace: str,
     name: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
     app = load_app(target)
     if store_url:
         app.use_store(store_url)
+    if metrics_port is not None:
+        from durably.observability.metrics import Metrics  # the metrics extra: only if asked
+
+        metrics = Metrics(store=lambda: app.store, clock=app.clock)
+        app.hooks.append(metrics)
+        metrics.serve(metrics_port, metrics_host)
     app.worker(
         concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace, name=name
     ).run()

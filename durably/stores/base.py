@@ -24,6 +24,7 @@ __all__ = [
     "Message",
     "NewRun",
     "RunRecord",
+    "RunStats",
     "Sent",
     "SentOutcome",
     "Serves",
@@ -80,6 +81,16 @@ class WorkerBeat:
     def alive(self, now: datetime) -> bool:
         """Whether it beat lately: three beats missed, it is presumed dead."""
         return now - self.seen_at <= 3 * self.every
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """What a metrics scrape shows of a store's runs (Store.stats)."""
+
+    by_status: dict[str, int]
+    oldest_in_flight: datetime | None  # created_at of the oldest run that has not ended
+    due: int  # pending runs due by now: the queue's depth
+    oldest_due: datetime | None  # when the longest-waiting due run became due
 
 
 # What a worker runs: workflow name -> the versions of its runs it serves. A plain collection
@@ -380,6 +391,11 @@ class Store(Protocol):
         """Delete up to `limit` runs that ended (completed, failed, timed out, cancelled)
         before `before`, oldest first, with their histories, in one transaction; how many.
         Parked, paused and unfinished runs are never deleted."""
+        ...
+
+    def stats(self, *, now: datetime) -> RunStats:
+        """Runs by status, the oldest not ended, and the due ones waiting: what a metrics
+        scrape shows, in one query."""
         ...
 
     def beat(self, worker: WorkerBeat) -> None:

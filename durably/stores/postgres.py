@@ -46,6 +46,7 @@ from durably.stores.base import (
     Message,
     NewRun,
     RunRecord,
+    RunStats,
     Sent,
     SentOutcome,
     Serves,
@@ -61,6 +62,7 @@ from durably.stores.rows import (
     ts,
 )
 from durably.stores.schema import check_schema, migrate
+from durably.stores.stats import run_stats
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -481,6 +483,9 @@ class PostgresStore:
         return self._db.run(  # safe to repeat: a second try deletes what is left
             lambda db: pruning.prune(db, reads.POSTGRES, before, limit=limit), transaction=True
         )
+
+    def stats(self, *, now: datetime) -> RunStats:
+        return self._db.run(lambda db: run_stats(db, reads.POSTGRES, now=now))
 
     def beat(self, worker: WorkerBeat) -> None:
         self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)

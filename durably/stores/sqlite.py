@@ -37,6 +37,7 @@ from durably.stores.base import (
     Message,
     NewRun,
     RunRecord,
+    RunStats,
     Sent,
     SentOutcome,
     Serves,
@@ -49,6 +50,7 @@ from durably.stores.rows import (
     ts,
 )
 from durably.stores.schema import CLAIM_RANK, check_schema, migrate
+from durably.stores.stats import run_stats
 from durably.stores.wakeups import LocalWakeups, run_messages
 
 __all__ = ["SQLiteStore"]
@@ -397,6 +399,10 @@ class SQLiteStore:
     def prune(self, before: datetime, *, limit: int) -> int:
         with self._write() as db:
             return pruning.prune(db, reads.SQLITE, before, limit=limit)
+
+    def stats(self, *, now: datetime) -> RunStats:
+        with self._read() as db:
+            return run_stats(db, reads.SQLITE, now=now)
 
     def beat(self, worker: WorkerBeat) -> None:
         with self._write() as db:

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics (durably.observability.metrics, the `metrics` extra)."""

@@ -1,0 +1,195 @@
+"""Prometheus metrics for durably: engine hooks that count and time what workers do, and a
+collector that asks the store, once per scrape, how many runs are in each state and how long
+the oldest have waited. `durably worker --metrics-port 9464` serves them; in code:
+
+    metrics = Metrics(store=lambda: app.store, clock=app.clock)
+    app = durably.App(url, hooks=[metrics]); metrics.serve(9464)
+
+Every name is listed in docs/reference/metrics.md. Needs the `metrics` extra
+(pip install 'durably[metrics]'), which brings prometheus-client.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+try:
+    from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as missing:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "durably's metrics need prometheus-client: pip install 'durably[metrics]'"
+    ) from missing
+
+from durably.clock import Clock, SystemClock
+from durably.core.status import PARKED
+from durably.hooks import Hooks
+from durably.resilience.gates import GateState
+from durably.stores.base import Store
+
+__all__ = ["Metrics"]
+
+_STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300)
+_COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1)
+
+
+class Metrics(Hooks):
+    """Engine hooks that keep durably's counters and histograms in `registry` (a registry of
+    its own by default), and a collector there that reads the store's gauges per scrape."""
+
+    def __init__(
+        self,
+        *,
+        store: Callable[[], Store] | None = None,
+        clock: Clock | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        self._clock = clock or SystemClock()
+        self._started: dict[tuple[str, str, int], float] = {}  # attempt -> perf_counter
+        self._lock = threading.Lock()
+        self._commit_began = threading.local()
+        r = self.registry
+        self.claims = Counter(
+            "durably_runs_claimed",
+            "Runs leased by this worker",
+            ["workflow", "takeover"],
+            registry=r,
+        )
+        self.finished = Counter(
+            "durably_runs_finished",
+            "Runs that reached a final or parked status here",
+            ["workflow", "status"],
+            registry=r,
+        )
+        self.attempts = Counter(
+            "durably_step_attempts", "Step attempts started", ["step", "dependency"], registry=r
+        )
+        self.retries = Counter(
+            "durably_step_retries",
+            "Step attempts after the first",
+            ["step", "dependency"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "durably_step_failures",
+            "Step attempts that failed, by error class",
+            ["step", "dependency", "error_class"],
+            registry=r,
+        )
+        self.step_seconds = Histogram(
+            "durably_step_duration_seconds",
+            "Step attempts' duration",
+            ["step"],
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "durably_checkpoint_commit_seconds",
+            "A batch of checkpoints' commit",
+            buckets=_COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.commit_size = Histogram(
+            "durably_checkpoint_batch_size",
+            "Checkpoints a commit takes",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=r,
+        )
+        if store is not None:
+            r.register(_StoreCollector(store, self._clock))
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serve /metrics over HTTP on `host:port`, from a daemon thread."""
+        start_http_server(port, addr=host, registry=self.registry)
+
+    # -- hooks ----------------------------------------------------------------------------
+
+    def claimed(self, run_id: str, workflow: str, *, takeover: bool) -> None:
+        self.claims.labels(workflow, "true" if takeover else "false").inc()
+
+    def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
+        labels = (step, dependency or "")
+        self.attempts.labels(*labels).inc()
+        if attempt > 1:
+            self.retries.labels(*labels).inc()
+        with self._lock:
+            self._started[(run_id, step, attempt)] = time.perf_counter()
+
+    def attempt_finished(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        dependency: str | None,
+        error: BaseException | None,
+    ) -> None:
+        with self._lock:
+            began = self._started.pop((run_id, step, attempt), None)
+        if began is not None:
+            self.step_seconds.labels(step).observe(time.perf_counter() - began)
+        if error is not None:
+            name = f"{type(error).__module__}.{type(error).__qualname__}"
+            self.failures.labels(step, dependency or "", name).inc()
+
+    def before_commit(self, checkpoints: int) -> None:
+        self._commit_began.at = time.perf_counter()  # the committer's thread, or the loop's
+        self.commit_size.observe(checkpoints)
+
+    def checkpoint_committed(self, checkpoints: int) -> None:
+        began = getattr(self._commit_began, "at", None)
+        if began is not None:
+            self.commit_seconds.observe(time.perf_counter() - began)
+
+    def run_finished(self, run_id: str, workflow: str, status: str) -> None:
+        self.finished.labels(workflow, status).inc()
+
+
+class _StoreCollector(Collector):
+    """The gauges that need the store, read once per scrape (Store.stats and Store.gates)."""
+
+    def __init__(self, store: Callable[[], Store], clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        store, now = self._store(), self._clock.now()
+        stats = store.stats(now=now)
+        runs = GaugeMetricFamily("durably_runs", "Runs in the store, by status", labels=["status"])
+        for status, count in sorted(stats.by_status.items()):
+            runs.add_metric([status], count)
+        yield runs
+        parked = sum(count for status, count in stats.by_status.items() if status in PARKED)
+        yield GaugeMetricFamily("durably_dead_letters", "Runs parked for a person", value=parked)
+        yield GaugeMetricFamily(
+            "durably_queue_depth", "Due runs waiting for a worker", value=stats.due
+        )
+        yield _age(
+            "durably_queue_oldest_due_age_seconds",
+            "How long the longest-waiting due run has waited",
+            stats.oldest_due,
+            now,
+        )
+        yield _age(
+            "durably_oldest_in_flight_age_seconds",
+            "Age of the oldest run that has not ended",
+            stats.oldest_in_flight,
+            now,
+        )
+        breakers = GaugeMetricFamily(
+            "durably_breaker_open",
+            "1 while a dependency's circuit breaker is open or half open",
+            labels=["dependency"],
+        )
+        for name, text in sorted(store.gates().items()):
+            breakers.add_metric([name], 0.0 if GateState.load(text).breaker == "closed" else 1.0)
+        yield breakers
+
+
+def _age(name: str, documentation: str, since: datetime | None, now: datetime) -> Metric:
+    age = 0.0 if since is None else max(0.0, (now - since).total_seconds())
+    return GaugeMetricFamily(name, documentation, value=age)

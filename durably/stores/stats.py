@@ -1,0 +1,30 @@
+"""What a metrics scrape asks of a store, in one query for both stores: runs by status, the
+creation time of the oldest run not ended, and the due runs waiting to be claimed."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from durably.core.status import FINAL
+from durably.stores.base import RunStats
+from durably.stores.reads import Connection, Dialect
+from durably.stores.rows import from_ts, ts
+
+__all__ = ["run_stats"]
+
+
+def run_stats(db: Connection, dialect: Dialect, *, now: datetime) -> RunStats:
+    mark, at = dialect.mark, ts(now)
+    rows = db.execute(
+        "SELECT status, count(*), min(created_at),"
+        f" sum(CASE WHEN status = 'pending' AND available_at <= {mark} THEN 1 ELSE 0 END),"
+        f" min(CASE WHEN status = 'pending' AND available_at <= {mark} THEN available_at END)"
+        " FROM durably_runs GROUP BY status",
+        (at, at),
+    ).fetchall()
+    by_status = {str(status): int(count) for status, count, *_ in rows}
+    open_since = [created for status, _, created, *_ in rows if status not in FINAL]
+    due = sum(int(row[3] or 0) for row in rows)
+    oldest = [row[4] for row in rows if row[4] is not None]
+    return RunStats(by_status, from_ts(min(open_since)) if open_since else None, due,
+                    from_ts(min(oldest)) if oldest else None)  # fmt: skip
