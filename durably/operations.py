@@ -112,8 +112,9 @@ def failed_step(store: Store, run_id: str) -> str | None:
 
 
 def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> None:
-    """Give up on a parked run: compensate its completed steps, then end it `failed`."""
-    claim = take(store, run_id, now=now, by=by, action="fail")
+    """Give up on a parked run, or one whose worker died (its lease expired): compensate its
+    completed steps, then end it `failed`."""
+    claim = take(store, run_id, now=now, by=by, action="fail", statuses=_FAILABLE)
     phase = fold_run(claim.events)
     error = ErrorInfo("durably.FailedByPerson", f"{reason} (by {by})")
     if phase.compensating is not None:  # its compensation already failed: end it as is
@@ -126,6 +127,9 @@ def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> N
     event = Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
     why = f"its parent run was failed by {by}: {reason}"
     hand_back(store, claim, now, event, messages=cancel_children(run_id, claim.events, why))
+
+
+_FAILABLE = PARKED | {RunStatus.RUNNING}  # running: only with its lease expired (Store.take)
 
 
 def _check_reopenable(store: Store, run_id: str, from_step: int) -> None:
@@ -171,6 +175,13 @@ def _check_status(
     run = store.get_run(run_id)
     if run is None:
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
+    if run.status is RunStatus.RUNNING and run.status in statuses:
+        until = "" if run.available_at is None else f" until {run.available_at.isoformat()}"
+        raise DurablyError(
+            f"cannot {action} run {run_id!r}: worker {run.lease_owner} holds it{until}. "
+            "Cancel it instead, or, if that worker is dead, release its runs "
+            f"(durably runs release {run_id}) and act then"
+        )
     if run.status not in statuses:
         allowed = " or ".join(sorted(statuses))
         raise DurablyError(f"cannot {action} run {run_id!r}: it is {run.status}, not {allowed}")
@@ -236,3 +247,17 @@ def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
         attempts=0 if step is None else step.attempts,
         parked_at=run.updated_at,
     )
+
+
+def release(store: Store, run_id: str, *, now: datetime) -> tuple[str, int]:
+    """The run's worker is dead: end the leases it holds, this run's and its others', so
+    that the next worker to poll takes them over now. Its name and how many were released."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
+    if run.status is not RunStatus.RUNNING or run.lease_owner is None:
+        raise DurablyError(
+            f"cannot release run {run_id!r}: it is {run.status}, held by no worker; only a "
+            "running run's lease can be released"
+        )
+    return run.lease_owner, store.expire_leases(run.lease_owner, now=now)

@@ -97,7 +97,9 @@ def describe_run(
         pairs.append(("version", _version(run, workers, now)))
     if run.lease_owner:
         pairs.append(("leased by", f"{run.lease_owner} (epoch {run.lease_epoch})"))
-    if run.available_at is not None:
+    if run.available_at is not None and run.lease_owner and now and run.available_at <= now:
+        pairs.append(("lease", _lapsed(run, workers, now)))
+    elif run.available_at is not None:
         label = "lease expires" if run.lease_owner else "due"
         pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
     elif run.status is RunStatus.PENDING:
@@ -280,3 +282,21 @@ def _version(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime | None
             "if this code runs it the same way"
         )
     return f"{run.version} (no live worker runs workflow {run.workflow!r})"
+
+
+def _lapsed(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str:
+    """A running run whose lease expired: its worker is presumed dead; who takes it over."""
+    assert run.available_at is not None
+    said = (
+        f"expired at {_time(run.available_at)}: worker {run.lease_owner} presumed dead (its "
+        "attempt in flight is lost)"
+    )
+    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
+    if run.version is not None:
+        live = [w for w in live if run.version in w.serves[run.workflow]]
+    if live:
+        return f"{said}; the next worker to poll takes it over ({', '.join(w.name for w in live)})"
+    return (
+        f"{said}; no live worker runs it: start one with its code (durably workers), or fail "
+        f"it (durably dlq fail {run.id})"
+    )

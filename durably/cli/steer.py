@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import click
 
+from durably import operations
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, where, worker_hint
 from durably.cli.commands import runs
 from durably.client import Client, Steered
 
-__all__ = ["cancel", "pause", "restart", "resume"]
+__all__ = ["cancel", "pause", "release", "restart", "resume"]
 
 _REASON = click.option("--reason", default=None, help="Why (recorded in the run's history).")
 
@@ -51,6 +52,19 @@ def resume(app_target: str | None, store_url: str | None, run_id: str, by: str) 
     """Resume the paused run RUN_ID from where it stopped."""
     with client_for(app_target, store_url) as client:
         _say(client.resume(run_id, by=by), "resume", app_target, client)
+
+
+@runs.command("release", epilog=PRECEDENCE)
+@where
+@click.argument("run_id")
+def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
+    """RUN_ID's worker is dead: end the leases it holds (this run's and its others'), so that
+    the next worker to poll takes them over now instead of when they expire. Safe if it was
+    alive after all: its later writes are refused, and the runs go on elsewhere."""
+    with client_for(app_target, store_url) as client:
+        owner, count = operations.release(client.store, run_id, now=client.clock.now())
+        click.echo(f"released {count} run(s) held by worker {owner}")
+        click.echo(worker_hint(app_target, client, "to take them over"))
 
 
 @runs.command("restart", epilog=PRECEDENCE)

@@ -36,6 +36,7 @@ class EventKind(StrEnum):
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
     RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
     RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other
+    ATTEMPT_LOST = "attempt_lost"  # taken over: the dead worker's attempt at this step is lost
     MESSAGE_RECEIVED = "message_received"  # a command from outside, out of the run's inbox
     # Durable calls a workflow makes besides steps, at a position like a step's:
     TIMER_SET = "timer_set"  # durably.sleep / sleep_until (data: until)

@@ -349,8 +349,7 @@ Failure: TypeAlias = (
     | RunParked
 )
 
-# The payload class of each kind; None: the kind carries no data. Every kind is here (a unit
-# test checks it), so a new kind is given its payload when it is added.
+# Each kind's payload class (None: no data). A unit test checks that every kind is here.
 PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.RUN_STARTED: RunStarted,
     EventKind.CLAIMED: Claimed,
@@ -383,6 +382,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.SIGNAL_TIMED_OUT: None,
     EventKind.VALUE_RECORDED: Result,
     EventKind.PATCH_DECIDED: Result,  # true (the new code) or false (the old)
+    EventKind.ATTEMPT_LOST: None,
     EventKind.CHILD_STARTED: ChildStarted,
     EventKind.APPROVAL_REQUESTED: ApprovalRequested,
     EventKind.APPROVAL_TOKEN: ApprovalToken,

@@ -49,7 +49,7 @@ from durably.errors import (
     UnsafeConcurrency,
 )
 from durably.retry import classify
-from durably.runtime import fanout, generations, transactions
+from durably.runtime import fanout, generations, takeovers, transactions
 from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import call_user, observed, record_failure, within
 from durably.runtime.checkpoints import HistoryWriter
@@ -230,7 +230,10 @@ class RunExecution:
                 return
             if control.pause is not None:
                 raise Pause(control.pause)
-            self._check_poison(phase)
+            limit = self._workflow.max_recoveries
+            takeovers.check_poison(phase, self._engine.settings.max_recoveries
+                                   if limit is None else limit)  # fmt: skip
+            takeovers.record_lost_attempts(self._writer, phase)
             if self.alone:
                 alone = payloads.RunningAlone(_ALONE_REASON, self._others)
                 self._writer.append(EventKind.RUNNING_ALONE, data=payloads.encode_payload(alone))
@@ -297,16 +300,6 @@ class RunExecution:
             return
         self.children.end_with_parent()
         await self._writer.finish(RunStatus.COMPLETED, EventKind.RUN_COMPLETED, result=result)
-
-    def _check_poison(self, phase: RunPhase) -> None:
-        limit = self._workflow.max_recoveries
-        limit = self._engine.settings.max_recoveries if limit is None else limit
-        if phase.deaths.poison(limit):
-            raise PoisonPill(
-                f"{phase.deaths.count} workers died or lost their lease while running this run, "
-                f"the last while it ran alone on its worker (limit {limit}); parked so it stops "
-                "taking workers down. Inspect it, then retry it (durably dlq retry) or fail it."
-            )
 
     def check_control(self) -> None:
         """Before the workflow body goes on (a step, a durable call): stop it if a person

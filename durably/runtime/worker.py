@@ -19,8 +19,6 @@ from datetime import datetime, timedelta
 
 from durably import scheduling
 from durably.clock import Clock
-from durably.core.history import EventKind
-from durably.core.payloads import Claimed, read_payload
 from durably.core.replay import WorkerDeaths, fold_deaths
 from durably.core.schedules import State
 from durably.durations import Duration, parse_duration
@@ -28,6 +26,7 @@ from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
+from durably.runtime.takeovers import taken_over_from
 from durably.stores.base import Claim, Lease, Store, WorkerBeat
 
 __all__ = ["Worker"]
@@ -229,7 +228,7 @@ class Worker:
             except PayloadError:  # an unreadable history: its execution parks the run
                 deaths = WorkerDeaths()
             if self._settings.hooks is not None:
-                takeover = _taken_over(claim)
+                takeover = taken_over_from(claim.events) is not None
                 self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
             if deaths.suspect:
                 execution.strict = deaths.strict
@@ -504,16 +503,6 @@ class Worker:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._poke)
-
-
-def _taken_over(claim: Claim) -> bool:
-    """Whether this claim took the run over from a worker whose lease had expired."""
-    last = claim.events[-1]
-    try:
-        claimed = read_payload(last, Claimed) if last.kind is EventKind.CLAIMED else None
-    except PayloadError:
-        return False
-    return claimed is not None and claimed.took_over_from is not None
 
 
 def _deaf() -> None:

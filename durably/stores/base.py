@@ -264,7 +264,8 @@ class Store(Protocol):
         now: datetime,
         lease: timedelta,
     ) -> Claim | None:
-        """Lease one run if its status is one of `statuses` (a person acting on a parked run)."""
+        """Lease one run if its status is one of `statuses` (a person acting on a parked run).
+        A running run is taken only once its lease has expired (its worker presumed dead)."""
         ...
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:

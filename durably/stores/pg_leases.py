@@ -30,6 +30,7 @@ PICK_DUE = f"""
     FOR UPDATE SKIP LOCKED"""
 PICK_ONE = """
     WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
+        AND (status <> 'running' OR available_at <= %(now)s)
     FOR UPDATE"""
 _LEASE = """
 WITH picked AS (

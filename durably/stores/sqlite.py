@@ -211,8 +211,9 @@ class SQLiteStore:
         with self._write() as db:
             row = db.execute(
                 "SELECT status, lease_owner FROM durably_runs"
-                f" WHERE id = ? AND status IN ({_marks(wanted)})",
-                (run_id, *wanted),
+                f" WHERE id = ? AND status IN ({_marks(wanted)})"
+                " AND (status <> 'running' OR available_at <= ?)",
+                (run_id, *wanted, at),
             ).fetchone()
             if row is None:
                 return None

@@ -378,8 +378,10 @@ def test_a_run_that_only_shared_dying_workers_is_never_a_poison_pill(
     assert app.handle(run_id).result(timeout=0) == 1
     history = app.history(run_id)
     last_claim = max(i for i, e in enumerate(history) if e.kind is EventKind.CLAIMED)
-    # taken over, it ran alone first: a death then would have been its own
-    assert history[last_claim + 1].kind is EventKind.RUNNING_ALONE
+    # taken over, the attempt the dead worker left is lost, and the run ran alone first: a
+    # death then would have been its own
+    assert history[last_claim + 1].kind is EventKind.ATTEMPT_LOST
+    assert history[last_claim + 2].kind is EventKind.RUNNING_ALONE
 
 
 def test_max_recoveries_can_be_set_per_workflow(

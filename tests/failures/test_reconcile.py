@@ -102,6 +102,8 @@ def test_reconcile_that_finds_the_effect_completes_the_step_without_the_body(
     first = [("step_started", 0, "charge", 1)]
     if cause == "timeout":
         first.append(("attempt_failed", 0, "charge", 1))
+    else:  # its worker died: the next one records the attempt lost when it takes the run over
+        first.append(("attempt_lost", 0, "charge", 1))
     assert charge_events == [
         *first,
         ("step_started", 0, "charge", 2),

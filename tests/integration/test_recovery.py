@@ -96,6 +96,7 @@ def test_a_step_started_but_not_completed_runs_again_with_the_same_key(
         ("step_started", 0, "fetch", 1),
         ("step_completed", 0, "fetch", 1),
         ("step_started", 1, "transform", 1),  # the dead worker's attempt: outcome unknown
+        ("attempt_lost", 1, "transform", 1),  # said so by the worker that took the run over
         ("step_started", 1, "transform", 2),
         ("step_completed", 1, "transform", 2),
         ("step_started", 2, "store_it", 1),
@@ -243,6 +244,7 @@ def test_an_execution_whose_lease_was_taken_over_writes_nothing(
     assert handle.result(timeout=0) == 4
     assert step_events(app.history(handle.id)) == [
         ("step_started", 0, "slow", 1),
+        ("attempt_lost", 0, "slow", 1),  # recorded at the takeover: where the worker died
         ("step_started", 0, "slow", 2),
         ("step_completed", 0, "slow", 2),
         ("step_started", 1, "after", 1),

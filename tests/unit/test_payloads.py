@@ -258,6 +258,7 @@ def test_every_kind_has_its_payload_class_or_none() -> None:
         EventKind.TIMER_FIRED,
         EventKind.SIGNAL_TIMED_OUT,
         EventKind.APPROVAL_ESCALATED,
+        EventKind.ATTEMPT_LOST,
     }
 
 

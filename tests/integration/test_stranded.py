@@ -1,0 +1,119 @@
+"""A run whose worker died is no dead end, on both stores: `runs show` says its lease expired
+and its worker is presumed dead, and who takes it over (or that nobody can); the worker that
+takes it over records the attempt lost; a person can fail it, or release the dead worker's
+leases at once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import durably
+from durably import DurablyError, RunStatus, operations
+from durably.core.history import EventKind
+from durably.stores.base import WorkerBeat
+from durably.testing import FakeClock
+from durably.timeline import describe_run
+
+from .conftest import DEAD_LEASE, dead_worker
+from .test_cli import durably_cli
+
+
+def ship_app(app: durably.App) -> list[str]:
+    ran: list[str] = []
+
+    @app.step
+    async def pack(order: str) -> str:
+        ran.append(f"pack {order}")
+        return order
+
+    @app.step
+    async def ship(order: str) -> str:
+        ran.append(f"ship {order}")
+        return f"shipped {order}"
+
+    @app.workflow(version="1")
+    async def deliver(order: str) -> str:
+        await pack(order)
+        return await ship(order)  # type: ignore[no-any-return]
+
+    return ran
+
+
+def test_runs_show_says_the_worker_is_presumed_dead_and_who_takes_over(
+    app: durably.App, clock: FakeClock, store_url: str, tmp_path: Path
+) -> None:
+    ship_app(app)
+    app.start("deliver", "o-1", id="o-1")
+    dead_worker(app.store, clock, "deliver", [("pack", "o-1")], unknown="ship")
+    clock.advance(DEAD_LEASE + timedelta(seconds=1))
+    run, history = app.get_run("o-1"), app.history("o-1")
+
+    nobody = dict(describe_run(run, history, [], clock.now()))
+    alive = WorkerBeat("w-2", clock.now(), clock.now(), timedelta(seconds=10), {"deliver": ("1",)})
+    someone = dict(describe_run(run, history, [alive], clock.now()))
+    shown = durably_cli("runs", "show", "o-1", "--store", store_url, cwd=tmp_path)
+
+    assert "worker dead-worker presumed dead" in nobody["lease"]
+    assert "no live worker runs it" in nobody["lease"]
+    assert "durably dlq fail o-1" in nobody["lease"]
+    assert someone["lease"].endswith("the next worker to poll takes it over (w-2)")
+    assert shown.returncode == 0, shown.stderr
+    assert "presumed dead" in shown.stdout
+
+
+def test_the_worker_that_takes_over_records_the_attempt_lost(
+    app: durably.App, clock: FakeClock
+) -> None:
+    ran = ship_app(app)
+    handle = app.start("deliver", "o-2", id="o-2")
+    dead_worker(app.store, clock, "deliver", [("pack", "o-2")], unknown="ship")
+    clock.advance(DEAD_LEASE + timedelta(seconds=1))
+    app.run_until_idle()
+
+    assert handle.result(timeout=0) == "shipped o-2"
+    assert ran == ["ship o-2"]
+    [lost] = [e for e in app.history("o-2") if e.kind is EventKind.ATTEMPT_LOST]
+    assert (lost.position, lost.name, lost.attempt) == (1, "ship", 1)
+
+
+def test_a_person_fails_a_stranded_run_or_releases_its_dead_workers_leases(
+    app: durably.App, clock: FakeClock
+) -> None:
+    ship_app(app)
+    app.start("deliver", "o-3", id="o-3")
+    app.start("deliver", "o-4", id="o-4")
+    dead_worker(app.store, clock, "deliver", [("pack", "o-3")], unknown="ship")
+    dead_worker(app.store, clock, "deliver", [], unknown="pack")
+
+    with pytest.raises(DurablyError, match=r"worker dead-worker holds it until .* release"):
+        app.fail("o-3", reason="the courier is gone")
+
+    clock.advance(DEAD_LEASE + timedelta(seconds=1))
+    app.fail("o-3", reason="the courier is gone")
+    assert app.get_run("o-3").status is RunStatus.PENDING  # its undo goes to a worker
+    app.run_until_idle()
+    assert app.get_run("o-3").status is RunStatus.FAILED
+
+    assert app.get_run("o-4").status is RunStatus.COMPLETED  # taken over: lease expired
+
+
+def test_releasing_a_dead_workers_leases_lets_the_next_worker_take_over_at_once(
+    app: durably.App, clock: FakeClock, store_url: str, tmp_path: Path
+) -> None:
+    ship_app(app)
+    handle = app.start("deliver", "o-5", id="o-5")
+    [held] = app.store.claim("crashed", ["deliver"], now=clock.now(), lease=timedelta(hours=1),
+                             limit=1)  # fmt: skip
+    assert app.run_until_idle() == 0  # an hour's lease: nobody takes it over yet
+
+    owner, count = operations.release(app.store, held.run_id, now=clock.now())
+    app.run_until_idle()
+    refused = durably_cli("runs", "release", "o-5", "--store", store_url, cwd=tmp_path)
+
+    assert (owner, count) == ("crashed", 1)
+    assert handle.result(timeout=0) == "shipped o-5"
+    assert refused.returncode == 1
+    assert "cannot release run 'o-5': it is completed, held by no worker" in refused.stderr
