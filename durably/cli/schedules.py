@@ -42,24 +42,24 @@ def schedules_list(app_target: str | None, store_url: str | None) -> None:
         click.echo("(no schedule: decorate a workflow with @app.schedule, and run a worker)")
 
 
-@schedules.command("pause", epilog=PRECEDENCE)
-@where
-@click.argument("name")
-def schedules_pause(app_target: str | None, store_url: str | None, name: str) -> None:
-    """Start no tick of NAME until it is resumed (ticks meanwhile are not caught up)."""
-    with _acting(app_target, store_url) as acting:
-        acting.pause(name)
-    click.echo(f"schedule {name} paused")
+def _switcher(paused: bool, doc: str) -> click.Command:
+    """`durably schedules pause` or `resume`: one body, told which."""
+
+    @where
+    @click.argument("name")
+    def switch(app_target: str | None, store_url: str | None, name: str) -> None:
+        with _acting(app_target, store_url) as acting:
+            (acting.pause if paused else acting.resume)(name)
+        click.echo(f"schedule {name} {'paused' if paused else 'resumed'}")
+
+    switch.__doc__ = doc
+    return schedules.command("pause" if paused else "resume", epilog=PRECEDENCE)(switch)
 
 
-@schedules.command("resume", epilog=PRECEDENCE)
-@where
-@click.argument("name")
-def schedules_resume(app_target: str | None, store_url: str | None, name: str) -> None:
-    """Start NAME's ticks again, from now on."""
-    with _acting(app_target, store_url) as acting:
-        acting.resume(name)
-    click.echo(f"schedule {name} resumed")
+schedules_pause = _switcher(
+    True, "Start no tick of NAME until it is resumed (ticks meanwhile are not caught up)."
+)
+schedules_resume = _switcher(False, "Start NAME's ticks again, from now on.")
 
 
 @schedules.command("trigger", epilog=PRECEDENCE)
