@@ -66,6 +66,8 @@ def test_a_claim_carries_the_runs_priority(store: Store, clock: FakeClock) -> No
 
     [claim] = store.claim("worker-a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=1)
     assert claim.priority == 42
+    assert store.take("r1", "person", [RunStatus.RUNNING], now=clock.now(), lease=LEASE) is None
+    clock.advance(LEASE)  # a running run is taken only once its worker is presumed dead
     taken = store.take("r1", "person", [RunStatus.RUNNING], now=clock.now(), lease=LEASE)
     assert taken is not None
     assert taken.priority == 42
