@@ -25,6 +25,8 @@ def taken_over_from(events: Sequence[Event]) -> str | None:
     last = events[-1] if events else None
     if last is None or last.kind is not EventKind.CLAIMED:
         return None
+    if "took_over_from" not in (last.data or ""):  # the usual claim: no JSON to read
+        return None
     try:
         return read_payload(last, Claimed).took_over_from
     except PayloadError:
