@@ -5,6 +5,7 @@ deletion of old runs (`durably prune`)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -69,8 +70,13 @@ def prune(app_target: str | None, store_url: str | None, older_than: str, batch:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
     with client_for(app_target, store_url) as client:
-        before, total = client.clock.now() - age, 0
-        while deleted := client.store.prune(before, limit=batch):
-            total += deleted
-            click.echo(f"deleted {total:,} run(s) so far", err=True)
+        store, before, total = client.store, client.clock.now() - age, 0
+        on_screen = sys.stderr.isatty()  # a bar for a person; a line a batch for a log
+        with click.progressbar(length=store.prunable(before), label="deleting", file=sys.stderr,
+                               hidden=not on_screen) as bar:  # fmt: skip
+            while deleted := store.prune(before, limit=batch):
+                total += deleted
+                bar.update(deleted)
+                if not on_screen:
+                    click.echo(f"deleted {total:,} run(s) so far", err=True)
     click.echo(f"deleted {total:,} run(s) that ended before {before.isoformat(timespec='seconds')}")

@@ -394,6 +394,10 @@ class Store(Protocol):
         Parked, paused and unfinished runs are never deleted."""
         ...
 
+    def prunable(self, before: datetime) -> int:
+        """How many runs ended before `before` (what `prune` deletes, batch after batch)."""
+        ...
+
     def stats(self, *, now: datetime) -> RunStats:
         """Runs by status, the oldest not ended, and the due ones waiting: what a metrics
         scrape shows, in one query."""

@@ -484,6 +484,9 @@ class PostgresStore:
             lambda db: pruning.prune(db, reads.POSTGRES, before, limit=limit), transaction=True
         )
 
+    def prunable(self, before: datetime) -> int:
+        return self._db.run(lambda db: pruning.prunable(db, reads.POSTGRES, before))
+
     def stats(self, *, now: datetime) -> RunStats:
         return self._db.run(lambda db: run_stats(db, reads.POSTGRES, now=now))
 

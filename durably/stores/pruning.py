@@ -11,7 +11,7 @@ from durably.core.status import FINAL
 from durably.stores.reads import Connection, Dialect
 from durably.stores.rows import ts
 
-__all__ = ["prune"]
+__all__ = ["prunable", "prune"]
 
 
 def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> int:
@@ -34,3 +34,13 @@ def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> 
     # the status again: a run a person acted on since the SELECT is no longer deleted
     return int(db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}",
                           [*more, *params]).rowcount)  # fmt: skip
+
+
+def prunable(db: Connection, dialect: Dialect, before: datetime) -> int:
+    """How many runs ended before `before`: what `prune` would delete, batch after batch."""
+    ended, params = dialect.one_of("status", sorted(FINAL))
+    row = db.execute(
+        f"SELECT count(*) FROM durably_runs WHERE {ended} AND updated_at < {dialect.mark}",
+        [*params, ts(before)],
+    ).fetchone()
+    return int(row[0])

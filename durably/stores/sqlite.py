@@ -401,6 +401,10 @@ class SQLiteStore:
         with self._write() as db:
             return pruning.prune(db, reads.SQLITE, before, limit=limit)
 
+    def prunable(self, before: datetime) -> int:
+        with self._read() as db:
+            return pruning.prunable(db, reads.SQLITE, before)
+
     def stats(self, *, now: datetime) -> RunStats:
         with self._read() as db:
             return run_stats(db, reads.SQLITE, now=now)

@@ -44,9 +44,11 @@ def test_old_ended_runs_go_with_their_history_and_the_rest_stays(
     clock.advance("30d")
     _ended(store, clock, "recent", RunStatus.COMPLETED)
 
+    assert store.prunable(clock.now() - timedelta(days=1)) == 4
     deleted = store.prune(clock.now() - timedelta(days=1), limit=100)
 
     assert deleted == 4
+    assert store.prunable(clock.now() - timedelta(days=1)) == 0
     left = {run.id for run in store.runs(limit=100)}
     assert left == {"parked", "undo-failed", "paused", "sleeping", "never-claimed", "recent"}
     assert store.history("done") == []
