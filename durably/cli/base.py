@@ -17,6 +17,7 @@ import click
 from durably.app import App
 from durably.client import Client
 from durably.errors import ConfigError, DurablyError
+from durably.observability import logs
 from durably.stores import DEFAULT_URL, Store, open_store
 
 __all__ = [
@@ -67,12 +68,17 @@ BY = click.option(
 
 @click.group(epilog=PRECEDENCE)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
-def cli(verbose: bool) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object a line, with the run's id, workflow, step and attempt.",
+)
+def cli(verbose: bool, log_format: str) -> None:
     """durably: durable workflows for Python."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(json_lines=log_format == "json",
+                   level=logging.DEBUG if verbose else logging.INFO)  # fmt: skip
 
 
 # -- finding the app and the store ----------------------------------------------------------

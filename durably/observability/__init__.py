@@ -1,1 +1,2 @@
-"""Observability: Prometheus metrics (durably.observability.metrics, the `metrics` extra)."""
+"""Observability: structured logs (durably.observability.logs) and Prometheus metrics
+(durably.observability.metrics, the `metrics` extra)."""

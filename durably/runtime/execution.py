@@ -102,6 +102,7 @@ class RunExecution:
     ) -> None:
         settings = engine.settings
         self.run_id = claim.run_id
+        self.workflow_name = claim.workflow  # for the logs (durably.observability.logs)
         self.epoch = claim.epoch
         self.suspended = False  # handed back to wait (until wake_at; None: for a message)
         self.wake_at: datetime | None = None

@@ -1,0 +1,78 @@
+"""Structured logs: every record emitted while a run executes carries the run's id and
+workflow, and, inside a step, the step and its attempt (read from the engine's context, so no
+call site passes them); `durably --log-format json ...` writes one JSON object a line.
+
+    {"time": "...", "level": "INFO", "logger": "durably.execution", "message": "...",
+     "run_id": "...", "workflow": "fulfil", "step": "charge", "attempt": 2, "worker": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from durably.runtime.context import current_execution, current_step
+
+__all__ = ["JsonFormatter", "RunContext", "configure"]
+
+_FIELDS = ("run_id", "workflow", "step", "attempt")
+
+
+class RunContext(logging.Filter):
+    """Adds run_id, workflow, step and attempt to a record (None outside a run or a step)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        execution = current_execution()
+        scope = current_step()
+        record.run_id = getattr(execution, "run_id", None)
+        record.workflow = getattr(execution, "workflow_name", None)
+        record.step = None if scope is None else scope.name
+        record.attempt = None if scope is None else scope.attempt
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (UTC, ISO 8601), level, logger, message, the run's
+    fields when the record has them, and the exception's text if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure(*, json_lines: bool, level: int = logging.INFO) -> None:
+    """Log to stderr: text lines (with the run's id and step when there is one), or JSON."""
+    handler = logging.StreamHandler()
+    handler.addFilter(RunContext())
+    if json_lines:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(_TextWithRun("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+class _TextWithRun(logging.Formatter):
+    """The plain text format, with " [run <id> step <name>#<attempt>]" when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        run_id = getattr(record, "run_id", None)
+        if run_id is None:
+            return text
+        step = getattr(record, "step", None)
+        attempt = getattr(record, "attempt", None)
+        where = f"run {run_id}" + ("" if step is None else f" step {step}#{attempt}")
+        return f"{text} [{where}]"
