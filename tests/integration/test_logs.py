@@ -26,18 +26,28 @@ from .processes import REPO, wait_until
 
 @pytest.fixture
 def json_lines() -> Iterator[io.StringIO]:
+    """JSON lines of the loggers "durably" and "shop" (the app's), whatever an earlier test of
+    the suite did to the root logger: the handler is on them, at INFO."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.addFilter(RunContext())
     handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.addHandler(handler)
-    level, root.level = root.level, logging.INFO
+    loggers = [logging.getLogger(name) for name in ("durably", "shop", "durably.execution")]
+    saved = [(logger.level, logger.propagate, logger.disabled) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.INFO)
+        logger.disabled = False
+    for logger in loggers[:2]:
+        logger.addHandler(handler)
+        logger.propagate = False  # one line each, here
     try:
         yield out
     finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
+        for logger in loggers[:2]:
+            logger.removeHandler(handler)
+        for logger, (level, propagate, disabled) in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
+            logger.propagate, logger.disabled = propagate, disabled
 
 
 def test_lines_about_a_run_carry_its_id_and_step(
