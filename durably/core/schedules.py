@@ -64,13 +64,6 @@ class Spec:
     def __post_init__(self) -> None:
         check(self)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Spec:
-        return cls(**json.loads(text))
-
 
 @dataclass(frozen=True, slots=True)
 class State:
@@ -88,7 +81,7 @@ class State:
 
     def to_json(self) -> str:
         data = {
-            "spec": json.loads(self.spec.to_json()),
+            "spec": asdict(self.spec),
             "paused": self.paused,
             "last_tick": None if self.last_tick is None else self.last_tick.isoformat(),
             "last_run": self.last_run,

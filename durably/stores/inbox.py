@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from durably.core.status import FINAL, RunStatus
-from durably.stores.base import Delivery, Message, Sent, SentOutcome
+from durably.stores import reads
+from durably.stores.base import Claim, Delivery, Message, Sent, SentOutcome
 from durably.stores.reads import Connection, Dialect
 from durably.stores.rows import from_ts, ts
 
@@ -122,3 +124,17 @@ def consume(db: Connection, dialect: Dialect, run_id: str, ids: Sequence[int]) -
             f"DELETE FROM durably_inbox WHERE run_id = {dialect.mark} AND {which}",
             [run_id, *params],
         )
+
+
+def claims(db: Connection, dialect: Dialect, leased: Sequence[Sequence[Any]]) -> list[Claim]:
+    """Claims of just-leased (run id, workflow, input, epoch, inbox count, priority) rows, with
+    their histories and their undelivered messages (read only for the runs that have some)."""
+    if not leased:
+        return []
+    histories = reads.histories(db, dialect, [row[0] for row in leased])
+    mail = deliveries(db, dialect, [row[0] for row in leased if row[4] > 0])
+    return [
+        Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())),
+              mail.get(run_id, ()), priority)
+        for run_id, workflow, input_, epoch, _, priority in leased
+    ]  # fmt: skip

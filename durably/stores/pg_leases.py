@@ -4,7 +4,6 @@ answer was lost did. Run by the store (durably.stores.postgres) on its connectio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -89,33 +88,14 @@ def _lease(db: psycopg.Connection[Any], pick: str, params: dict[str, Any]) -> li
                 for run_id, _, _, epoch, _, count, previous_status, previous_owner, _ in taken
             ],
         )
-    return _claims(db, [(*row[:5], row[8]) for row in taken])
+    return inbox.claims(db, reads.POSTGRES, [(*row[:5], row[8]) for row in taken])
 
 
 def _leased(db: psycopg.Connection[Any], which: str, params: dict[str, Any]) -> list[Claim]:
     """The claims a lease at params["now"] by params["owner"] made, if it committed."""
-    return _claims(db, db.execute(_CLAIMED.format(which=which), params).fetchall())
-
-
-def _claims(db: psycopg.Connection[Any], leased: Sequence[Sequence[Any]]) -> list[Claim]:
-    """Claims of (run id, workflow, input, epoch, inbox count, priority) rows, with their
-    histories and messages (read only for the runs that have some)."""
-    if not leased:
-        return []
-    histories = reads.histories(db, reads.POSTGRES, [row[0] for row in leased])
-    mail = inbox.deliveries(db, reads.POSTGRES, [row[0] for row in leased if row[4] > 0])
-    return [
-        Claim(
-            run_id,
-            workflow,
-            input_,
-            epoch,
-            tuple(histories.get(run_id, ())),
-            mail.get(run_id, ()),
-            priority,
-        )
-        for run_id, workflow, input_, epoch, _, priority in leased
-    ]
+    return inbox.claims(
+        db, reads.POSTGRES, db.execute(_CLAIMED.format(which=which), params).fetchall()
+    )
 
 
 def _claimed_row(

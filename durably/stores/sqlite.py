@@ -182,20 +182,7 @@ class SQLiteStore:
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
                 for run_id, previous_status, previous_owner in picked
             ]
-            histories = reads.histories(db, reads.SQLITE, [run_id for run_id, *_ in taken])
-            mail = inbox.deliveries(db, reads.SQLITE, [t[0] for t in taken if t[5] > 0])
-        return [
-            Claim(
-                run_id,
-                workflow,
-                input_,
-                epoch,
-                tuple(histories.get(run_id, ())),
-                mail.get(run_id, ()),
-                priority,
-            )
-            for run_id, workflow, input_, epoch, _, _, priority in taken
-        ]
+            return inbox.claims(db, reads.SQLITE, taken)
 
     def take(
         self,
@@ -218,9 +205,8 @@ class SQLiteStore:
             if row is None:
                 return None
             taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
-            histories = reads.histories(db, reads.SQLITE, [run_id])
-            mail = inbox.deliveries(db, reads.SQLITE, [run_id] if taken[5] > 0 else [])
-        return Claim(*taken[:4], tuple(histories.get(run_id, ())), mail.get(run_id, ()), taken[6])
+            [claim] = inbox.claims(db, reads.SQLITE, [taken])
+        return claim
 
     def fork(
         self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
@@ -534,8 +520,9 @@ class SQLiteStore:
         owner: str,
         at: float,
         expires: float,
-    ) -> tuple[str, str, str, int, int, int, int]:
-        """Give the run a new lease epoch and record the claim in its history."""
+    ) -> tuple[str, str, str, int, int, int]:
+        """Give the run a new lease epoch and record the claim in its history; the claim's row
+        (run id, workflow, input, epoch, inbox count, priority)."""
         workflow, input_, epoch, count, mail, priority = db.execute(
             "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
             " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
@@ -545,7 +532,7 @@ class SQLiteStore:
         ).fetchone()
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
-        return run_id, workflow, input_, epoch, count, mail, priority
+        return run_id, workflow, input_, epoch, mail, priority
 
 
 def _left(db: sqlite3.Connection) -> str:
