@@ -43,10 +43,14 @@ class DeadLetter:
     run_id: str
     workflow: str
     status: RunStatus
+    # The root cause: the failed step's own error (its class as the step raised it), else
+    # the run's; `run_error` is the run's as recorded (StepFailed, or the undo that failed).
     error: ErrorInfo | None
     step: str | None  # the step that failed, if a step did
     attempts: int
     parked_at: datetime
+    reason: str | None = None  # why the step failed for good: attempts exhausted, ...
+    run_error: ErrorInfo | None = None
 
 
 def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
@@ -242,10 +246,12 @@ def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
         run_id=run.id,
         workflow=run.workflow,
         status=run.status,
-        error=run.error,
+        error=run.error if step is None or step.error is None else step.error,
         step=None if step is None else step.name,
         attempts=0 if step is None else step.attempts,
         parked_at=run.updated_at,
+        reason=None if step is None else step.failure_reason,
+        run_error=run.error,
     )
 
 

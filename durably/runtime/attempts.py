@@ -107,7 +107,8 @@ def record_failure(
         writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
         raise StepFailed(step.name, info.error_class, info.message, reason) from error
     due: datetime = decision.due
-    data = payloads.encode_payload(payloads.AttemptFailed(info, due, unknown))
+    failed = payloads.AttemptFailed(info, due, unknown, policy.attempts, step.options.dependency)
+    data = payloads.encode_payload(failed)
     writer.append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
     log.info(
         "run %s: step %s attempt %d failed (%s), retry at %s",

@@ -102,9 +102,13 @@ def test_dead_letters_lists_parked_runs_newest_first(app: durably.App, clock: Fa
         assert letter.step == "charge"
         assert letter.attempts == 3
         assert letter.error is not None
-        assert letter.error.error_class == "durably.errors.StepFailed"
-        assert "attempts exhausted" in letter.error.message
-        assert "ConnectionError: payment service unreachable" in letter.error.message
+        # the root cause, with the class the step raised; the run's own error wraps it
+        assert letter.error.error_class == "ConnectionError"
+        assert letter.error.message == "payment service unreachable"
+        assert letter.reason == "attempts exhausted"
+        assert letter.run_error is not None
+        assert letter.run_error.error_class == "durably.errors.StepFailed"
+        assert "attempts exhausted" in letter.run_error.message
     assert letters[0].parked_at > letters[1].parked_at
 
 
@@ -459,7 +463,7 @@ def test_the_dlq_commands_act_on_parked_runs(
     for run_id in (to_retry, to_skip, to_fail):
         [row] = [line for line in rows if line.startswith(run_id + " ")]
         assert row.split()[1:4] == ["needs_attention", "charge", "3"]
-        assert "durably.errors.StepFailed" in row
+        assert "ConnectionError: payment service unreachable" in row  # the root cause
 
     retried = durably_cli("dlq", "retry", to_retry, "--store", store_url, "--by", "erin")
     assert retried.returncode == 0, retried.stderr
