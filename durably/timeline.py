@@ -14,6 +14,7 @@ from durably.core.history import Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
     ApprovalToken,
+    AttemptFailed,
     ChildStarted,
     Claimed,
     Command,
@@ -29,6 +30,7 @@ from durably.core.payloads import (
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
+from durably.explaining import explain, root_cause
 from durably.stores.base import RunRecord, WorkerBeat
 
 __all__ = ["TimelineRow", "describe_run", "timeline"]
@@ -36,6 +38,7 @@ __all__ = ["TimelineRow", "describe_run", "timeline"]
 
 @dataclass(frozen=True, slots=True)
 class TimelineRow:
+    at: datetime  # wall-clock time, as the store keeps it (UTC)
     offset_ms: float  # since the run started
     what: str
     step: str
@@ -55,7 +58,7 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
         duration = None
         if event.kind is EventKind.STEP_STARTED:
             started[(event.position, event.attempt)] = event.at
-        elif event.kind in (EventKind.STEP_COMPLETED, EventKind.STEP_FAILED):
+        elif event.kind in _OUTCOMES:
             begun = started.get((event.position, event.attempt))
             duration = None if begun is None else _ms(event.at - begun)
         step = "" if event.name is None else f"#{event.position} {event.name}"
@@ -63,6 +66,7 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
             step = event.name
         rows.append(
             TimelineRow(
+                at=event.at,
                 offset_ms=_ms(event.at - origin),
                 what=str(event.kind),
                 step=step,
@@ -72,6 +76,12 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
             )
         )
     return rows
+
+
+# an attempt's outcome: its duration is measured from its step_started
+_OUTCOMES = frozenset(
+    {EventKind.STEP_COMPLETED, EventKind.STEP_FAILED, EventKind.STEP_ATTEMPT_FAILED}
+)
 
 
 def describe_run(
@@ -84,6 +94,7 @@ def describe_run(
     waits for, and the last heartbeat any step recorded; with the workers and the time:
     which live workers can run its version)."""
     pairs = [
+        ("now", explain(run, events, workers, now).sentence),
         ("run", run.id),
         ("workflow", run.workflow),
         ("status", str(run.status)),
@@ -113,6 +124,9 @@ def describe_run(
         pairs.append(("result", _short(run.result, 200)))
     if run.error is not None:
         pairs.append(("error", f"{run.error.error_class}: {run.error.message}"))
+        cause = root_cause(events)
+        if cause is not None and run.status is not RunStatus.CANCELLED:
+            pairs.append(("root cause", cause))
     return pairs
 
 
@@ -211,6 +225,12 @@ def _detail(event: Event) -> str:
         return f"(unreadable: {_short(event.data, 80)})"
     if isinstance(payload, StepStarted):
         return f"key={payload.key} input={_short(json.dumps(payload.input), 80)}"
+    if isinstance(payload, AttemptFailed):
+        retry = f"; retry {payload.retry_at.isoformat(timespec='milliseconds')}"
+        of = "" if payload.of is None else f" (of {payload.of} attempts)"
+        by = "" if payload.dependency is None else f" [{payload.dependency}]"
+        error = f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
+        return f"{error}{by}{retry}{of}"
     if isinstance(payload, Failure):
         return f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
     if isinstance(payload, Claimed):

@@ -171,10 +171,14 @@ def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> Non
     for label, value in describe_run(run, history, workers, now):
         click.echo(f"{label + ':':<15}{value}")
     click.echo("")
-    click.echo(f"{'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  DETAIL")
+    click.echo(
+        f"{'AT (UTC)':<12} {'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  "
+        "DETAIL"
+    )
     for row in timeline(history):
         took = "" if row.duration_ms is None else f"{row.duration_ms:.1f}"
-        cells = f"{row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
+        at = row.at.strftime("%H:%M:%S.%f")[:12]
+        cells = f"{at:<12} {row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
         click.echo(f"{cells} {took:>8}  {row.detail}")
 
 
