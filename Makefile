@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules bench-retention clean
+.PHONY: demo test lint typecheck docs unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules bench-retention clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+docs: $(STAMP)
+	$(BIN)/python -m durably.cli.reference
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit tests/contract tests/integration
