@@ -329,12 +329,16 @@ class App:
         *args: Any,
         id: str | None = None,
         priority: int | None = None,
+        correlation_id: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run, or return the existing one if a run with this `id` exists already.
         `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
-        runs that became due up to that many minutes before it (durably.core.priority)."""
-        started = self.client.start(workflow, args, kwargs, id=id, priority=priority)
+        runs that became due up to that many minutes before it (durably.core.priority).
+        `correlation_id`: recorded with the run and its children (durably.correlation)."""
+        started = self.client.start(
+            workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
+        )
         return RunHandle(self, started.run.id)
 
     def start_many(self, starts: Sequence[Start]) -> list[RunHandle]:
@@ -349,10 +353,13 @@ class App:
         *args: Any,
         id: str | None = None,
         priority: int | None = None,
+        correlation_id: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` from an event loop: the store call runs in a thread."""
-        started = await self.client.start_async(workflow, args, kwargs, id=id, priority=priority)
+        started = await self.client.start_async(
+            workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
+        )
         return RunHandle(self, started.run.id)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[RunHandle]:

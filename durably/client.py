@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from durably import approvals, control, exporting, operations, paging, restarting
@@ -24,9 +25,10 @@ from durably.control import Steered
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
 from durably.core.history import Event
-from durably.core.payloads import Decision
+from durably.core.payloads import Decision, RunStarted, encode_payload
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.core.status import RunStatus
+from durably.correlation import correlation_of
 from durably.definitions import Step, Workflow
 from durably.durations import Duration
 from durably.errors import (
@@ -76,6 +78,7 @@ class Start:
     kwargs: Mapping[str, Any] | None = None
     id: str | None = None
     priority: int | None = None  # None: the workflow's
+    correlation_id: str | None = None  # None: the caller's trace id, if it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +142,17 @@ class Client:
         *,
         id: str | None = None,
         priority: int | None = None,
+        correlation_id: str | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
         The arguments are checked against the workflow's parameters: PayloadError if they do
         not fit or would not read back unchanged. RunConflict if the id is taken by a run of
         another workflow or with another input. `priority`: 0 to 1,000 (default: the
-        workflow's, else 0); a start that finds its run keeps the run's priority."""
-        new = self._new_run(Start(workflow, args, kwargs, id, priority))
+        workflow's, else 0); a start that finds its run keeps the run's priority.
+        `correlation_id`: recorded with the run (and its children), shown everywhere and
+        searched by; default: the caller's OpenTelemetry trace id, if it has one."""
+        new = self._new_run(Start(workflow, args, kwargs, id, priority, correlation_id))
         return self._create(new)
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
@@ -178,16 +184,25 @@ class Client:
         *,
         id: str | None = None,
         priority: int | None = None,
+        correlation_id: str | None = None,
     ) -> Started:
-        """`start` from an event loop: the store call runs in a thread."""
-        return await asyncio.to_thread(self.start, workflow, args, kwargs, id=id, priority=priority)
+        """`start` from an event loop: the store call runs in a thread (in the caller's
+        context, so its trace id is the default correlation id there too)."""
+        start = partial(self.start, id=id, priority=priority, correlation_id=correlation_id)
+        return await asyncio.to_thread(start, workflow, args, kwargs)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
         """`start_many` from an event loop: the store call runs in a thread."""
         return await asyncio.to_thread(self.start_many, starts)
 
     def start_json(
-        self, workflow: str, input: str, *, id: str | None = None, priority: int | None = None
+        self,
+        workflow: str,
+        input: str,
+        *,
+        id: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -195,7 +210,8 @@ class Client:
         definition = self._workflow(workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
-        return self._create(self._new_run(Start(definition, args, kwargs, id, priority)))
+        start = Start(definition, args, kwargs, id, priority, correlation_id)
+        return self._create(self._new_run(start))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -214,20 +230,20 @@ class Client:
         limit: int = 100,
         cursor: str | None = None,
         patch: str | None = None,
+        correlation_id: str | None = None,
     ) -> RunPage:
         """A page of runs, most recently updated first (ties by id); `cursor` is the previous
         page's next_cursor. A run that stays put is listed exactly once; one updated between
         two pages moves to the front, ahead of the cursor: later pages do not show it (again).
         `patch`: only the runs still on the old side of that patch (not ended): those that
-        keep it from being retired."""
+        keep it from being retired. `correlation_id`: only the runs started with it."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
         wanted = None if status is None else paging.status_of(status)
         after = None if cursor is None else paging.after(cursor)
         # One more than asked: whether there is a next page, without a last empty one.
-        found = self.store.runs(
-            status=wanted, workflow=workflow, limit=limit + 1, after=after, patch=patch
-        )
+        found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after,
+                                patch=patch, correlation_id=correlation_id)  # fmt: skip
         page = found[:limit]
         return RunPage(page, paging.cursor(page[-1]) if len(found) > limit else None)
 
@@ -538,8 +554,12 @@ class Client:
         payload = encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
         priority = item.priority if item.priority is not None else definition.priority
         priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
+        correlation = correlation_of(item.correlation_id)
+        started = RunStarted(correlation_id=correlation) if correlation is not None else None
+        data = None if started is None else encode_payload(started)
         return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority,
-                      version=definition.version)  # fmt: skip
+                      version=definition.version, correlation_id=correlation,
+                      started=data)  # fmt: skip
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)

@@ -64,7 +64,7 @@ def restart(
     ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
     new_id = new_id or f"{run_id}.restart-{restarts + 1}"
-    started = RunStarted(run_id, position, by)
+    started = RunStarted(run_id, position, by, correlation_id=source.correlation_id)
     reused = [
         event
         for event in events
@@ -77,7 +77,7 @@ def restart(
         0, EventKind.RUN_RESTARTED, now, data=encode_payload(Restarted(new_id, position, by))
     )
     run = NewRun(new_id, source.workflow, source.input, priority=source.priority,
-                 version=source.version)  # fmt: skip
+                 version=source.version, correlation_id=source.correlation_id)  # fmt: skip
     if store.fork(run, history, source=run_id, note=note, now=now):
         forked = store.get_run(new_id)
         assert forked is not None

@@ -102,6 +102,8 @@ def describe_run(
         ("updated", run.updated_at.isoformat(timespec="milliseconds")),
         ("input", _short(run.input, 200)),
     ]
+    if run.correlation_id is not None:
+        pairs.append(("correlation", run.correlation_id))
     if run.priority:
         pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
     if run.version is not None:

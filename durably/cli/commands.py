@@ -93,6 +93,12 @@ def worker(
 )
 @click.option("--id", "run_id", default=None, help="The run's id (default: a random one).")
 @click.option(
+    "--correlation-id",
+    default=None,
+    help="The request this run serves, recorded with it and its children, searched by with "
+    "`runs list --correlation-id`.",
+)
+@click.option(
     "--priority",
     type=click.IntRange(0, MAX_PRIORITY),
     default=None,
@@ -105,12 +111,15 @@ def start(
     store_url: str | None,
     input_json: str,
     run_id: str | None,
+    correlation_id: str | None,
     priority: int | None,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
     # A store may be created here: starting a run before any worker ran is fine.
     with client_for(app_target, store_url, create=True) as client:
-        started = client.start_json(workflow, input_json, id=run_id, priority=priority)
+        started = client.start_json(
+            workflow, input_json, id=run_id, priority=priority, correlation_id=correlation_id
+        )
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
@@ -130,6 +139,7 @@ def runs() -> None:
 @click.option("--workflow", default=None)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 @click.option("--cursor", default=None, help="Where the page starts (printed under the last).")
+@click.option("--correlation-id", default=None, help="Only the runs started with it.")
 @click.option(
     "--patch",
     default=None,
@@ -144,13 +154,13 @@ def runs_list(
     workflow: str | None,
     limit: int,
     cursor: str | None,
+    correlation_id: str | None,
     patch: str | None,
 ) -> None:
     """The most recently updated runs, a page at a time."""
     with client_for(app_target, store_url) as client:
-        page = client.runs(
-            status=status, workflow=workflow, limit=limit, cursor=cursor, patch=patch
-        )
+        page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor,
+                           patch=patch, correlation_id=correlation_id)  # fmt: skip
     click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
     for run in page.runs:
         error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]

@@ -59,6 +59,7 @@ class RunStarted:
     parent: str | None = None
     deadline: datetime | None = None
     generation: int | None = None  # after durably.continue_as_new: 2, 3, ...
+    correlation_id: str | None = None  # given to start(), inherited by children and restarts
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,17 +17,19 @@ from durably.runtime.context import current_execution, current_step
 
 __all__ = ["JsonFormatter", "RunContext", "configure"]
 
-_FIELDS = ("run_id", "workflow", "step", "attempt")
+_FIELDS = ("run_id", "workflow", "step", "attempt", "correlation_id")
 
 
 class RunContext(logging.Filter):
-    """Adds run_id, workflow, step and attempt to a record (None outside a run or a step)."""
+    """Adds run_id, workflow, correlation_id, step and attempt to a record (None outside a run
+    or a step, or when the run was started with no correlation id)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         execution = current_execution()
         scope = current_step()
         record.run_id = getattr(execution, "run_id", None)
         record.workflow = getattr(execution, "workflow_name", None)
+        record.correlation_id = getattr(execution, "correlation_id", None)
         record.step = None if scope is None else scope.name
         record.attempt = None if scope is None else scope.attempt
         return True

@@ -58,6 +58,7 @@ class Run(Protocol):
 
     is_async: bool
     priority: int  # the run's: its children's, unless their start or workflow says otherwise
+    correlation_id: str | None  # the run's: its children's
 
     def place(self, name: str) -> tuple[int, StepRecord | None]: ...
 
@@ -126,11 +127,12 @@ class Children:
             input_json = encode_call(args, kwargs, workflow.fn, what=what)
         except PayloadError as exc:
             raise DurablyError(str(exc)) from None
-        started = RunStarted(parent=parent, deadline=self._deadline())
+        correlation = self._run.correlation_id
+        started = RunStarted(parent=parent, deadline=self._deadline(), correlation_id=correlation)
         given = (p for p in (priority, workflow.priority) if p is not None)
         new = NewRun(child, workflow.name, input_json, parent, encode_payload(started),
-                     priority=next(given, self._run.priority),
-                     version=workflow.version)  # fmt: skip
+                     priority=next(given, self._run.priority), version=workflow.version,
+                     correlation_id=correlation)  # fmt: skip
         data = encode_payload(ChildStarted(child, workflow.name, detached))
         self._writer.append(EventKind.CHILD_STARTED, position, child_name(workflow.name), None,
                             data)  # fmt: skip

@@ -121,7 +121,9 @@ class RunExecution:
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
-        self._inherited = lineage(claim.events).deadline  # a child's, from its parent
+        family = lineage(claim.events)
+        self._inherited = family.deadline  # a child's, from its parent
+        self.correlation_id = family.correlation_id  # for the logs, and its children
         self.children = Children(self, self._writer, engine.registry, self._deadline)
         self.patches = Patches(self._writer, self._where)
         self._phase: RunPhase | None = None

@@ -56,8 +56,13 @@ async def continue_as_new(
     await writer.flush()  # what the old generation did last is its own, committed first
     events = list(writer.events)
     writer.outbox += cancel_children(writer.run_id, events, _LEFT_BEHIND)
-    parent = lineage(events).parent
-    started = RunStarted(parent=parent, deadline=deadline, generation=generation(events) + 1)
+    family = lineage(events)
+    started = RunStarted(
+        parent=family.parent,
+        deadline=deadline,
+        generation=generation(events) + 1,
+        correlation_id=family.correlation_id,
+    )
     writer.append(EventKind.RUN_STARTED, data=encode_payload(started))
     for message in unused_messages(events):
         writer.append(EventKind.MESSAGE_RECEIVED, data=message.data)

@@ -44,6 +44,7 @@ class NewRun:
     started: str | None = None  # the data of its run_started event (a child's: its lineage)
     priority: int = 0  # claimed ahead of lower runs due up to this many minutes before it
     version: str | None = None  # of its workflow: only workers that serve it claim the run
+    correlation_id: str | None = None  # the caller's, to find the run by (children inherit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class RunRecord:
     parent: str | None = None  # the run that started it as its child
     priority: int = 0  # durably.core.priority
     version: str | None = None  # of its workflow, at its start (None: before versions existed)
+    correlation_id: str | None = None  # given to start(), or the caller's trace id
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,13 +370,14 @@ class Store(Protocol):
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
         patch: str | None = None,
+        correlation_id: str | None = None,
     ) -> list[RunRecord]:
         """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
         order. `after` is the (updated_at, id) of the last run of the previous page: only the
         runs that come after it in that order are listed (keyset pagination). `patch`: only
         runs that have not ended and may be on the old side of that patch (durably.patched):
         of the workflows whose runs met it, those that did not take its new side (the old
-        side, or not met yet)."""
+        side, or not met yet). `correlation_id`: only the runs started with it."""
         ...
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:

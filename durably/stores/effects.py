@@ -56,8 +56,8 @@ def insert_run(
     mark, at = dialect.mark, ts(now)
     created = db.execute(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count, parent, priority, version) VALUES ({mark}, {mark},"
-        f" 'pending', {', '.join([mark] * 8)}) ON CONFLICT (id) DO NOTHING RETURNING id",
+        f" available_at, event_count, parent, priority, version, correlation_id) VALUES ({mark},"
+        f" {mark}, 'pending', {', '.join([mark] * 9)}) ON CONFLICT (id) DO NOTHING RETURNING id",
         (
             run.id,
             run.workflow,
@@ -69,6 +69,7 @@ def insert_run(
             run.parent,
             run.priority,
             run.version,
+            run.correlation_id,
         ),
     ).fetchone()
     if created is None:

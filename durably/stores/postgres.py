@@ -78,14 +78,14 @@ _INSERT_EVENT = (
 _CREATE = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version)
+        event_count, priority, version, correlation_id)
     VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s,
-        %(version)s)
+        %(version)s, %(correlation_id)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), started AS (
-    INSERT INTO durably_events (run_id, seq, kind, at)
-    SELECT id, 1, %(kind)s, %(at)s FROM created
+    INSERT INTO durably_events (run_id, seq, kind, at, data)
+    SELECT id, 1, %(kind)s, %(at)s, %(started)s FROM created
 ), woken AS (
     SELECT pg_notify('durably_due', %(workflow)s) FROM created
 )
@@ -94,18 +94,21 @@ SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 _CREATE_MANY = """
 WITH v AS (
     SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
-        %(priority)s::int[], %(version)s::text[])
-        WITH ORDINALITY AS v(id, workflow, input, priority, version, n)
+        %(priority)s::int[], %(version)s::text[], %(correlation_id)s::text[],
+        %(started)s::text[])
+        WITH ORDINALITY AS v(id, workflow, input, priority, version, correlation_id, started, n)
 ), created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version)
-    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority, version
+        event_count, priority, version, correlation_id)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority, version,
+        correlation_id
     FROM v ORDER BY n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, workflow
 ), started AS (
-    INSERT INTO durably_events (run_id, seq, kind, at)
-    SELECT id, 1, %(kind)s, %(at)s FROM created
+    INSERT INTO durably_events (run_id, seq, kind, at, data)
+    SELECT DISTINCT ON (v.id) v.id, 1, %(kind)s, %(at)s, v.started
+    FROM created JOIN v ON v.id = created.id ORDER BY v.id, v.n  -- an id given twice: its first
 ), woken AS (
     SELECT pg_notify('durably_due', workflow) FROM (SELECT DISTINCT workflow FROM created) AS w
 )
@@ -192,6 +195,8 @@ class PostgresStore:
             "input": [run.input for run in runs],
             "priority": [run.priority for run in runs],
             "version": [run.version for run in runs],
+            "correlation_id": [run.correlation_id for run in runs],
+            "started": [run.started for run in runs],
             "at": ts(now),
             "kind": str(EventKind.RUN_STARTED),
         }
@@ -461,6 +466,7 @@ class PostgresStore:
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
         patch: str | None = None,
+        correlation_id: str | None = None,
     ) -> list[RunRecord]:
         return self._db.run(
             lambda db: reads.runs(
@@ -471,6 +477,7 @@ class PostgresStore:
                 limit=limit,
                 after=after,
                 patch=patch,
+                correlation_id=correlation_id,
             )
         )
 
@@ -590,4 +597,5 @@ def _created_record(run: NewRun, now: datetime) -> RunRecord:
         parent=run.parent,
         priority=run.priority,
         version=run.version,
+        correlation_id=run.correlation_id,
     )

@@ -84,6 +84,7 @@ def runs(
     limit: int,
     after: tuple[datetime, str] | None,
     patch: str | None = None,
+    correlation_id: str | None = None,
 ) -> list[RunRecord]:
     """Most recently updated first, ties by id (descending); only those after `after`.
 
@@ -98,6 +99,9 @@ def runs(
     if workflow is not None:
         where.append(f"workflow = {mark}")
         params.append(workflow)
+    if correlation_id is not None:
+        where.append(f"correlation_id = {mark}")
+        params.append(correlation_id)
     if patch is not None:
         ended, more = dialect.one_of("status", sorted(FINAL))
         where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")

@@ -27,7 +27,8 @@ __all__ = [
 
 RUN_COLUMNS = (
     "id, workflow, status, input, result, error_class, error_message, created_at, "
-    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version"
+    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version, "
+    "correlation_id"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
 
@@ -43,7 +44,7 @@ def from_ts(seconds: float) -> datetime:
 def run_of(row: Sequence[Any]) -> RunRecord:
     (id_, workflow, status, input_, result, error_class, error_message, created_at,
      updated_at, available_at, lease_owner, lease_epoch, event_count, parent,
-     priority, version) = row  # fmt: skip
+     priority, version, correlation_id) = row  # fmt: skip
     return RunRecord(
         id=id_,
         workflow=workflow,
@@ -60,6 +61,7 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         parent=parent,
         priority=priority,
         version=version,
+        correlation_id=correlation_id,
     )
 
 

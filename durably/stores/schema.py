@@ -126,7 +126,15 @@ _V6 = [
     " WHERE kind = 'patch_decided'",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
+_V7 = [
+    # The correlation id given to start() (or the caller's trace id): searched for by people
+    # and tools that know the request, not the run. Children inherit it.
+    "ALTER TABLE durably_runs ADD COLUMN correlation_id TEXT",
+    "CREATE INDEX durably_runs_correlation ON durably_runs (correlation_id)"
+    " WHERE correlation_id IS NOT NULL",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

@@ -65,7 +65,8 @@ _INSERT_EVENT = (
 )
 _CREATE = (
     "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,"
-    " event_count, priority, version) VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?)"
+    " event_count, priority, version, correlation_id)"
+    " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
 )
 
@@ -110,17 +111,9 @@ class SQLiteStore:
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         with self._write() as db:
-            created = (
-                db.execute(
-                    _CREATE,
-                    (run.id, run.workflow, run.input, at, at, at, run.priority, run.version),
-                ).rowcount
-                == 1
-            )
+            created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
             if created:
-                db.execute(
-                    _INSERT_EVENT, (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None)
-                )
+                db.execute(_INSERT_EVENT, _started_row(run, at))
             row = db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
             ).fetchone()
@@ -134,18 +127,9 @@ class SQLiteStore:
         rows: dict[str, tuple[object, ...]] = {}
         with self._write() as db:
             for run in runs:
-                made = (
-                    db.execute(
-                        _CREATE,
-                        (run.id, run.workflow, run.input, at, at, at, run.priority, run.version),
-                    ).rowcount
-                    == 1
-                )
+                made = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
                 if made:
-                    db.execute(
-                        _INSERT_EVENT,
-                        (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, None),
-                    )
+                    db.execute(_INSERT_EVENT, _started_row(run, at))
                 created.append(made)
             ids = list(dict.fromkeys(run.id for run in runs))
             for first in range(0, len(ids), _IDS_PER_READ):
@@ -372,10 +356,11 @@ class SQLiteStore:
         limit: int = 100,
         after: tuple[datetime, str] | None = None,
         patch: str | None = None,
+        correlation_id: str | None = None,
     ) -> list[RunRecord]:
         with self._read() as db:
             return reads.runs(db, reads.SQLITE, status=status, workflow=workflow, limit=limit,
-                              after=after, patch=patch)  # fmt: skip
+                              after=after, patch=patch, correlation_id=correlation_id)  # fmt: skip
 
     def unserved(
         self, serves: Mapping[str, Collection[str]], *, now: datetime
@@ -542,7 +527,13 @@ def _left(db: sqlite3.Connection) -> str:
 
 def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
     """The parameters of _CREATE for `run`, created at `at`."""
-    return (run.id, run.workflow, run.input, at, at, at, run.priority, run.version)
+    return (run.id, run.workflow, run.input, at, at, at, run.priority, run.version,
+            run.correlation_id)  # fmt: skip
+
+
+def _started_row(run: NewRun, at: float) -> tuple[object, ...]:
+    """The parameters of _INSERT_EVENT for `run`'s run_started event."""
+    return (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, run.started)
 
 
 def _ends(checkpoint: Checkpoint) -> bool:
