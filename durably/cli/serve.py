@@ -1,0 +1,93 @@
+"""`durably server` (and its alias `durably ui`): the HTTP API, the dashboard and /metrics for
+an app; `durably token new`: a token for them."""
+
+from __future__ import annotations
+
+import click
+
+from durably.cli.base import cli, load_app
+
+__all__ = ["server", "token"]
+
+
+def _server(target: str, store_url: str | None, host: str, port: int, tokens_file: str | None,
+            open_reads: bool) -> None:  # fmt: skip
+    try:
+        from durably.web.auth import Tokens
+        from durably.web.server import create_app, serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the server needs the web extra ({exc}): pip install 'durably[web]'"
+        ) from None
+    app = load_app(target)
+    if store_url:
+        app.use_store(store_url)
+    tokens = Tokens.load(tokens_file)
+    if not tokens:
+        click.echo(_NO_TOKENS, err=True)
+    click.echo(f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
+               f"schema /api/openapi.json, metrics /metrics), store {app.store.url}")  # fmt: skip
+    serve(create_app(app, tokens=tokens, open_reads=open_reads), host=host, port=port)
+
+
+_NO_TOKENS = (
+    "warning: no token is configured (--tokens-file or $DURABLY_API_TOKENS): every action is "
+    "refused; make one with `durably token new NAME`"
+)
+
+
+def _options(command: click.Command) -> click.Command:
+    for option in reversed([
+        click.argument("target"),
+        click.option("--store", "store_url", default=None, metavar="URL",
+                     help="Overrides the app's."),
+        click.option("--host", default="127.0.0.1", show_default=True,
+                     help="The address to listen on (0.0.0.0: every interface)."),
+        click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535)),
+        click.option("--tokens-file", default=None, metavar="PATH",
+                     help="Lines `NAME ROLE sha256:HEX` (durably token new); default: "
+                     "$DURABLY_API_TOKENS."),
+        click.option("--open-reads", is_flag=True,
+                     help="Let anybody read (runs, history, lists) without a token; acting "
+                     "still needs one."),
+    ]):  # fmt: skip
+        command = option(command)
+    return command
+
+
+def _make(name: str, doc: str) -> click.Command:
+    def command(**options: object) -> None:
+        _server(**options)  # type: ignore[arg-type]
+
+    command.__doc__ = doc
+    return click.command(name)(_options(command))  # type: ignore[arg-type]
+
+
+server = _make(
+    "server",
+    "Serve the HTTP API (/api), the dashboard (/) and metrics (/metrics) for the app at "
+    "TARGET (module:attribute), until SIGTERM or Ctrl-C. Needs durably[web].",
+)
+cli.add_command(server)
+cli.add_command(_make("ui", "The same as `durably server`: the dashboard is at /."))
+
+
+@cli.group()
+def token() -> None:
+    """Tokens for `durably server`: the server keeps only their hashes."""
+
+
+@token.command("new")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["write", "read"]), default="write", show_default=True,
+              help="write: read and act; read: look only.")  # fmt: skip
+def token_new(name: str, role: str) -> None:
+    """Make a token for NAME (who acts, as recorded in runs' histories): prints the token
+    once, and the line to add to the server's --tokens-file or $DURABLY_API_TOKENS."""
+    from durably.web.auth import NAME, hash_token, new_token
+
+    if not NAME.fullmatch(name):
+        raise click.BadParameter("letters, digits and _ . @ - only, at most 64", param_hint="NAME")
+    made = new_token()
+    click.echo(f"token (give it to {name}; it is not shown again): {made}")
+    click.echo(f"line for the server's tokens: {name} {role} {hash_token(made)}")

@@ -1,0 +1,91 @@
+"""What every route of the server shares: the durably app it serves (its client, clock and
+store) and who is asking. API callers send `Authorization: Bearer TOKEN`; the dashboard's
+people log in with a token once and carry a signed session cookie (durably.web.sessions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from durably.app import App
+from durably.client import Client
+from durably.web.auth import ENV, Identity, Tokens
+from durably.web.sessions import Sessions
+
+__all__ = ["Reader", "Served", "Writer", "served"]
+
+_ANONYMOUS = Identity("anonymous", "read")
+
+
+@dataclass(frozen=True)
+class Served:
+    """The server's state: the app, the tokens it accepts, whether reads need none."""
+
+    app: App
+    tokens: Tokens
+    sessions: Sessions
+    open_reads: bool = False
+
+    @property
+    def client(self) -> Client:
+        return self.app.client
+
+
+def served(request: Request) -> Served:
+    state: Served = request.app.state.durably
+    return state
+
+
+def _bearer(request: Request, state: Served) -> Identity | None:
+    """The identity of the request's bearer token (None: it sent none); 401 for a token the
+    server does not know."""
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized("the Authorization header must be `Bearer TOKEN`")
+    identity = state.tokens.identify(token.strip())
+    if identity is None:
+        raise _unauthorized(_UNKNOWN)
+    return identity
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(401, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def reader(request: Request, state: Annotated[Served, Depends(served)]) -> Identity:
+    """Who reads: any known token; anybody when the server opened its reads."""
+    identity = _bearer(request, state)
+    if identity is not None:
+        return identity
+    if state.open_reads:
+        return _ANONYMOUS
+    raise _unauthorized(_MISSING)
+
+
+def writer(request: Request, state: Annotated[Served, Depends(served)]) -> Identity:
+    """Who acts: a token with the write role (its name is recorded as who did it)."""
+    identity = _bearer(request, state)
+    if identity is None:
+        raise _unauthorized(_MISSING)
+    if not identity.can_write:
+        raise HTTPException(403, f"the token {identity.name!r} may only read; acting needs a "
+                            "token with the write role")  # fmt: skip
+    return identity
+
+
+_UNKNOWN = (
+    "this token is not one the server knows: check it, or make one with `durably token new "
+    "NAME` and add its line to the server's tokens"
+)
+_MISSING = (
+    "this route needs a token: send `Authorization: Bearer TOKEN` (make one with `durably token "
+    f"new NAME`; the server reads them from --tokens-file or ${ENV})"
+)
+
+Reader = Annotated[Identity, Depends(reader)]
+Writer = Annotated[Identity, Depends(writer)]

@@ -1,0 +1,261 @@
+"""The HTTP API: everything a person or another service does with runs, under /api. Every
+route goes through the app's client (durably.client), like the CLI and the app's own code:
+the same checks, the same records in the run's history, with the token's name as who acted.
+
+Reads need a token of either role unless the server opened them (`--open-reads`); actions
+need a token with the write role. /api/health and /api/ready are open (for probes).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi.responses import JSONResponse
+
+from durably import operations
+from durably.breakers import breakers
+from durably.core.status import RunStatus
+from durably.errors import DurablyError
+from durably.web.access import Reader, Served, Writer, served
+from durably.web.errors import ERROR_RESPONSES
+from durably.web.models import (
+    ActionOut,
+    ApprovalOut,
+    BreakerOut,
+    DeadLetterOut,
+    DecideIn,
+    FailIn,
+    HistoryOut,
+    QueueOut,
+    ReasonIn,
+    RestartIn,
+    RetryIn,
+    RunOut,
+    RunPageOut,
+    ScheduleOut,
+    SignalIn,
+    SkipIn,
+    StartIn,
+    WorkerOut,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
+State = Annotated[Served, Depends(served)]
+RunId = Annotated[str, Path(min_length=1, max_length=200, description="The run's id")]
+Name = Annotated[str, Path(min_length=1, max_length=200)]
+Limit = Annotated[int, Query(ge=1, le=500, description="At most this many")]
+
+
+@router.get("/health", tags=["health"])
+def health() -> dict[str, str]:
+    """The server is up (it does not ask the store: that is /api/ready)."""
+    return {"status": "ok"}
+
+
+@router.get("/ready", tags=["health"], responses={503: ERROR_RESPONSES[503]})
+def ready(state: State) -> JSONResponse:
+    """The store answers: the server can serve."""
+    try:
+        state.client.store.stats(now=state.client.clock.now())
+    except DurablyError as exc:
+        return JSONResponse({"error": "store_unavailable", "message": str(exc)}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@router.post("/runs", tags=["runs"], status_code=201, response_model=RunOut,
+             responses={200: {"model": RunOut, "description": "The run with this id existed "
+                              "already, with the same workflow and input"}})  # fmt: skip
+def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOut:
+    """Start a run, idempotent on `id`: the same id with the same input answers the existing
+    run (200); with a different workflow or input, 409."""
+    started = state.client.start_json(
+        body.workflow,
+        json.dumps(body.input),
+        id=body.id,
+        priority=body.priority,
+        correlation_id=body.correlation_id,
+    )
+    if not started.created:
+        response.status_code = 200
+    return RunOut.of(started.run)
+
+
+@router.get("/runs", tags=["runs"])
+def list_runs(
+    state: State,
+    who: Reader,
+    status: Annotated[RunStatus | None, Query()] = None,
+    workflow: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    correlation_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    limit: Limit = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> RunPageOut:
+    """Runs, most recently updated first, a page at a time (pass `next_cursor` back)."""
+    page = state.client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor,
+                             correlation_id=correlation_id)  # fmt: skip
+    return RunPageOut(runs=[RunOut.of(run) for run in page.runs], next_cursor=page.next_cursor)
+
+
+@router.get("/runs/{run_id}", tags=["runs"])
+def get_run(run_id: RunId, state: State, who: Reader) -> RunOut:
+    """The run's state, with what it is doing now and what happens next, in words."""
+    client = state.client
+    run = client.get(run_id)
+    return RunOut.of(run, client.history(run_id), client.workers(), client.clock.now())
+
+
+@router.get("/runs/{run_id}/history", tags=["runs"])
+def history(run_id: RunId, state: State, who: Reader) -> HistoryOut:
+    """Every event of the run, in order, each with its data and in words."""
+    state.client.get(run_id)  # 404 for an unknown run, rather than an empty history
+    return HistoryOut.of(run_id, state.client.history(run_id))
+
+
+@router.get("/runs/{run_id}/export", tags=["runs"])
+def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
+    """The run and its whole history, as `durably runs export` writes it (for replay tests)."""
+    return state.client.export(run_id)
+
+
+@router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)
+def signal(run_id: RunId, name: Name, body: SignalIn, state: State, who: Writer) -> dict[str, Any]:
+    """Send the signal `name`: the run's durably.wait_for_signal(name) takes it."""
+    sent = state.client.signal(run_id, name, body.data, by=who.name, dedupe_key=body.dedupe_key)
+    return {"run": run_id, "signal": name, "message": sent.message_id, "stored": sent.stored}
+
+
+@router.post("/runs/{run_id}/approvals/{name}/approve", tags=["steer"])
+def approve(run_id: RunId, name: Name, body: DecideIn, state: State, who: Writer) -> ActionOut:
+    """Approve the run's pending approval `name` (an escalation: durably.escalate)."""
+    state.client.decide(run_id, name, approved=True, by=who.name, comment=body.comment)
+    return ActionOut(run=run_id, action="approve")
+
+
+@router.post("/runs/{run_id}/approvals/{name}/reject", tags=["steer"])
+def reject(run_id: RunId, name: Name, body: DecideIn, state: State, who: Writer) -> ActionOut:
+    """Reject the run's pending approval `name`."""
+    state.client.decide(run_id, name, approved=False, by=who.name, comment=body.comment)
+    return ActionOut(run=run_id, action="reject")
+
+
+@router.post("/runs/{run_id}/cancel", tags=["steer"])
+def cancel(run_id: RunId, body: ReasonIn, state: State, who: Writer) -> ActionOut:
+    """Cancel the run: its completed steps are compensated, then it ends cancelled."""
+    return ActionOut.of(state.client.cancel(run_id, by=who.name, reason=body.reason))
+
+
+@router.post("/runs/{run_id}/pause", tags=["steer"])
+def pause(run_id: RunId, body: ReasonIn, state: State, who: Writer) -> ActionOut:
+    """Pause the run before its next step."""
+    return ActionOut.of(state.client.pause(run_id, by=who.name, reason=body.reason))
+
+
+@router.post("/runs/{run_id}/resume", tags=["steer"])
+def resume(run_id: RunId, state: State, who: Writer) -> ActionOut:
+    """Resume the paused run from where it stopped."""
+    return ActionOut.of(state.client.resume(run_id, by=who.name))
+
+
+@router.post("/runs/{run_id}/retry", tags=["dead letters"])
+def retry(run_id: RunId, body: RetryIn, state: State, who: Writer) -> ActionOut:
+    """Fresh attempts for a parked run (from `from_step`: every step from there again)."""
+    state.client.retry(run_id, by=who.name, from_step=body.from_step)
+    return ActionOut(run=run_id, action="retry")
+
+
+@router.post("/runs/{run_id}/skip", tags=["dead letters"])
+def skip(run_id: RunId, body: SkipIn, state: State, who: Writer) -> ActionOut:
+    """Record `result` for the parked run's failed step (checked against its return type)."""
+    state.client.skip_step_json(run_id, json.dumps(body.result), by=who.name)
+    return ActionOut(run=run_id, action="skip")
+
+
+@router.post("/runs/{run_id}/fail", tags=["dead letters"])
+def fail(run_id: RunId, body: FailIn, state: State, who: Writer) -> ActionOut:
+    """Give up on a parked (or stranded) run: compensate its completed steps, then fail it."""
+    state.client.fail(run_id, by=who.name, reason=body.reason)
+    return ActionOut(run=run_id, action="fail")
+
+
+@router.post("/runs/{run_id}/restart", tags=["steer"], status_code=201)
+def restart(run_id: RunId, body: RestartIn, state: State, who: Writer) -> RunOut:
+    """Restart an ended run from a step, as a new run that reuses the outcomes before it."""
+    return RunOut.of(
+        state.client.restart(run_id, from_step=body.from_step, by=who.name, id=body.id)
+    )
+
+
+@router.post("/runs/{run_id}/release", tags=["steer"])
+def release(run_id: RunId, state: State, who: Writer) -> dict[str, Any]:
+    """The run's worker is dead: end the leases it holds now, for others to take them over."""
+    client = state.client
+    owner, count = operations.release(client.store, run_id, now=client.clock.now())
+    return {"run": run_id, "worker": owner, "released": count}
+
+
+# -- lists --------------------------------------------------------------------------------
+
+
+@router.get("/dead-letters", tags=["dead letters"])
+def dead_letters(state: State, who: Reader, limit: Limit = 100) -> list[DeadLetterOut]:
+    """Runs parked for a person, newest first, with the root cause of each."""
+    return [DeadLetterOut.of(letter) for letter in state.client.dead_letters(limit=limit)]
+
+
+@router.get("/approvals", tags=["steer"])
+def approvals(state: State, who: Reader, limit: Limit = 100) -> list[ApprovalOut]:
+    """Approvals and escalations waiting for a person, oldest first."""
+    return [ApprovalOut.of(approval) for approval in state.client.approvals(limit=limit)]
+
+
+@router.get("/schedules", tags=["schedules"])
+def schedules(state: State, who: Reader) -> list[ScheduleOut]:
+    """The schedules in the store, with their next fire time."""
+    return [ScheduleOut.of(info) for info in state.app.schedules.all()]
+
+
+@router.post("/schedules/{name}/pause", tags=["schedules"])
+def pause_schedule(name: Name, state: State, who: Writer) -> ActionOut:
+    state.app.schedules.pause(name)
+    return ActionOut(run="", action="pause schedule", note=name)
+
+
+@router.post("/schedules/{name}/resume", tags=["schedules"])
+def resume_schedule(name: Name, state: State, who: Writer) -> ActionOut:
+    state.app.schedules.resume(name)
+    return ActionOut(run="", action="resume schedule", note=name)
+
+
+@router.post("/schedules/{name}/trigger", tags=["schedules"])
+def trigger_schedule(name: Name, state: State, who: Writer) -> ActionOut:
+    """Start the schedule's workflow now, once, outside its ticks."""
+    return ActionOut(run=state.app.schedules.trigger(name), action="trigger schedule", note=name)
+
+
+@router.get("/breakers", tags=["operations"])
+def list_breakers(state: State, who: Reader) -> list[BreakerOut]:
+    """Each dependency's breaker and limits."""
+    client = state.client
+    return [BreakerOut.of(info) for info in breakers(client.store, now=client.clock.now())]
+
+
+@router.get("/workers", tags=["operations"])
+def workers(state: State, who: Reader) -> list[WorkerOut]:
+    """The workers of the store, live or lately gone, with the versions they run."""
+    now: datetime = state.client.clock.now()
+    return [WorkerOut.of(beat, now) for beat in state.client.workers()]
+
+
+@router.get("/queue", tags=["operations"])
+def queue(state: State, who: Reader) -> QueueOut:
+    """Runs by status, the queue's depth and the age of its oldest due run."""
+    now = state.client.clock.now()
+    return QueueOut.of(state.client.store.stats(now=now), now)

@@ -1,0 +1,95 @@
+"""The dashboard's charts of the last hour: a sampler that reads the store's counts (one
+Store.stats query) every few seconds into a ring of samples, and the pure code that turns a
+series of samples into an SVG polyline. Plain SVG drawn on the server: no chart library and
+no front-end build for a handful of lines."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from durably.clock import Clock
+from durably.errors import DurablyError
+from durably.stores.base import Store
+
+__all__ = ["Chart", "Sample", "Sampler", "chart"]
+
+log = logging.getLogger("durably.web")
+_HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at: datetime
+    by_status: dict[str, int]
+    due: int
+    oldest_due_seconds: float
+
+
+class Sampler:
+    """Reads the store's counts every `every` seconds, keeping the last hour's."""
+
+    def __init__(self, store: Callable[[], Store], clock: Clock, *, every: float) -> None:
+        self._store = store
+        self._clock = clock
+        self._every = every
+        self._samples: deque[Sample] = deque(maxlen=max(2, int(3600 / every) + 1))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="durably-charts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def samples(self) -> list[Sample]:
+        """The last hour's samples, oldest first."""
+        return list(self._samples)
+
+    def sample(self) -> None:
+        """Read the store once now (what the loop does every `every` seconds)."""
+        now = self._clock.now()
+        stats = self._store().stats(now=now)
+        oldest = 0.0 if stats.oldest_due is None else (now - stats.oldest_due).total_seconds()
+        self._samples.append(Sample(now, dict(stats.by_status), stats.due, max(0.0, oldest)))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample()
+            except DurablyError as exc:  # the store is down: a gap in the charts, said once
+                log.warning("the dashboard's charts could not read the store: %s", exc)
+            self._stop.wait(self._every)
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    title: str
+    points: str  # an SVG polyline's points, in a 300 x 60 box
+    latest: float
+    peak: float
+
+
+def chart(
+    title: str, samples: Sequence[Sample], value: Callable[[Sample], float], now: datetime
+) -> Chart:
+    """`value` of each sample over the last hour, as a polyline in a 300 x 60 box (time
+    across, 0 at the bottom, the hour's peak at the top)."""
+    recent = [s for s in samples if now - s.at <= _HOUR]
+    values = [value(s) for s in recent]
+    peak = max(values, default=0.0)
+    scale = 56.0 / peak if peak > 0 else 0.0
+    points = " ".join(
+        f"{300 - (now - s.at).total_seconds() / 12:.1f},{58 - v * scale:.1f}"
+        for s, v in zip(recent, values, strict=True)
+    )
+    return Chart(title, points, values[-1] if values else 0.0, peak)

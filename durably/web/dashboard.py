@@ -1,0 +1,350 @@
+"""The dashboard: server-rendered pages (Jinja2) over the same client as the API, for people.
+
+A person logs in with an API token once (/login); a signed session cookie then says who they
+are. Every form carries the session's CSRF token and posts to an action route that acts
+through the client, with the person's token name as who acted, then redirects back with what
+happened (or what was refused, and why) at the top of the page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from durably import operations
+from durably.breakers import breakers
+from durably.core.approvals import fold_approvals
+from durably.core.status import FINAL, PARKED, RunStatus
+from durably.errors import DurablyError, PayloadError, RunNotFound
+from durably.explaining import explain, root_cause
+from durably.timeline import describe_run, timeline
+from durably.web.access import Served, served
+from durably.web.auth import Identity
+from durably.web.charts import chart
+from durably.web.gantt import gantt
+from durably.web.sessions import COOKIE
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+State = Annotated[Served, Depends(served)]
+_STATUSES = [str(status) for status in RunStatus]
+
+
+class _LoginNeeded(Exception):
+    pass
+
+
+def person(request: Request, state: State) -> Identity | None:
+    """Who is looking: their session's identity; None when nobody logged in (then only a
+    server with open reads shows pages)."""
+    return state.sessions.read(request.cookies.get(COOKIE))
+
+
+Person = Annotated[Identity | None, Depends(person)]
+
+
+def _page(
+    request: Request, state: Served, who: Identity | None, template: str, **context: Any
+) -> Response:
+    if who is None and not state.open_reads:
+        target = quote(
+            str(request.url.path) + ("?" + request.url.query if request.url.query else "")
+        )
+        return RedirectResponse(f"/login?next={target}", status_code=303)
+    cookie = request.cookies.get(COOKIE)
+    csrf = state.sessions.csrf(cookie) if cookie and who is not None else ""
+    return templates.TemplateResponse(
+        request,
+        template,
+        {"who": who, "csrf": csrf, "said": request.query_params.get("said"),
+         "refused": request.query_params.get("refused"), "page": template.split(".")[0],
+         **context},
+    )  # fmt: skip
+
+
+# -- login ----------------------------------------------------------------------------------
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/runs", refused: str | None = None) -> Response:
+    return templates.TemplateResponse(
+        request, "login.html", {"next": _local(next), "refused": refused, "who": None}
+    )
+
+
+@router.post("/login")
+def login(
+    state: State, token: Annotated[str, Form()] = "", next: Annotated[str, Form()] = "/runs"
+) -> Response:
+    identity = state.tokens.identify(token.strip()) if token.strip() else None
+    if identity is None:
+        said = urlencode(
+            {"next": _local(next), "refused": "that token is not one this server knows"}
+        )
+        return RedirectResponse(f"/login?{said}", status_code=303)
+    response = RedirectResponse(_local(next), status_code=303)
+    response.set_cookie(COOKIE, state.sessions.issue(identity), httponly=True, samesite="strict")
+    return response
+
+
+@router.post("/logout")
+def logout() -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE)
+    return response
+
+
+def _local(target: str) -> str:
+    """Only a path of this server (never another site) is a place to go after logging in."""
+    return target if target.startswith("/") and not target.startswith("//") else "/runs"
+
+
+# -- pages --------------------------------------------------------------------------------
+
+
+@router.get("/")
+def home() -> Response:
+    return RedirectResponse("/runs", status_code=303)
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs_page(
+    request: Request,
+    state: State,
+    who: Person,
+    status: Annotated[str | None, Query()] = None,
+    workflow: Annotated[str | None, Query()] = None,
+    q: Annotated[str | None, Query(description="A run's id or a correlation id")] = None,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response:
+    client = state.client
+    counts = client.store.stats(now=client.clock.now()).by_status
+    status = status if status in _STATUSES else None
+    workflow = workflow or None
+    found, next_cursor, refused = [], None, None
+    try:
+        if q:
+            found = client.runs(correlation_id=q.strip(), limit=50).runs
+            with contextlib.suppress(RunNotFound):
+                found = [client.get(q.strip()), *found]
+        else:
+            page = client.runs(status=status, workflow=workflow, limit=50, cursor=cursor)
+            found, next_cursor = page.runs, page.next_cursor
+    except DurablyError as exc:
+        refused = str(exc)
+    return _page(request, state, who, "runs.html", runs=found, counts=counts,
+                 statuses=_STATUSES, status=status, workflow=workflow or "", q=q or "",
+                 next_cursor=next_cursor, list_refused=refused)  # fmt: skip
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str, state: State, who: Person) -> Response:
+    client = state.client
+    try:
+        run = client.get(run_id)
+    except RunNotFound as exc:
+        return _page(request, state, who, "missing.html", message=str(exc))
+    events, workers, now = client.history(run_id), client.workers(), client.clock.now()
+    pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
+    return _page(
+        request, state, who, "run.html", run=run, explanation=explain(run, events, workers, now),
+        cause=root_cause(events) if run.error is not None else None,
+        pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
+        rows=timeline(events), gantt=gantt(events, now), approvals=pending,
+        parked=run.status in PARKED, ended=run.status in FINAL,
+        paused=run.status is RunStatus.PAUSED,
+        stranded=run.status is RunStatus.RUNNING and run.available_at is not None
+        and run.available_at <= now,
+    )  # fmt: skip
+
+
+@router.get("/dead-letters", response_class=HTMLResponse)
+def dead_letters_page(request: Request, state: State, who: Person) -> Response:
+    letters = state.client.dead_letters(limit=200)
+    return _page(request, state, who, "dead_letters.html", letters=letters)
+
+
+@router.get("/approvals", response_class=HTMLResponse)
+def approvals_page(request: Request, state: State, who: Person) -> Response:
+    pending = state.client.approvals(limit=200)
+    return _page(request, state, who, "approvals.html", approvals=pending)
+
+
+@router.get("/breakers", response_class=HTMLResponse)
+def breakers_page(request: Request, state: State, who: Person) -> Response:
+    client = state.client
+    gates = breakers(client.store, now=client.clock.now())
+    return _page(request, state, who, "breakers.html", breakers=gates)
+
+
+@router.get("/queues", response_class=HTMLResponse)
+def queues_page(request: Request, state: State, who: Person) -> Response:
+    client = state.client
+    now = client.clock.now()
+    stats = client.store.stats(now=now)
+    samples = request.app.state.sampler.samples()
+    parked = tuple(str(s) for s in PARKED)
+    charts = [
+        chart("queue depth (due runs)", samples, lambda s: float(s.due), now),
+        chart("oldest due run's wait (s)", samples, lambda s: s.oldest_due_seconds, now),
+        chart("running", samples, _status(str(RunStatus.RUNNING)), now),
+        chart("pending", samples, _status(str(RunStatus.PENDING)), now),
+        chart(
+            "dead letters",
+            samples,
+            lambda s: float(sum(s.by_status.get(p, 0) for p in parked)),
+            now,
+        ),
+        chart("failed (in the store)", samples, _status(str(RunStatus.FAILED)), now),
+    ]
+    oldest = None if stats.oldest_due is None else (now - stats.oldest_due).total_seconds()
+    return _page(request, state, who, "queues.html", stats=stats, oldest_due=oldest, charts=charts)
+
+
+def _status(name: str) -> Callable[[Any], float]:
+    return lambda sample: float(sample.by_status.get(name, 0))
+
+
+@router.get("/workers", response_class=HTMLResponse)
+def workers_page(request: Request, state: State, who: Person) -> Response:
+    client = state.client
+    now = client.clock.now()
+    listed = [(w, w.alive(now), (now - w.seen_at).total_seconds()) for w in client.workers()]
+    return _page(request, state, who, "workers.html", workers=listed)
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+def schedules_page(request: Request, state: State, who: Person) -> Response:
+    return _page(request, state, who, "schedules.html", schedules=state.app.schedules.all())
+
+
+# -- actions ------------------------------------------------------------------------------
+
+Act = Callable[[Served, str, Identity, dict[str, str]], str]
+
+
+def _form_action(run_action: Act) -> Callable[..., Any]:
+    """An action route: checks the session (write role) and its CSRF token, acts, and
+    redirects back to `back` with what happened or why it was refused."""
+
+    async def route(request: Request, state: State, who: Person, target: str) -> Response:
+        form = {key: str(value) for key, value in (await request.form()).items()}
+        back = _local(form.get("back", "/runs"))
+        if who is None:
+            return RedirectResponse(f"/login?next={quote(back)}", status_code=303)
+        if not state.sessions.check_csrf(request.cookies.get(COOKIE), form.get("csrf")):
+            return _back(back, refused="the form's CSRF token is missing or stale: reload "
+                         "the page and try again")  # fmt: skip
+        if not who.can_write:
+            return _back(back, refused=f"{who.name} may only read: acting needs a write token")
+        try:
+            said = run_action(state, target, who, form)
+        except (DurablyError, ValueError) as exc:
+            return _back(back, refused=str(exc))
+        return _back(back, said=said)
+
+    return route
+
+
+def _back(back: str, **message: str) -> Response:
+    joiner = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{joiner}{urlencode(message)}", status_code=303)
+
+
+def _json(form: dict[str, str], field: str) -> str:
+    text = form.get(field, "").strip() or "null"
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"{field} must be JSON ({exc}): write a string in quotes") from None
+    return text
+
+
+def _retry(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    state.client.retry(run_id, by=who.name)
+    return f"run {run_id} is pending again: a worker retries it"
+
+
+def _skip(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    state.client.skip_step_json(run_id, _json(form, "result"), by=who.name)
+    return f"run {run_id} goes on with that result"
+
+
+def _fail(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    reason = form.get("reason", "").strip() or "failed by a person"
+    state.client.fail(run_id, by=who.name, reason=reason)
+    return f"run {run_id} will be compensated and failed"
+
+
+def _cancel(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    return state.client.cancel(run_id, by=who.name, reason=form.get("reason") or None).note or (
+        f"run {run_id} is being cancelled"
+    )
+
+
+def _pause(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    return state.client.pause(run_id, by=who.name, reason=form.get("reason") or None).note or (
+        f"run {run_id} pauses before its next step"
+    )
+
+
+def _resume(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    return state.client.resume(run_id, by=who.name).note or f"run {run_id} goes on"
+
+
+def _release(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    owner, count = operations.release(state.client.store, run_id, now=state.client.clock.now())
+    return f"released {count} run(s) of worker {owner}: the next worker to poll takes them over"
+
+
+def _signal(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+    name = form.get("name", "").strip()
+    state.client.signal_json(run_id, name, _json(form, "data"), by=who.name)
+    return f"signal {name!r} sent to run {run_id}"
+
+
+def _decide(approved: bool) -> Act:
+    def act(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
+        name = form.get("name", "")
+        comment = form.get("comment") or None
+        state.client.decide(run_id, name, approved=approved, by=who.name, comment=comment)
+        return f"{'approved' if approved else 'rejected'} {name!r} of run {run_id}"
+
+    return act
+
+
+_RUN_ACTIONS: dict[str, Act] = {
+    "retry": _retry, "skip": _skip, "fail": _fail, "cancel": _cancel, "pause": _pause,
+    "resume": _resume, "release": _release, "signal": _signal, "approve": _decide(True),
+    "reject": _decide(False),
+}  # fmt: skip
+
+for _name, _act in _RUN_ACTIONS.items():
+    router.add_api_route(f"/runs/{{target}}/{_name}", _form_action(_act), methods=["POST"],
+                         name=f"dashboard {_name}")  # fmt: skip
+
+
+def _schedule(verb: str) -> Act:
+    def act(state: Served, name: str, who: Identity, form: dict[str, str]) -> str:
+        schedules = state.app.schedules
+        if verb == "trigger":
+            return f"schedule {name!r} started run {schedules.trigger(name)}"
+        (schedules.pause if verb == "pause" else schedules.resume)(name)
+        return f"schedule {name!r} is {'paused' if verb == 'pause' else 'running again'}"
+
+    return act
+
+
+for _verb in ("pause", "resume", "trigger"):
+    router.add_api_route(f"/schedules/{{target}}/{_verb}", _form_action(_schedule(_verb)),
+                         methods=["POST"], name=f"dashboard schedule {_verb}")  # fmt: skip

@@ -1,0 +1,77 @@
+"""The server process: the HTTP API (/api, its schema at /api/openapi.json, its docs at
+/api/docs), the dashboard (/) and Prometheus metrics (/metrics), for one durably app.
+
+    durably server shop:app --port 8080 --tokens-file tokens.txt
+
+Needs the `web` extra (pip install 'durably[web]'): FastAPI, uvicorn, Jinja2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from durably.app import App
+from durably.web import api, dashboard, errors
+from durably.web.access import Served
+from durably.web.auth import Tokens
+from durably.web.charts import Sampler
+from durably.web.sessions import Sessions
+
+__all__ = ["create_app", "serve"]
+
+_STATIC = Path(__file__).parent / "static"
+
+
+def create_app(
+    app: App,
+    *,
+    tokens: Tokens,
+    open_reads: bool = False,
+    sessions: Sessions | None = None,
+    metrics: bool = True,
+    sample_every: float = 15.0,
+) -> FastAPI:
+    """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
+    often the dashboard's charts read the store's counts (one query each time)."""
+    web = FastAPI(
+        title="durably",
+        summary="Start, inspect and steer durable workflow runs.",
+        version="1",
+        openapi_url="/api/openapi.json",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    sampler = Sampler(lambda: app.store, app.clock, every=sample_every)
+    web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads)
+    web.state.sampler = sampler
+    errors.install(web)
+    web.include_router(api.router)
+    web.include_router(dashboard.router)
+    web.mount("/static", StaticFiles(directory=_STATIC), name="static")
+    if metrics:
+        _mount_metrics(web, app)
+    web.router.on_startup.append(sampler.start)
+    web.router.on_shutdown.append(sampler.stop)
+    return web
+
+
+def _mount_metrics(web: FastAPI, app: App) -> None:
+    """/metrics: the store's gauges (one query per scrape), as a worker's --metrics-port."""
+    try:
+        from prometheus_client import make_asgi_app
+
+        from durably.observability.metrics import Metrics
+    except ImportError:  # the metrics extra is not installed: no /metrics
+        return
+    metrics = Metrics(store=lambda: app.store, clock=app.clock)
+    web.mount("/metrics", make_asgi_app(registry=metrics.registry))
+
+
+def serve(web: FastAPI, *, host: str, port: int) -> None:
+    """Serve until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    uvicorn.run(web, host=host, port=port, log_level="info", access_log=False)
