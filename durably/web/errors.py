@@ -22,6 +22,7 @@ from durably.errors import (
     StoreUnavailable,
     UnknownWorkflow,
 )
+from durably.web.models import ErrorOut
 
 __all__ = ["ERROR_RESPONSES", "install"]
 
@@ -37,9 +38,8 @@ _BY_CLASS: Sequence[tuple[type[DurablyError], int, str]] = (
 )
 _KIND = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
 
-_ERROR = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"description": what, **_ERROR}
+    code: {"description": what, "model": ErrorOut}
     for code, what in (
         (401, "No token, or one the server does not know"),
         (403, "The token may only read"),

@@ -1,0 +1,99 @@
+"""Fixtures of the web tests: the shop app on each real store, tokens, and the real server
+(uvicorn on a free loopback port, in a thread of the test process) serving it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the web extra is not installed")
+
+import uvicorn
+
+import durably
+from durably.core.status import FINAL, PARKED, RunStatus
+from durably.web.auth import Tokens, hash_token, new_token
+from durably.web.server import create_app
+
+from .shop import Payments, make_shop
+
+_RESTING = FINAL | PARKED | {RunStatus.PAUSED}
+
+
+@dataclass(frozen=True)
+class Keys:
+    write: str  # the token of "erin", who may act
+    read: str  # the token of "rita", who may only look
+    tokens: Tokens
+
+
+@pytest.fixture
+def keys() -> Keys:
+    write, read = new_token(), new_token()
+    lines = f"erin write {hash_token(write)}\nrita read {hash_token(read)}\n"
+    return Keys(write, read, Tokens.parse(lines, source="test"))
+
+
+@pytest.fixture
+def payments() -> Payments:
+    return Payments()
+
+
+@pytest.fixture
+def shop(store_url: str, payments: Payments) -> Iterator[durably.App]:
+    app = make_shop(store_url, payments)
+    yield app
+    app.close()
+
+
+@dataclass(frozen=True)
+class Live:
+    url: str
+    app: durably.App
+    keys: Keys
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.keys.write}"}
+
+
+def settle(app: durably.App, *run_ids: str, timeout: float = 10.0) -> None:
+    """Run the app's due runs until each of `run_ids` ended or parked (retries are due after
+    a few milliseconds of the real clock)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        app.run_until_idle()
+        if all(app.get_run(run_id).status in _RESTING for run_id in run_ids):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"runs did not settle: {[app.get_run(r) for r in run_ids]}")
+        time.sleep(0.01)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def live(shop: durably.App, keys: Keys) -> Iterator[Live]:
+    """The real server for `shop`, on 127.0.0.1, until the test ends."""
+    web = create_app(shop, tokens=keys.tokens, sample_every=0.5)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the server did not start")
+        time.sleep(0.02)
+    yield Live(f"http://127.0.0.1:{port}", shop, keys)
+    server.should_exit = True
+    thread.join(timeout=10)
