@@ -64,6 +64,7 @@ __all__ = [
     "Throttled",
     "TransactionAborted",
     "TransactionEnded",
+    "UnknownSchedule",
     "UnknownWorkflow",
     "UnsafeConcurrency",
     "WorkflowFailed",
@@ -106,6 +107,10 @@ class RunNotFound(DurablyError):
 
 class UnknownWorkflow(DurablyError):
     """No workflow is registered under the given name."""
+
+
+class UnknownSchedule(ConfigError):
+    """No schedule has the given name, in the store or the app."""
 
 
 class NonDeterminismError(DurablyError):

@@ -19,7 +19,7 @@ from durably.clock import Clock
 from durably.core.schedules import Plan, State, plan, run_id, ticks
 from durably.core.status import FINAL
 from durably.definitions import Schedule
-from durably.errors import ConfigError, DurablyError
+from durably.errors import DurablyError, UnknownSchedule
 from durably.registry import Registry
 from durably.stores.base import NewRun, Store
 
@@ -170,7 +170,7 @@ class Schedules:
         schedules = {} if self._registry is None else self._registry.schedules
         if name not in schedules:
             known = ", ".join(sorted(schedules)) or "none"
-            raise ConfigError(
+            raise UnknownSchedule(
                 f"no schedule named {name!r} is defined by this app (defined: {known}); "
                 "starting its runs needs the app that defines it (the CLI: --app)"
             )
@@ -182,7 +182,7 @@ class Schedules:
             defined = {} if self._registry is None else self._registry.schedules
             if name not in defined:
                 known = ", ".join(sorted({*stored, *defined})) or "none"
-                raise ConfigError(
+                raise UnknownSchedule(
                     f"no schedule is named {name!r} in this store or app (known: {known}); a "
                     "schedule is stored once a worker of its app has run (or give --app)"
                 )

@@ -20,6 +20,7 @@ from durably.errors import (
     RunConflict,
     RunNotFound,
     StoreUnavailable,
+    UnknownSchedule,
     UnknownWorkflow,
 )
 from durably.web.models import ErrorOut
@@ -30,6 +31,7 @@ __all__ = ["ERROR_RESPONSES", "install"]
 _BY_CLASS: Sequence[tuple[type[DurablyError], int, str]] = (
     (RunNotFound, 404, "not_found"),
     (UnknownWorkflow, 404, "not_found"),
+    (UnknownSchedule, 404, "not_found"),
     (RunConflict, 409, "conflict"),
     (PayloadError, 422, "validation"),
     (ConfigError, 422, "validation"),
@@ -43,7 +45,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, what in (
         (401, "No token, or one the server does not know"),
         (403, "The token may only read"),
-        (404, "No such run or workflow"),
+        (404, "No such run, workflow or schedule"),
         (409, "The run's state refuses the action, or the id is taken by another start"),
         (422, "The body or query does not fit: the message names the field"),
         (503, "The store cannot be reached; try again"),

@@ -1,0 +1,40 @@
+"""Property tests of the HTTP API against its own published OpenAPI schema (schemathesis):
+for every operation, requests generated from the schema (fitting it, and not) are sent to the
+real server with a write token; none may make it fail (5xx) or answer outside the schema."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .conftest import Live
+
+schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
+
+_EXAMPLES = 30  # per operation: about 30 operations, on each store
+
+
+def test_no_generated_request_makes_the_server_fail(live: Live) -> None:
+    live.app.start("checkout", "o-1", 1, id="o-1")  # a run for the routes that take one
+    schema = schemathesis.openapi.from_url(f"{live.url}/api/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 25
+    for operation in operations:
+        _exercise(live, operation.as_strategy())
+
+
+def _exercise(live: Live, strategy: st.SearchStrategy[schemathesis.Case]) -> None:
+    """Generated requests of one operation, each checked."""
+
+    @settings(max_examples=_EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        case = data.draw(strategy)
+        response = case.call(headers=live.headers())
+        where = f"{case.method} {case.formatted_path}"
+        assert response.status_code < 500, f"{where}: {response.status_code} {response.text}"
+        case.validate_response(response)
+
+    one()
