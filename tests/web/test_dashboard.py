@@ -1,0 +1,167 @@
+"""The dashboard end to end in a real headless Chromium (Debian's `chromium`, driven by
+Playwright with that executable), against the real server: log in; a failing run is
+dead-lettered, the fault is fixed, Retry is clicked and it completes; an approval is
+approved; a run is cancelled; every page is screenshotted into tests/web/screenshots/
+(git-ignored) for a person to look at. Also: CSRF and roles on the dashboard's forms."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import Live, settle
+from .shop import Payments
+
+pytestmark = pytest.mark.browser
+
+SHOTS = Path(__file__).parent / "screenshots"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    """The browser half runs on SQLite: the API tests cover both stores."""
+    return f"sqlite:///{tmp_path / 'durably.db'}"
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        message = "Debian's chromium is not installed (apt-get install chromium)"
+        if IN_CI:
+            pytest.fail(f"{message}; CI must run the browser tests", pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+@pytest.fixture
+def page(live: Live) -> Iterator[Any]:
+    """A logged-in page of a fresh headless Chromium (the write token's person, erin)."""
+    executable = chromium_path()
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True,
+                                             args=["--no-sandbox"])  # fmt: skip
+        opened = browser.new_page(viewport={"width": 1400, "height": 900})
+        opened.on("dialog", lambda dialog: dialog.accept())  # the confirm() of Cancel, Fail
+        opened.goto(f"{live.url}/runs")
+        assert "/login" in opened.url
+        shoot(opened, "login")
+        opened.fill("input[name=token]", live.keys.write)
+        opened.click("form.login button")
+        opened.wait_for_url(f"{live.url}/runs")
+        yield opened
+        browser.close()
+
+
+def settle_off_loop(app: Any, *run_ids: str) -> None:
+    """`settle` on a thread of its own: Playwright's sync API keeps an event loop running on
+    this one, and the worker runs its own."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(settle, app, *run_ids).result()
+
+
+def idle_off_loop(app: Any) -> None:
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(app.run_until_idle).result()
+
+
+def shoot(page: Any, name: str) -> None:
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_dead_letter_is_retried_from_the_dashboard(
+    live: Live, page: Any, payments: Payments
+) -> None:
+    app = live.app
+    payments.down = True
+    app.start("checkout", "o-1", 12, id="o-1", correlation_id="req-1")
+    settle_off_loop(app, "o-1")
+
+    page.goto(f"{live.url}/dead-letters")
+    row = page.locator("tr[data-run='o-1']")
+    assert "ConnectionError: payments unreachable" in row.inner_text()
+    assert "attempts exhausted" in row.inner_text()
+    shoot(page, "dead-letters")
+
+    page.click("tr[data-run='o-1'] >> text=o-1")
+    now = page.get_by_test_id("now").inner_text()
+    assert "parked for a person after 2 attempt(s): step charge failed" in now
+    assert "ConnectionError: payments unreachable" in now
+    assert "Root cause: step charge failed" in page.get_by_test_id("root-cause").inner_text()
+    assert page.locator(".gantt .bar.failed").count() == 2  # both attempts, on the time axis
+    shoot(page, "run-parked")
+
+    payments.down = False  # the fault is fixed
+    page.get_by_test_id("retry").click()
+    assert "is pending again" in page.locator(".said").inner_text()
+    settle_off_loop(app, "o-1")
+    page.reload()
+    assert page.locator("h1 .badge").inner_text() == "completed"
+    assert page.get_by_test_id("now").inner_text().startswith("Now: completed at ")
+    assert payments.charged == ["o-1"]
+    shoot(page, "run-completed")
+
+    page.goto(f"{live.url}/runs?q=req-1")  # found by its correlation id
+    assert page.locator("table.runs tbody tr").count() == 1
+    assert "o-1" in page.locator("table.runs").inner_text()
+    page.goto(f"{live.url}/runs")
+    shoot(page, "runs")
+
+
+def test_an_approval_is_approved_and_a_run_cancelled(live: Live, page: Any) -> None:
+    app = live.app
+    app.start("refund", "o-2", id="o-2")
+    app.start("deliver", "o-3", id="o-3")
+    idle_off_loop(app)
+
+    page.goto(f"{live.url}/approvals")
+    assert "refund" in page.locator("tr[data-run='o-2']").inner_text()
+    shoot(page, "approvals")
+    page.fill("tr[data-run='o-2'] input[name=comment]", "fine by me")
+    page.click("tr[data-run='o-2'] >> text=Approve")
+    assert "approved 'refund' of run o-2" in page.locator(".said").inner_text()
+    settle_off_loop(app, "o-2")
+    assert app.get_run("o-2").result == '"refunded"'
+
+    page.goto(f"{live.url}/runs/o-3")
+    assert "waiting for signal 'address'" in page.get_by_test_id("now").inner_text()
+    shoot(page, "run-waiting")
+    page.get_by_test_id("cancel").click()
+    page.wait_for_selector(".said")
+    settle_off_loop(app, "o-3")
+    page.goto(f"{live.url}/runs/o-3")
+    assert page.locator("h1 .badge").inner_text() == "cancelled"
+    shoot(page, "run-cancelled")
+
+    for name in ("breakers", "queues", "workers", "schedules"):
+        page.goto(f"{live.url}/{name}")
+        assert page.locator("h1").count() == 1
+        shoot(page, name)
+
+
+def test_forms_need_the_sessions_csrf_token_and_a_write_role(live: Live) -> None:
+    live.app.start("deliver", "o-4", id="o-4")
+    live.app.run_until_idle()
+    with httpx.Client(base_url=live.url, follow_redirects=False) as web:
+        anonymous = web.post("/runs/o-4/cancel", data={"csrf": "x"})
+        assert anonymous.status_code == 303
+        assert anonymous.headers["location"].startswith("/login")
+        web.post("/login", data={"token": live.keys.write, "next": "/runs"})
+        forged = web.post("/runs/o-4/cancel", data={"csrf": "forged", "back": "/runs/o-4"})
+        assert "CSRF" in forged.headers["location"].replace("+", " ")
+    with httpx.Client(base_url=live.url, follow_redirects=False) as web:
+        web.post("/login", data={"token": live.keys.read, "next": "/runs"})
+        page = web.get("/runs/o-4").text
+        assert 'data-testid="cancel"' not in page  # a reader is shown no action
+        bad = web.post("/login", data={"token": "nope"})
+        assert "refused=" in bad.headers["location"]
+    assert live.app.get_run("o-4").status.value == "pending"  # nothing was cancelled
