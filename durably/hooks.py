@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from durably.core.history import Event
+
 __all__ = ["HookChain", "Hooks", "chain"]
 
 
@@ -41,6 +43,18 @@ class Hooks:
 
     def run_finished(self, run_id: str, workflow: str, status: str) -> None:
         """The run reached a final or parked status (`status` is a RunStatus value)."""
+
+    def run_began(self, run_id: str, workflow: str) -> None:
+        """A worker claimed the run for the first time (it was started, and now it runs)."""
+
+    def compensation_attempted(
+        self, run_id: str, step: str, attempt: int, error: BaseException | None
+    ) -> None:
+        """An attempt at a step's undo returned (error None) or raised."""
+
+    def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
+        """The run reached a final status; `events` is its whole history (read it, do not
+        keep it: durably.core.states.time_in_states says how long it spent in each state)."""
 
 
 class HookChain(Hooks):
@@ -79,6 +93,20 @@ class HookChain(Hooks):
     def run_finished(self, run_id: str, workflow: str, status: str) -> None:
         for hook in self.hooks:
             hook.run_finished(run_id, workflow, status)
+
+    def run_began(self, run_id: str, workflow: str) -> None:
+        for hook in self.hooks:
+            hook.run_began(run_id, workflow)
+
+    def compensation_attempted(
+        self, run_id: str, step: str, attempt: int, error: BaseException | None
+    ) -> None:
+        for hook in self.hooks:
+            hook.compensation_attempted(run_id, step, attempt, error)
+
+    def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
+        for hook in self.hooks:
+            hook.run_ended(run_id, workflow, status, events)
 
 
 def chain(hooks: Sequence[Hooks | None]) -> Hooks | None:

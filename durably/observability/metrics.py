@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 try:
@@ -26,6 +26,8 @@ except ImportError as missing:  # pragma: no cover - the message is the point
     ) from missing
 
 from durably.clock import Clock, SystemClock
+from durably.core.history import Event
+from durably.core.states import time_in_states
 from durably.core.status import PARKED
 from durably.hooks import Hooks
 from durably.resilience.gates import GateState
@@ -34,6 +36,7 @@ from durably.stores.base import Store
 __all__ = ["Metrics"]
 
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300)
+_STATE_BUCKETS = (0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1)
 
 
@@ -100,6 +103,23 @@ class Metrics(Hooks):
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
             registry=r,
         )
+        self.started = Counter(
+            "durably_runs_started", "Runs claimed for the first time", ["workflow"], registry=r
+        )
+        self.compensations = Counter(
+            "durably_compensations",
+            "Attempts at a step's undo, by how they ended (completed, failed)",
+            ["step", "outcome"],
+            registry=r,
+        )
+        self.state_seconds = Histogram(
+            "durably_run_state_seconds",
+            "Time an ended run spent in each state (pending, running, waiting, paused, "
+            "needs_attention), observed when it ends",
+            ["workflow", "state"],
+            buckets=_STATE_BUCKETS,
+            registry=r,
+        )
         if store is not None:
             r.register(_StoreCollector(store, self._clock))
 
@@ -148,9 +168,22 @@ class Metrics(Hooks):
     def run_finished(self, run_id: str, workflow: str, status: str) -> None:
         self.finished.labels(workflow, status).inc()
 
+    def run_began(self, run_id: str, workflow: str) -> None:
+        self.started.labels(workflow).inc()
+
+    def compensation_attempted(
+        self, run_id: str, step: str, attempt: int, error: BaseException | None
+    ) -> None:
+        self.compensations.labels(step, "completed" if error is None else "failed").inc()
+
+    def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
+        for state, seconds in time_in_states(events).items():
+            self.state_seconds.labels(workflow, state).observe(seconds)
+
 
 class _StoreCollector(Collector):
-    """The gauges that need the store, read once per scrape (Store.stats and Store.gates)."""
+    """The gauges that need the store, read once per scrape (Store.stats, Store.gates and
+    Store.workers: three small queries)."""
 
     def __init__(self, store: Callable[[], Store], clock: Clock) -> None:
         self._store = store
@@ -168,6 +201,13 @@ class _StoreCollector(Collector):
         yield GaugeMetricFamily(
             "durably_queue_depth", "Due runs waiting for a worker", value=stats.due
         )
+        yield GaugeMetricFamily(
+            "durably_runs_lease_expired",
+            "Running runs whose lease expired: their worker's heartbeat is missing",
+            value=stats.lease_expired,
+        )
+        live = sum(1 for worker in store.workers() if worker.alive(now))
+        yield GaugeMetricFamily("durably_workers_live", "Workers beating now", value=live)
         yield _age(
             "durably_queue_oldest_due_age_seconds",
             "How long the longest-waiting due run has waited",

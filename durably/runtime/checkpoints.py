@@ -186,6 +186,7 @@ class HistoryWriter:
             )
         if self._hooks is not None:
             self._hooks.run_finished(self.run_id, self.workflow, str(status))
+            self._hooks.run_ended(self.run_id, self.workflow, str(status), self.events)
 
     async def park(
         self, status: RunStatus, error: ErrorInfo, *, reason: str, wake_at: datetime | None = None

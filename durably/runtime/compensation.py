@@ -98,10 +98,15 @@ class Compensation:
         data = encode_payload(CompensationStarted(key))
         writer.append(EventKind.COMPENSATION_STARTED, position, name, attempt, data)
         await writer.flush()
+        hooks = self._engine.settings.hooks
         try:
             await call_user(step.compensate_fn, [*bound.args, result], bound.kwargs, scope, step)
         except Exception as exc:
+            if hooks is not None:
+                hooks.compensation_attempted(writer.run_id, name, attempt, exc)
             return await self._failed(step, record, attempt, exc)
+        if hooks is not None:
+            hooks.compensation_attempted(writer.run_id, name, attempt, None)
         writer.append(EventKind.COMPENSATION_COMPLETED, position, name, attempt)
         return True
 

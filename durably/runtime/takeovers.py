@@ -17,7 +17,13 @@ from durably.core.replay import RunPhase
 from durably.errors import PayloadError, PoisonPill
 from durably.runtime.checkpoints import HistoryWriter
 
-__all__ = ["check_poison", "record_lost_attempts", "taken_over_from"]
+__all__ = ["check_poison", "first_claim", "record_lost_attempts", "taken_over_from"]
+
+
+def first_claim(events: Sequence[Event]) -> bool:
+    """Whether the claim that ends `events` is the run's first: it was started, and now runs
+    (a restarted run's reused history holds no claim)."""
+    return sum(1 for event in events if event.kind is EventKind.CLAIMED) == 1
 
 
 def taken_over_from(events: Sequence[Event]) -> str | None:

@@ -26,7 +26,7 @@ from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
-from durably.runtime.takeovers import taken_over_from
+from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.stores.base import Claim, Lease, Store, WorkerBeat
 
 __all__ = ["Worker"]
@@ -230,6 +230,8 @@ class Worker:
             if self._settings.hooks is not None:
                 takeover = taken_over_from(claim.events) is not None
                 self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
+                if first_claim(claim.events):
+                    self._settings.hooks.run_began(claim.run_id, claim.workflow)
             if deaths.suspect:
                 execution.strict = deaths.strict
                 self._suspects.append(execution)

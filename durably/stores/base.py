@@ -93,6 +93,7 @@ class RunStats:
     oldest_in_flight: datetime | None  # created_at of the oldest run that has not ended
     due: int  # pending runs due by now: the queue's depth
     oldest_due: datetime | None  # when the longest-waiting due run became due
+    lease_expired: int = 0  # running runs whose lease expired: their worker is presumed dead
 
 
 # What a worker runs: workflow name -> the versions of its runs it serves. A plain collection

@@ -18,13 +18,15 @@ def run_stats(db: Connection, dialect: Dialect, *, now: datetime) -> RunStats:
     rows = db.execute(
         "SELECT status, count(*), min(created_at),"
         f" sum(CASE WHEN status = 'pending' AND available_at <= {mark} THEN 1 ELSE 0 END),"
-        f" min(CASE WHEN status = 'pending' AND available_at <= {mark} THEN available_at END)"
+        f" min(CASE WHEN status = 'pending' AND available_at <= {mark} THEN available_at END),"
+        f" sum(CASE WHEN status = 'running' AND available_at <= {mark} THEN 1 ELSE 0 END)"
         " FROM durably_runs GROUP BY status",
-        (at, at),
+        (at, at, at),
     ).fetchall()
     by_status = {str(status): int(count) for status, count, *_ in rows}
     open_since = [created for status, _, created, *_ in rows if status not in FINAL]
     due = sum(int(row[3] or 0) for row in rows)
     oldest = [row[4] for row in rows if row[4] is not None]
+    expired = sum(int(row[5] or 0) for row in rows)
     return RunStats(by_status, from_ts(min(open_since)) if open_since else None, due,
-                    from_ts(min(oldest)) if oldest else None)  # fmt: skip
+                    from_ts(min(oldest)) if oldest else None, expired)  # fmt: skip

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -19,6 +20,7 @@ from durably import Retry
 from durably.observability.metrics import Metrics
 from durably.testing import FakeClock
 
+from .conftest import DEAD_LEASE, dead_worker
 from .processes import start_worker, wait_until
 from .stop_app import make_app
 
@@ -127,3 +129,60 @@ def _served(scrape: Callable[[], str]) -> bool:
         return "durably_runs_finished_total" in scrape()
     except OSError:
         return False
+
+
+def test_starts_undos_time_in_states_and_expired_leases(store_url: str, clock: FakeClock) -> None:
+    app = durably.App(store_url, clock=clock)
+    metrics = Metrics(store=lambda: app.store, clock=clock)
+    app.hooks.append(metrics)
+    try:
+        undo_fails = iter([ConnectionError("warehouse busy")])
+
+        @app.step
+        async def reserve(n: int) -> int:
+            return n
+
+        @reserve.compensation
+        async def release(n: int, held: int) -> None:
+            if (error := next(undo_fails, None)) is not None:
+                raise error
+
+        @app.step(retry=Retry(attempts=1))
+        async def charge(n: int) -> int:
+            raise durably.Terminal("card declined")
+
+        @app.workflow
+        async def order(n: int) -> int:
+            await reserve(n)
+            await durably.sleep("10s")
+            return await charge(n)  # type: ignore[no-any-return]
+
+        @app.workflow
+        async def stranded(n: int) -> int:
+            return n
+
+        app.start(order, 1)
+        for _ in range(4):
+            app.run_until_idle()
+            clock.advance("10s")
+        app.start(stranded, 2, id="s-1")
+        dead_worker(app.store, clock, "stranded", [])
+        clock.advance(DEAD_LEASE + timedelta(seconds=1))
+        scraped = samples(generate_latest(metrics.registry).decode())
+    finally:
+        app.close()
+
+    def value(name: str, **labels: str) -> float:
+        return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    assert value("durably_runs_started_total", workflow="order") == 1
+    assert value("durably_runs_claimed_total", workflow="order", takeover="false") >= 2
+    assert value("durably_compensations_total", step="reserve", outcome="failed") == 1
+    assert value("durably_compensations_total", step="reserve", outcome="completed") == 1
+    assert value("durably_runs_finished_total", workflow="order", status="failed") == 1
+    for state in ("pending", "running", "waiting"):
+        assert value("durably_run_state_seconds_count", workflow="order", state=state) == 1
+    # the sleep (10 s) and the undo's retry wait: the run waited at least 10 s of its life
+    assert value("durably_run_state_seconds_sum", workflow="order", state="waiting") >= 10
+    assert value("durably_runs_lease_expired") == 1  # s-1's worker is presumed dead
+    assert value("durably_workers_live") == 0
