@@ -28,7 +28,7 @@ from durably.core.history import Event
 from durably.core.payloads import Decision, RunStarted, encode_payload
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.core.status import RunStatus
-from durably.correlation import correlation_of
+from durably.correlation import correlation_of, trace_parent
 from durably.definitions import Step, Workflow
 from durably.durations import Duration
 from durably.errors import (
@@ -554,9 +554,9 @@ class Client:
         payload = encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
         priority = item.priority if item.priority is not None else definition.priority
         priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
-        correlation = correlation_of(item.correlation_id)
-        started = RunStarted(correlation_id=correlation) if correlation is not None else None
-        data = None if started is None else encode_payload(started)
+        correlation, trace = correlation_of(item.correlation_id), trace_parent()
+        started = RunStarted(correlation_id=correlation, trace_parent=trace)
+        data = None if started == RunStarted() else encode_payload(started)
         return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority,
                       version=definition.version, correlation_id=correlation,
                       started=data)  # fmt: skip

@@ -12,7 +12,7 @@ import sys
 
 from durably.errors import DurablyError
 
-__all__ = ["MAX_LENGTH", "correlation_of"]
+__all__ = ["MAX_LENGTH", "correlation_of", "trace_parent"]
 
 MAX_LENGTH = 200
 
@@ -31,6 +31,18 @@ def correlation_of(given: str | None) -> str | None:
     if not given.isprintable():
         raise DurablyError(f"a correlation id holds printable characters only: {given!r}")
     return given
+
+
+def trace_parent() -> str | None:
+    """The caller's trace context as a W3C traceparent, recorded with the run so that its
+    steps' spans join the caller's trace (durably.observability.tracing); None without one."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
 def _trace_id() -> str | None:

@@ -88,13 +88,15 @@ class Lineage:
     parent: str | None = None
     deadline: datetime | None = None
     correlation_id: str | None = None  # the family's: given to the first start
+    trace_parent: str | None = None  # the starter's trace context (W3C traceparent)
 
 
 def lineage(events: Iterable[Event]) -> Lineage:
     for event in events:  # the first event is the run's start
         if event.kind is EventKind.RUN_STARTED and event.data is not None:
             started = read_payload(event, RunStarted)
-            return Lineage(started.parent, started.deadline, started.correlation_id)
+            return Lineage(started.parent, started.deadline, started.correlation_id,
+                           started.trace_parent)  # fmt: skip
         return Lineage()
     return Lineage()
 

@@ -60,6 +60,7 @@ class RunStarted:
     deadline: datetime | None = None
     generation: int | None = None  # after durably.continue_as_new: 2, 3, ...
     correlation_id: str | None = None  # given to start(), inherited by children and restarts
+    trace_parent: str | None = None  # the starter's W3C traceparent: steps' spans join its trace
 
 
 @dataclass(frozen=True, slots=True)

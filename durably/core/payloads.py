@@ -157,11 +157,12 @@ def encode_payload(payload: Payload) -> str:
 def _fields(payload: Payload) -> dict[str, object]:
     """The JSON object of a payload, keys in the order the engine has always written them."""
     match payload:
-        case RunStarted(restarted_from, from_step, by, parent, deadline, generation, correlation):
+        case RunStarted(restarted_from, from_step, by, parent, deadline, generation, correlation,
+                        trace):  # fmt: skip
             time = None if deadline is None else deadline.isoformat()
             named = {"restarted_from": restarted_from, "from_step": from_step, "by": by,
                      "parent": parent, "deadline": time, "generation": generation,
-                     "correlation_id": correlation}  # fmt: skip
+                     "correlation_id": correlation, "trace_parent": trace}  # fmt: skip
             return {key: value for key, value in named.items() if value is not None}
         case ChildStarted(run, workflow, detached):
             return {"run": run, "workflow": workflow, **({"detached": True} if detached else {})}
@@ -280,6 +281,7 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
         read.optional_moment(d, "deadline"),
         read.optional_integer(d, "generation"),
         read.optional_string(d, "correlation_id"),
+        read.optional_string(d, "trace_parent"),
     ),
     ChildStarted: lambda d: ChildStarted(
         read.string(d, "run"), read.string(d, "workflow"), read.boolean(d, "detached", False)

@@ -59,6 +59,7 @@ class Run(Protocol):
     is_async: bool
     priority: int  # the run's: its children's, unless their start or workflow says otherwise
     correlation_id: str | None  # the run's: its children's
+    trace_parent: str | None  # likewise
 
     def place(self, name: str) -> tuple[int, StepRecord | None]: ...
 
@@ -128,7 +129,8 @@ class Children:
         except PayloadError as exc:
             raise DurablyError(str(exc)) from None
         correlation = self._run.correlation_id
-        started = RunStarted(parent=parent, deadline=self._deadline(), correlation_id=correlation)
+        started = RunStarted(parent=parent, deadline=self._deadline(), correlation_id=correlation,
+                             trace_parent=self._run.trace_parent)  # fmt: skip
         given = (p for p in (priority, workflow.priority) if p is not None)
         new = NewRun(child, workflow.name, input_json, parent, encode_payload(started),
                      priority=next(given, self._run.priority), version=workflow.version,

@@ -124,6 +124,7 @@ class RunExecution:
         family = lineage(claim.events)
         self._inherited = family.deadline  # a child's, from its parent
         self.correlation_id = family.correlation_id  # for the logs, and its children
+        self.trace_parent = family.trace_parent  # for the traces (observability.tracing)
         self.children = Children(self, self._writer, engine.registry, self._deadline)
         self.patches = Patches(self._writer, self._where)
         self._phase: RunPhase | None = None

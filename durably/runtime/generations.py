@@ -62,6 +62,7 @@ async def continue_as_new(
         deadline=deadline,
         generation=generation(events) + 1,
         correlation_id=family.correlation_id,
+        trace_parent=family.trace_parent,
     )
     writer.append(EventKind.RUN_STARTED, data=encode_payload(started))
     for message in unused_messages(events):
