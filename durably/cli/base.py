@@ -16,12 +16,14 @@ import click
 
 from durably.app import App
 from durably.client import Client
+from durably.durations import parse_duration
 from durably.errors import ConfigError, DurablyError
 from durably.observability import logs
 from durably.stores import DEFAULT_URL, Store, open_store
 
 __all__ = [
     "BY",
+    "DURATION",
     "PRECEDENCE",
     "cli",
     "client_for",
@@ -60,6 +62,20 @@ def where(command: F) -> F:
         "its store, and its workflows' and steps' types.",
     )(command)
 
+
+class DurationType(click.ParamType):  # type: ignore[type-arg]
+    """A duration option (30s, 5m, 1h, 2d): a usage error, not a traceback, when it is not one."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return parse_duration(value, what=param.name if param else "duration")
+        except (ValueError, TypeError, DurablyError) as exc:
+            self.fail(f"{value!r} is not a duration like 30s, 5m, 1h or 2d ({exc})", param, ctx)
+
+
+DURATION = DurationType()
 
 BY = click.option(
     "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
@@ -149,6 +165,9 @@ def main() -> None:
     """The console script: every error is one line `error: ...` (1: refused, 2: usage)."""
     try:
         status = cli.main(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # `durably`, `durably runs`: the help
+        click.echo(exc.format_message(), err=True)
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:
         if exc.ctx is not None:
             click.echo(exc.ctx.get_usage(), err=True)

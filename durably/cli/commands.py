@@ -13,15 +13,24 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
-from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where, worker_hint
+from durably.cli.base import BY, DURATION, PRECEDENCE, cli, client_for, load_app, where, worker_hint
+from durably.cli.output import AS_JSON, echo_json, retry_each
+from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.timeline import describe_run, timeline
+from durably.web.models import (
+    ApprovalOut,
+    DeadLetterOut,
+    HistoryOut,
+    RunOut,
+    RunPageOut,
+)
 
 __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "worker"]
 
@@ -31,10 +40,17 @@ __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "work
 @click.option("--store", "store_url", default=None, metavar="URL", help="Overrides the app's.")
 @click.option("--concurrency", default=32, show_default=True, help="Runs executed at once.")
 @click.option(
-    "--lease", default="30s", show_default=True, help="Lease length; renewed every third."
+    "--lease",
+    default="30s",
+    show_default=True,
+    type=DURATION,
+    help="Lease length; renewed every third.",
 )
-@click.option("--poll", default="200ms", show_default=True, help="Idle poll interval.")
-@click.option("--stop-grace", default="10s", show_default=True, help="Time to finish on SIGTERM.")
+@click.option(
+    "--poll", default="200ms", show_default=True, type=DURATION, help="Idle poll interval."
+)
+@click.option("--stop-grace", default="10s", show_default=True, type=DURATION,
+              help="Time to finish on SIGTERM.")  # fmt: skip
 @click.option(
     "--name",
     default=None,
@@ -54,9 +70,9 @@ def worker(
     target: str,
     store_url: str | None,
     concurrency: int,
-    lease: str,
-    poll: str,
-    stop_grace: str,
+    lease: timedelta,
+    poll: timedelta,
+    stop_grace: timedelta,
     name: str | None,
     metrics_port: int | None,
     metrics_host: str,
@@ -140,6 +156,7 @@ def runs() -> None:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
 @click.option("--cursor", default=None, help="Where the page starts (printed under the last).")
 @click.option("--correlation-id", default=None, help="Only the runs started with it.")
+@AS_JSON
 @click.option(
     "--patch",
     default=None,
@@ -155,17 +172,22 @@ def runs_list(
     limit: int,
     cursor: str | None,
     correlation_id: str | None,
+    as_json: bool,
     patch: str | None,
 ) -> None:
     """The most recently updated runs, a page at a time."""
     with client_for(app_target, store_url) as client:
         page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor,
                            patch=patch, correlation_id=correlation_id)  # fmt: skip
+    if as_json:
+        echo_json(RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
+        return
     click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
     for run in page.runs:
         error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]
         updated = run.updated_at.isoformat(timespec="milliseconds")
-        click.echo(f"{run.id:<36} {run.workflow:<20} {run.status:<16} {updated:<24} {error}")
+        shown = status_text(str(run.status), 16)
+        click.echo(f"{run.id:<36} {run.workflow:<20} {shown} {updated:<24} {error}")
     if page.next_cursor is not None:
         click.echo(f"(more: the next page is --cursor {page.next_cursor})")
 
@@ -173,13 +195,20 @@ def runs_list(
 @runs.command("show", epilog=PRECEDENCE)
 @where
 @click.argument("run_id")
-def runs_show(app_target: str | None, store_url: str | None, run_id: str) -> None:
-    """A run's state and its whole timeline: steps, attempts, keys, durations, errors."""
+@AS_JSON
+def runs_show(app_target: str | None, store_url: str | None, run_id: str, as_json: bool) -> None:
+    """A run's state, what it does now and what happens next, and its whole timeline:
+    steps, attempts, keys, durations, errors."""
     with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
         workers, now = client.workers(), client.clock.now()
+    if as_json:
+        shown = RunOut.of(run, history, workers, now)
+        echo_json({"run": shown, "history": HistoryOut.of(run_id, history).events})
+        return
     for label, value in describe_run(run, history, workers, now):
-        click.echo(f"{label + ':':<15}{value}")
+        text = click.style(value, bold=True) if label == "now" else value
+        click.echo(f"{label + ':':<15}{text}")
     click.echo("")
     click.echo(
         f"{'AT (UTC)':<12} {'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  "
@@ -203,19 +232,23 @@ def dlq() -> None:
 @dlq.command("list", epilog=PRECEDENCE)
 @where
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
-def dlq_list(app_target: str | None, store_url: str | None, limit: int) -> None:
-    """Parked runs, newest first, with the step and error that stopped them."""
+@AS_JSON
+def dlq_list(app_target: str | None, store_url: str | None, limit: int, as_json: bool) -> None:
+    """Parked runs, newest first, with the step that stopped them and its own error (the
+    root cause, with the class the step raised)."""
     with client_for(app_target, store_url) as client:
         letters = client.dead_letters(limit=limit)
+    if as_json:
+        echo_json([DeadLetterOut.of(letter) for letter in letters])
+        return
     click.echo(f"{'RUN':<36} {'STATUS':<20} {'STEP':<18} {'TRIES':>5}  ERROR")
     for letter in letters:
         error = (
             "" if letter.error is None else f"{letter.error.error_class}: {letter.error.message}"
         )
         step = letter.step or ""
-        click.echo(
-            f"{letter.run_id:<36} {letter.status:<20} {step:<18} {letter.attempts:>5}  {error[:90]}"
-        )
+        shown = status_text(str(letter.status), 20)
+        click.echo(f"{letter.run_id:<36} {shown} {step:<18} {letter.attempts:>5}  {error[:90]}")
     if not letters:
         click.echo("(no dead letters)")
 
@@ -223,29 +256,54 @@ def dlq_list(app_target: str | None, store_url: str | None, limit: int) -> None:
 @dlq.command("show", epilog=PRECEDENCE)
 @where
 @click.argument("run_id")
+@AS_JSON
 @click.pass_context
 def dlq_show(
-    ctx: click.Context, app_target: str | None, store_url: str | None, run_id: str
+    ctx: click.Context, app_target: str | None, store_url: str | None, run_id: str, as_json: bool
 ) -> None:
     """The parked run's state and timeline (same as `durably runs show`)."""
-    ctx.invoke(runs_show, app_target=app_target, store_url=store_url, run_id=run_id)
+    ctx.invoke(runs_show, app_target=app_target, store_url=store_url, run_id=run_id,
+               as_json=as_json)  # fmt: skip
 
 
 @dlq.command("retry", epilog=PRECEDENCE)
 @where
-@click.argument("run_id")
+@click.argument("run_ids", nargs=-1, metavar="RUN_ID...")
 @click.option(
     "--from-step", type=int, default=None, help="Run every step from this position again."
 )
+@click.option("--all", "every", is_flag=True, help="Every dead letter (or of --workflow).")
+@click.option("--workflow", default=None, help="With --all: only this workflow's.")
 @BY
 def dlq_retry(
-    app_target: str | None, store_url: str | None, run_id: str, from_step: int | None, by: str
+    app_target: str | None,
+    store_url: str | None,
+    run_ids: tuple[str, ...],
+    from_step: int | None,
+    every: bool,
+    workflow: str | None,
+    by: str,
 ) -> None:
-    """Fresh attempts for a parked run, with the same idempotency keys."""
+    """Fresh attempts for parked runs, with the same idempotency keys: the RUN_IDs given, or
+    with --all every dead letter. Many at once show a progress bar on a terminal; one that
+    is refused is said and the others go on (exit status 1 if any was refused)."""
+    if bool(run_ids) == every or (workflow and not every):
+        raise click.UsageError("give RUN_ID... or --all [--workflow NAME] (not both)")
     with client_for(app_target, store_url) as client:
-        client.retry(run_id, by=by, from_step=from_step)
-        click.echo(f"run {run_id} is pending again")
-        click.echo(worker_hint(app_target, client, "for it to move on"))
+        if every:
+            letters = client.dead_letters(limit=1_000_000)
+            run_ids = tuple(x.run_id for x in letters if workflow in (None, x.workflow))
+        refused = retry_each(client, run_ids, by=by, from_step=from_step)
+        retried = len(run_ids) - len(refused)
+        click.echo(f"{retried} run(s) pending again" if len(run_ids) != 1 or refused
+                   else f"run {run_ids[0]} is pending again")  # fmt: skip
+        if retried:
+            them = "it" if retried == 1 else "them"
+            click.echo(worker_hint(app_target, client, f"for {them} to move on"))
+    if refused:
+        for run_id, why in refused:
+            click.echo(f"error: run {run_id}: {why}", err=True)
+        raise SystemExit(1)
 
 
 @dlq.command("skip", epilog=PRECEDENCE)
@@ -298,11 +356,17 @@ def approvals() -> None:
 @approvals.command("list", epilog=PRECEDENCE)
 @where
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
-def approvals_list(app_target: str | None, store_url: str | None, limit: int) -> None:
+@AS_JSON
+def approvals_list(
+    app_target: str | None, store_url: str | None, limit: int, as_json: bool
+) -> None:
     """Approvals waiting for a decision, oldest first: the run, the approval's name, when
     it times out and what happens then, and its details."""
     with client_for(app_target, store_url) as client:
         pending = client.approvals(limit=limit)
+    if as_json:
+        echo_json([ApprovalOut.of(approval) for approval in pending])
+        return
     click.echo(f"{'RUN':<34} {'APPROVAL':<18} {'REQUESTED':<20} {'TIMES OUT':<20} THEN     DETAILS")
     for approval in pending:
         until = "never" if approval.until is None else _minute(approval.until)

@@ -9,9 +9,12 @@ import sys
 
 import click
 
+from durably.breakers import breakers as read_breakers
 from durably.cli.base import PRECEDENCE, cli, client_for, where
 from durably.cli.commands import runs
+from durably.cli.output import AS_JSON, echo_json
 from durably.durations import parse_duration
+from durably.web.models import BreakerOut, WorkerOut
 
 __all__ = ["prune", "runs_export", "workers"]
 
@@ -30,13 +33,17 @@ def runs_export(app_target: str | None, store_url: str | None, run_id: str) -> N
 
 @cli.command(epilog=PRECEDENCE)
 @where
-def workers(app_target: str | None, store_url: str | None) -> None:
+@AS_JSON
+def workers(app_target: str | None, store_url: str | None, as_json: bool) -> None:
     """The workers of the store, live or lately gone, with the versions they run.
 
     A run is claimed only by a worker that runs its workflow's version (`durably runs show`
     says which can); a worker that missed three beats is presumed dead."""
     with client_for(app_target, store_url) as client:
         listed, now = client.workers(), client.clock.now()
+    if as_json:
+        echo_json([WorkerOut.of(worker, now) for worker in listed])
+        return
     click.echo(f"{'WORKER':<40} {'STATE':<6} {'LAST SEEN':<12} {'UP SINCE':<25} SERVES")
     for worker in listed:
         state = "live" if worker.alive(now) else "gone"
@@ -48,6 +55,31 @@ def workers(app_target: str | None, store_url: str | None) -> None:
         click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<25} {serves}")
     if not listed:
         click.echo("(no worker has run on this store lately)")
+
+
+@cli.command(epilog=PRECEDENCE)
+@where
+@AS_JSON
+def breakers(app_target: str | None, store_url: str | None, as_json: bool) -> None:
+    """Each dependency's circuit breaker and limits: open or closed, failures in the window,
+    attempts in flight and in line, rate tokens left."""
+    with client_for(app_target, store_url) as client:
+        gates = read_breakers(client.store, now=client.clock.now())
+    if as_json:
+        echo_json([BreakerOut.of(gate) for gate in gates])
+        return
+    click.echo(f"{'DEPENDENCY':<24} {'BREAKER':<10} {'FAILURES':>8} {'IN FLIGHT':>9} "
+               f"{'WAITING':>7} {'TOKENS':>7}  OPENED")  # fmt: skip
+    for gate in gates:
+        tokens = "full" if gate.tokens is None else f"{gate.tokens:g}"
+        opened = "" if gate.opened_at is None else gate.opened_at.isoformat(timespec="seconds")
+        shown = click.style(
+            f"{gate.breaker:<10}", fg="green" if gate.breaker == "closed" else "red"
+        )
+        click.echo(f"{gate.dependency:<24} {shown} {gate.failures:>8} {gate.in_flight:>9} "
+                   f"{gate.waiting:>7} {tokens:>7}  {opened}")  # fmt: skip
+    if not gates:
+        click.echo("(no dependency has been called through a breaker or limit yet)")
 
 
 @cli.command(epilog=PRECEDENCE)

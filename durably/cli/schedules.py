@@ -10,7 +10,9 @@ import click
 
 from durably.app import App
 from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.cli.output import AS_JSON, echo_json
 from durably.scheduling import Schedules
+from durably.web.models import ScheduleOut
 
 __all__ = ["schedules"]
 
@@ -23,10 +25,14 @@ def schedules() -> None:
 
 @schedules.command("list", epilog=PRECEDENCE)
 @where
-def schedules_list(app_target: str | None, store_url: str | None) -> None:
+@AS_JSON
+def schedules_list(app_target: str | None, store_url: str | None, as_json: bool) -> None:
     """Every schedule: when it ticks, its last tick and run, its next start, its counts."""
     with _acting(app_target, store_url) as acting:
         listed = acting.all()
+    if as_json:
+        echo_json([ScheduleOut.of(info) for info in listed])
+        return
     click.echo(
         f"{'SCHEDULE':<20} {'WORKFLOW':<18} {'WHEN':<34} {'STATE':<7} {'NEXT':<26} "
         f"{'FIRED':>6} {'SKIPPED':>7}  LAST RUN"

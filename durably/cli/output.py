@@ -1,0 +1,63 @@
+"""How read commands print: a table for people (status in colour, on a terminal only: click
+drops the colour when the output is piped), or with --json the same shapes the HTTP API
+answers with (durably.web.models), for scripts."""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+from pydantic import BaseModel, TypeAdapter
+
+from durably.client import Client
+from durably.errors import DurablyError
+
+__all__ = ["AS_JSON", "echo_json", "retry_each", "status"]
+
+AS_JSON = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (the HTTP API's shapes), not a table."
+)
+
+_COLOURS = {
+    "completed": "green",
+    "failed": "red",
+    "timed_out": "red",
+    "compensation_failed": "red",
+    "cancelled": "bright_black",
+    "needs_attention": "yellow",
+    "paused": "yellow",
+    "running": "blue",
+    "pending": "cyan",
+}
+
+
+def status(text: str, width: int = 0) -> str:
+    """A run's status, padded to `width`, in its colour (shown on a terminal only)."""
+    return click.style(f"{text:<{width}}", fg=_COLOURS.get(text.strip()))
+
+
+def echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
+    if isinstance(value, BaseModel):
+        click.echo(value.model_dump_json(indent=1))
+    else:
+        click.echo(TypeAdapter(Any).dump_json(value, indent=1).decode())
+
+
+def retry_each(
+    client: Client, run_ids: Sequence[str], *, by: str, from_step: int | None
+) -> list[tuple[str, str]]:
+    """Retry each run, with a progress bar on a terminal when there are many; the ones
+    refused, with why (the others go on)."""
+    refused: list[tuple[str, str]] = []
+    shown = len(run_ids) > 1 and sys.stdout.isatty()
+    with click.progressbar(run_ids, label="retrying", show_pos=True, file=None if shown else
+                           io.StringIO()) as bar:  # fmt: skip
+        for run_id in bar:
+            try:
+                client.retry(run_id, by=by, from_step=from_step)
+            except DurablyError as exc:
+                refused.append((run_id, str(exc)))
+    return refused

@@ -1,0 +1,72 @@
+"""The read commands' --json (the HTTP API's shapes), `durably breakers`, a bulk retry of
+dead letters, and the command line's usage errors, through the real `durably` command on
+both stores."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import durably
+from durably import RunStatus
+
+from .test_cli import app, durably_cli, elsewhere, park  # noqa: F401  (fixtures)
+
+
+def test_read_commands_print_json(app: durably.App, store_url: str, elsewhere: Path) -> None:  # noqa: F811
+    parked = park(app, "o1")
+    app.start("count", 1, id="c1", correlation_id="req-9")
+
+    def read(*args: str) -> object:
+        result = durably_cli(*args, "--store", store_url, "--json", cwd=elsewhere)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    page = read("runs", "list", "--correlation-id", "req-9")
+    assert isinstance(page, dict)
+    assert [run["id"] for run in page["runs"]] == ["c1"]
+    assert page["next_cursor"] is None
+    shown = read("runs", "show", parked)
+    assert isinstance(shown, dict)
+    assert shown["run"]["status"] == "needs_attention"
+    assert shown["run"]["now"].startswith("parked for a person after 1 attempt(s)")
+    assert shown["history"][0]["kind"] == "run_started"
+    [letter] = read("dlq", "list")  # type: ignore[misc]
+    assert letter["error"]["error_class"] == "ConnectionError"
+    assert letter["run_error"]["error_class"] == "durably.errors.StepFailed"
+    assert read("approvals", "list") == []
+    assert read("workers") == []
+    assert read("breakers") == []
+    assert read("schedules", "list") == []
+
+
+def test_dlq_retry_many_at_once(app: durably.App, store_url: str, elsewhere: Path) -> None:  # noqa: F811
+    first, second = park(app, "o1"), park(app, "o2")
+    app.start("count", 1, id="c1")
+
+    both = durably_cli("dlq", "retry", "--all", "--store", store_url, cwd=elsewhere)
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.splitlines()[0] == "2 run(s) pending again"
+    assert app.get_run(first).status is RunStatus.PENDING
+    assert app.get_run(second).status is RunStatus.PENDING
+
+    mixed = durably_cli("dlq", "retry", first, "c1", "--store", store_url, cwd=elsewhere)
+    assert mixed.returncode == 1
+    assert mixed.stdout.splitlines()[0] == "0 run(s) pending again"
+    assert "error: run " + first in mixed.stderr
+    assert "error: run c1" in mixed.stderr
+
+    neither = durably_cli("dlq", "retry", "--store", store_url, cwd=elsewhere)
+    assert neither.returncode == 2
+    assert "give RUN_ID... or --all" in neither.stderr
+
+
+def test_usage_errors_exit_2_and_a_bare_group_prints_its_help(elsewhere: Path) -> None:  # noqa: F811
+    bare = durably_cli("runs", cwd=elsewhere)
+    assert bare.returncode == 2
+    assert "Commands:" in bare.stderr
+    assert "list" in bare.stderr
+    lease = durably_cli("worker", "x:app", "--lease", "1x", cwd=elsewhere)
+    assert lease.returncode == 2
+    assert "'1x' is not a duration like 30s" in lease.stderr
+    assert "Traceback" not in lease.stderr
