@@ -15,6 +15,7 @@ class Payments:
     """The outside world: a payment service that is down until a test fixes it."""
 
     down: bool = False
+    throttling: bool = False
     charged: list[str] = field(default_factory=list)
 
 
@@ -31,6 +32,33 @@ def make_shop(store: str, payments: Payments, **options: object) -> durably.App:
     @app.workflow
     async def checkout(order: str, total: int) -> str:
         return await charge(order, total)  # type: ignore[no-any-return]
+
+    @app.step(retry=Retry(attempts=3, initial="10ms", jitter="none"), dependency="payments")
+    async def capture(order: str) -> str:
+        if payments.throttling:
+            raise durably.Throttled("429 Too Many Requests from payments", retry_after="10ms")
+        return f"cap-{order}"
+
+    @app.workflow
+    async def settle_order(order: str) -> str:
+        return await capture(order)  # type: ignore[no-any-return]
+
+    @app.step
+    async def reserve(order: str) -> str:
+        return f"hold-{order}"
+
+    @reserve.compensation
+    async def release(order: str, hold: str) -> None:
+        raise durably.Terminal(f"the warehouse lost {hold}")
+
+    @app.step(retry=Retry(attempts=1))
+    async def bill(order: str) -> str:
+        raise durably.Terminal("card declined")
+
+    @app.workflow
+    async def book(order: str) -> str:
+        await reserve(order)
+        return await bill(order)  # type: ignore[no-any-return]
 
     @app.workflow
     async def refund(order: str) -> str:

@@ -1,0 +1,79 @@
+"""The five-minute test, for a newcomer: three runs that went wrong in three ways (a throttled
+dependency exhausted its retries; an undo failed after a step failed; a worker died under a
+run), and both `durably runs show` and the dashboard's run page must say, in words, what
+happened and what a person can do next. On both stores, with the real server and the real
+`durably` command."""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import httpx
+
+from .conftest import Live, settle
+from .shop import Payments
+
+
+def runs_show(store_url: str, run_id: str) -> str:
+    shown = subprocess.run([sys.executable, "-m", "durably", "runs", "show", run_id,
+                            "--store", store_url], capture_output=True, text=True, timeout=60,
+                           check=False)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def run_page(live: Live, run_id: str) -> str:
+    """The dashboard's run page as the person on call reads it (with a write token: with its
+    buttons)."""
+    with httpx.Client(base_url=live.url) as web:
+        web.post("/login", data={"token": live.keys.write, "next": "/runs"})
+        page = web.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    text = re.sub(r"<[^>]+>", " ", page.text)  # the words, without the markup
+    return html.unescape(re.sub(r"\s+", " ", text))
+
+
+def test_three_broken_runs_explain_themselves(
+    live: Live, payments: Payments, store_url: str
+) -> None:
+    app = live.app
+    payments.throttling = True
+    app.start("settle_order", "o-1", id="throttled")
+    app.start("book", "o-2", id="undo-failed")
+    settle(app, "throttled", "undo-failed")
+    app.start("checkout", "o-3", 3, id="stranded")
+    [claim] = app.store.claim("worker-7", ["checkout"], now=app.clock.now(),
+                              lease=timedelta(milliseconds=50), limit=1)  # fmt: skip
+    assert claim.run_id == "stranded"  # ... and worker-7 dies holding it
+    time.sleep(0.1)
+
+    cli, page = runs_show(store_url, "throttled"), run_page(live, "throttled")
+    for said in (cli, page):
+        assert "parked for a person after 3 attempt(s)" in said
+        assert "step capture failed (attempts exhausted) with durably.errors.Throttled" in said
+        assert "429 Too Many Requests from payments" in said
+        assert "durably dlq retry throttled" in said  # what to do next
+        assert "durably dlq fail throttled" in said
+    assert "Retry" in page  # and the button that does it
+
+    cli, page = runs_show(store_url, "undo-failed"), run_page(live, "undo-failed")
+    for said in (cli, page):
+        assert "an undo failed" in said
+        assert "the warehouse lost hold-o-2" in said
+        assert (
+            "after step bill failed (terminal) with durably.errors.Terminal: card declined" in said
+        )
+        assert "retry the undo (durably dlq retry undo-failed)" in said
+    assert "Root cause: step bill failed" in page
+
+    cli, page = runs_show(store_url, "stranded"), run_page(live, "stranded")
+    for said in (cli, page):
+        assert "stranded: the lease of worker worker-7 expired at " in said
+        assert "presumed dead" in said
+        assert "no live worker runs workflow 'checkout'" in said  # nobody will take it over
+        assert "start one with its code, or cancel it (durably cancel stranded)" in said
