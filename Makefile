@@ -27,6 +27,7 @@ typecheck: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m durably.cli.reference
+	$(BIN)/python -m durably.web.reference
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit tests/contract tests/integration
