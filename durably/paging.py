@@ -9,7 +9,7 @@ import json
 from datetime import datetime
 
 from durably.core.status import RunStatus
-from durably.errors import DurablyError
+from durably.errors import PayloadError
 from durably.stores import RunRecord
 
 __all__ = ["after", "cursor", "status_of"]
@@ -20,7 +20,7 @@ def status_of(status: RunStatus | str) -> RunStatus:
         return RunStatus(status)
     except ValueError:
         known = ", ".join(RunStatus)
-        raise DurablyError(f"{status!r} is not a run status (one of: {known})") from None
+        raise PayloadError(f"{status!r} is not a run status (one of: {known})") from None
 
 
 def cursor(run: RunRecord) -> str:
@@ -38,7 +38,7 @@ def after(cursor: str) -> tuple[datetime, str]:
             raise ValueError(cursor)
     except (ValueError, TypeError, binascii.Error):
         shown = cursor if len(cursor) <= 60 else cursor[:59] + "…"
-        raise DurablyError(
+        raise PayloadError(
             f"the cursor {shown!r} is not one durably gave out: pass the next_cursor of the "
             "previous page as it is (none for the first page)"
         ) from None

@@ -22,6 +22,7 @@ from durably.core.payloads import (
     Failure,
     MessageReceived,
     Restarted,
+    RunRetried,
     RunStarted,
     SignalReceived,
     StepStarted,
@@ -264,6 +265,9 @@ def _detail(event: Event) -> str:
         return "; ".join(f"{label} {value}" for label, value in _started(payload))
     if isinstance(payload, ChildStarted):
         return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
+    if isinstance(payload, RunRetried):
+        where = "" if payload.from_step is None else f" from step #{payload.from_step}"
+        return f"fresh attempts{where}, asked by {payload.by}"
     if isinstance(payload, Restarted):
         return f"restarted as {payload.run} from step #{payload.from_step} by {payload.by}"
     if isinstance(payload, MessageReceived):

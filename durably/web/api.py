@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Response
-from fastapi.responses import JSONResponse
+from fastapi import Body as FastBody
 
 from durably import operations
 from durably.breakers import breakers
 from durably.core.status import RunStatus
-from durably.errors import DurablyError
+from durably.errors import DurablyError, StoreUnavailable
 from durably.web.access import Reader, Served, Writer, served
 from durably.web.errors import ERROR_RESPONSES
 from durably.web.models import (
@@ -31,14 +31,17 @@ from durably.web.models import (
     HistoryOut,
     QueueOut,
     ReasonIn,
+    ReleaseOut,
     RestartIn,
     RetryIn,
     RunOut,
     RunPageOut,
     ScheduleOut,
     SignalIn,
+    SignalOut,
     SkipIn,
     StartIn,
+    StatusOut,
     WorkerOut,
 )
 
@@ -49,22 +52,25 @@ State = Annotated[Served, Depends(served)]
 RunId = Annotated[str, Path(min_length=1, max_length=200, description="The run's id")]
 Name = Annotated[str, Path(min_length=1, max_length=200)]
 Limit = Annotated[int, Query(ge=1, le=500, description="At most this many")]
+T = TypeVar("T")
+Body = Annotated[T | None, FastBody()]  # an optional JSON body: none is the same as {}
+_NONE = None
 
 
 @router.get("/health", tags=["health"])
-def health() -> dict[str, str]:
+def health() -> StatusOut:
     """The server is up (it does not ask the store: that is /api/ready)."""
-    return {"status": "ok"}
+    return StatusOut(status="ok")
 
 
 @router.get("/ready", tags=["health"], responses={503: ERROR_RESPONSES[503]})
-def ready(state: State) -> JSONResponse:
-    """The store answers: the server can serve."""
+def ready(state: State) -> StatusOut:
+    """The store answers: the server can serve (503 while it cannot be reached)."""
     try:
         state.client.store.stats(now=state.client.clock.now())
     except DurablyError as exc:
-        return JSONResponse({"error": "store_unavailable", "message": str(exc)}, status_code=503)
-    return JSONResponse({"status": "ready"})
+        raise StoreUnavailable(f"the store cannot be reached: {exc}") from None
+    return StatusOut(status="ready")
 
 
 # -- runs ---------------------------------------------------------------------------------
@@ -126,36 +132,48 @@ def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)
-def signal(run_id: RunId, name: Name, body: SignalIn, state: State, who: Writer) -> dict[str, Any]:
-    """Send the signal `name`: the run's durably.wait_for_signal(name) takes it."""
+def signal(
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[SignalIn] = _NONE
+) -> SignalOut:
+    """Send the signal `name`: the run's durably.wait_for_signal(name) takes it (signals of
+    one name queue up in the order they were sent)."""
+    body = body or SignalIn()
     sent = state.client.signal(run_id, name, body.data, by=who.name, dedupe_key=body.dedupe_key)
-    return {"run": run_id, "signal": name, "message": sent.message_id, "stored": sent.stored}
+    return SignalOut(run=run_id, signal=name, message=sent.message_id, stored=sent.stored)
 
 
 @router.post("/runs/{run_id}/approvals/{name}/approve", tags=["steer"])
-def approve(run_id: RunId, name: Name, body: DecideIn, state: State, who: Writer) -> ActionOut:
+def approve(
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
+) -> ActionOut:
     """Approve the run's pending approval `name` (an escalation: durably.escalate)."""
-    state.client.decide(run_id, name, approved=True, by=who.name, comment=body.comment)
+    comment = None if body is None else body.comment
+    state.client.decide(run_id, name, approved=True, by=who.name, comment=comment)
     return ActionOut(run=run_id, action="approve")
 
 
 @router.post("/runs/{run_id}/approvals/{name}/reject", tags=["steer"])
-def reject(run_id: RunId, name: Name, body: DecideIn, state: State, who: Writer) -> ActionOut:
+def reject(
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
+) -> ActionOut:
     """Reject the run's pending approval `name`."""
-    state.client.decide(run_id, name, approved=False, by=who.name, comment=body.comment)
+    comment = None if body is None else body.comment
+    state.client.decide(run_id, name, approved=False, by=who.name, comment=comment)
     return ActionOut(run=run_id, action="reject")
 
 
 @router.post("/runs/{run_id}/cancel", tags=["steer"])
-def cancel(run_id: RunId, body: ReasonIn, state: State, who: Writer) -> ActionOut:
+def cancel(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = _NONE) -> ActionOut:
     """Cancel the run: its completed steps are compensated, then it ends cancelled."""
-    return ActionOut.of(state.client.cancel(run_id, by=who.name, reason=body.reason))
+    reason = None if body is None else body.reason
+    return ActionOut.of(state.client.cancel(run_id, by=who.name, reason=reason))
 
 
 @router.post("/runs/{run_id}/pause", tags=["steer"])
-def pause(run_id: RunId, body: ReasonIn, state: State, who: Writer) -> ActionOut:
-    """Pause the run before its next step."""
-    return ActionOut.of(state.client.pause(run_id, by=who.name, reason=body.reason))
+def pause(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = _NONE) -> ActionOut:
+    """Pause the run before its next step (one in flight finishes)."""
+    reason = None if body is None else body.reason
+    return ActionOut.of(state.client.pause(run_id, by=who.name, reason=reason))
 
 
 @router.post("/runs/{run_id}/resume", tags=["steer"])
@@ -165,16 +183,18 @@ def resume(run_id: RunId, state: State, who: Writer) -> ActionOut:
 
 
 @router.post("/runs/{run_id}/retry", tags=["dead letters"])
-def retry(run_id: RunId, body: RetryIn, state: State, who: Writer) -> ActionOut:
+def retry(run_id: RunId, state: State, who: Writer, body: Body[RetryIn] = _NONE) -> ActionOut:
     """Fresh attempts for a parked run (from `from_step`: every step from there again)."""
-    state.client.retry(run_id, by=who.name, from_step=body.from_step)
+    state.client.retry(run_id, by=who.name, from_step=None if body is None else body.from_step)
     return ActionOut(run=run_id, action="retry")
 
 
 @router.post("/runs/{run_id}/skip", tags=["dead letters"])
-def skip(run_id: RunId, body: SkipIn, state: State, who: Writer) -> ActionOut:
-    """Record `result` for the parked run's failed step (checked against its return type)."""
-    state.client.skip_step_json(run_id, json.dumps(body.result), by=who.name)
+def skip(run_id: RunId, state: State, who: Writer, body: Body[SkipIn] = _NONE) -> ActionOut:
+    """Record `result` for the parked run's failed step (checked against its return type;
+    none: null)."""
+    result = None if body is None else body.result
+    state.client.skip_step_json(run_id, json.dumps(result), by=who.name)
     return ActionOut(run=run_id, action="skip")
 
 
@@ -194,11 +214,11 @@ def restart(run_id: RunId, body: RestartIn, state: State, who: Writer) -> RunOut
 
 
 @router.post("/runs/{run_id}/release", tags=["steer"])
-def release(run_id: RunId, state: State, who: Writer) -> dict[str, Any]:
+def release(run_id: RunId, state: State, who: Writer) -> ReleaseOut:
     """The run's worker is dead: end the leases it holds now, for others to take them over."""
     client = state.client
     owner, count = operations.release(client.store, run_id, now=client.clock.now())
-    return {"run": run_id, "worker": owner, "released": count}
+    return ReleaseOut(run=run_id, worker=owner, released=count)
 
 
 # -- lists --------------------------------------------------------------------------------
@@ -224,12 +244,14 @@ def schedules(state: State, who: Reader) -> list[ScheduleOut]:
 
 @router.post("/schedules/{name}/pause", tags=["schedules"])
 def pause_schedule(name: Name, state: State, who: Writer) -> ActionOut:
+    """Pause the schedule: no tick starts a run until it is resumed."""
     state.app.schedules.pause(name)
     return ActionOut(run="", action="pause schedule", note=name)
 
 
 @router.post("/schedules/{name}/resume", tags=["schedules"])
 def resume_schedule(name: Name, state: State, who: Writer) -> ActionOut:
+    """Resume the paused schedule from its next tick."""
     state.app.schedules.resume(name)
     return ActionOut(run="", action="resume schedule", note=name)
 

@@ -96,6 +96,11 @@ class Tokens:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def knows(self, identity: Identity) -> bool:
+        """Whether a token of this name and role is still configured (a session made with a
+        token that was since removed, or whose role changed, is no longer anyone's)."""
+        return any(n == identity.name and r == identity.role for n, r, _ in self._entries)
+
     def identify(self, token: str) -> Identity | None:
         """Whose token this is (None: nobody's)."""
         digest = hashlib.sha256(token.encode()).digest()

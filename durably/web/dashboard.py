@@ -84,7 +84,10 @@ def login_form(request: Request, next: str = "/runs", refused: str | None = None
 
 @router.post("/login")
 def login(
-    state: State, token: Annotated[str, Form()] = "", next: Annotated[str, Form()] = "/runs"
+    request: Request,
+    state: State,
+    token: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/runs",
 ) -> Response:
     identity = state.tokens.identify(token.strip()) if token.strip() else None
     if identity is None:
@@ -93,7 +96,9 @@ def login(
         )
         return RedirectResponse(f"/login?{said}", status_code=303)
     response = RedirectResponse(_local(next), status_code=303)
-    response.set_cookie(COOKIE, state.sessions.issue(identity), httponly=True, samesite="strict")
+    secure = request.url.scheme == "https"  # behind a TLS proxy that says so (proxy headers)
+    response.set_cookie(COOKIE, state.sessions.issue(identity), httponly=True, samesite="strict",
+                        secure=secure)  # fmt: skip
     return response
 
 

@@ -34,19 +34,38 @@ __all__ = [
     "HistoryOut",
     "QueueOut",
     "ReasonIn",
+    "ReleaseOut",
     "RestartIn",
     "RetryIn",
     "RunOut",
     "RunPageOut",
     "ScheduleOut",
     "SignalIn",
+    "SignalOut",
     "SkipIn",
     "StartIn",
+    "StatusOut",
     "WorkerOut",
 ]
 
 _STRICT = ConfigDict(extra="forbid")
-_NAME = Field(min_length=1, max_length=200)
+
+
+class StatusOut(BaseModel):
+    status: str = Field(description="ok (the server is up) or ready (the store answers)")
+
+
+class SignalOut(BaseModel):
+    run: str
+    signal: str
+    message: int = Field(description="The signal's id in the run's inbox")
+    stored: bool = Field(description="False: a signal with the same dedupe_key was there")
+
+
+class ReleaseOut(BaseModel):
+    run: str
+    worker: str = Field(description="The dead worker whose leases were ended")
+    released: int = Field(description="How many runs it held, now free to be taken over")
 
 
 class ErrorOut(BaseModel):
@@ -56,15 +75,26 @@ class ErrorOut(BaseModel):
 
 class StartIn(BaseModel):
     model_config = _STRICT
-    workflow: str = _NAME
+    workflow: str = Field(min_length=1, max_length=200, description="A workflow of the app")
     input: list[Any] | dict[str, Any] = Field(
         default_factory=list,
         description="The arguments: a list (by position) or an object (by name), read "
         "through the workflow's parameter types",
     )
-    id: str | None = Field(default=None, min_length=1, max_length=200)
-    priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
-    correlation_id: str | None = Field(default=None, min_length=1, max_length=MAX_LENGTH)
+    id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="The run's id (default: a random one); starting an id again is idempotent",
+    )  # fmt: skip
+    priority: int | None = Field(
+        default=None, ge=0, le=MAX_PRIORITY,
+        description="0 to 1000: a minute's head start in the claim order per level "
+        "(default: the workflow's, else 0)",
+    )  # fmt: skip
+    correlation_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_LENGTH,
+        description="The request this run serves: recorded with it and its children, "
+        "searched by (default: the caller's trace id, if it has one)",
+    )  # fmt: skip
 
 
 class ErrorInfoOut(BaseModel):
@@ -169,7 +199,10 @@ class HistoryOut(BaseModel):
 class SignalIn(BaseModel):
     model_config = _STRICT
     data: Any = Field(default=None, description="The signal's payload, any JSON value")
-    dedupe_key: str | None = Field(default=None, min_length=1, max_length=200)
+    dedupe_key: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="The same key twice stores the signal once",
+    )  # fmt: skip
 
 
 class DecideIn(BaseModel):
@@ -189,7 +222,9 @@ class FailIn(BaseModel):
 
 class RetryIn(BaseModel):
     model_config = _STRICT
-    from_step: int | None = Field(default=None, ge=0)
+    from_step: int | None = Field(
+        default=None, ge=0, description="Run every step from this position again"
+    )
 
 
 class SkipIn(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
@@ -61,13 +61,16 @@ def create_app(
 def _mount_metrics(web: FastAPI, app: App) -> None:
     """/metrics: the store's gauges (one query per scrape), as a worker's --metrics-port."""
     try:
-        from prometheus_client import make_asgi_app
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         from durably.observability.metrics import Metrics
     except ImportError:  # the metrics extra is not installed: no /metrics
         return
     metrics = Metrics(store=lambda: app.store, clock=app.clock)
-    web.mount("/metrics", make_asgi_app(registry=metrics.registry))
+
+    @web.get("/metrics", include_in_schema=False)
+    def scrape() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def serve(web: FastAPI, *, host: str, port: int) -> None:
