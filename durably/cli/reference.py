@@ -7,7 +7,6 @@ naming each command whose block is missing or stale. `make docs` runs the rewrit
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -16,7 +15,9 @@ from pathlib import Path
 
 import click
 
+from durably import generated
 from durably.cli import cli
+from durably.generated import stale_blocks
 
 __all__ = ["BEGIN", "END", "PAGE", "Block", "blocks", "main", "problems", "render", "rewrite"]
 
@@ -24,7 +25,8 @@ _PURPOSE = "Generate the help of every durably command into docs/reference/cli.m
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 BEGIN = "<!-- generated: commands -->"
-END = "<!-- end generated -->"
+END = generated.END
+SECTION = generated.Section(PAGE, BEGIN)
 
 # click fills a terminal at most 80 columns wide and leaves its last two free: this is what
 # `durably ... --help` prints on any terminal of 80 columns or more, whatever the machine.
@@ -55,48 +57,23 @@ def render(root: click.Command = cli) -> str:
 
 def rewrite(page: str, root: click.Command = cli) -> str:
     """`page` with its generated section replaced by the help of the commands under `root`."""
-    before, _, after = _split(page)
-    return f"{before}{BEGIN}{render(root)}{END}{after}"
+    return SECTION.replace(page, render(root))
 
 
 def problems(page: str, root: click.Command = cli) -> list[str]:
     """What is missing or stale in the page's generated section, a line a command."""
-    written = {path: text for path, text in _BLOCK.findall(_split(page)[1])}
-    found: list[str] = []
-    for block in blocks(root):
-        text = written.pop(block.path, None)
-        if text is None:
-            found.append(f"{block.path}: no block")
-        elif text != block.help:
-            found.append(f"{block.path}: its block is not its help")
-    found.extend(f"{path}: a block, but no such command" for path in written)
+    written = dict(_BLOCK.findall(SECTION.split(page)[1]))
+    expected = [(block.path, block.help) for block in blocks(root)]
+    found = stale_blocks(expected, written, what="command")
     if not found and rewrite(page, root) != page:
         found.append("the generated section is not as rendered (its order or spacing)")
     return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m durably.cli.reference", description=_PURPOSE)
-    parser.add_argument("page", nargs="?", type=Path, default=PAGE, help="default: %(default)s")
-    parser.add_argument(
-        "--check", action="store_true", help="rewrite nothing; exit 1 if the page is stale"
-    )
-    options = parser.parse_args(argv)
-    page: Path = options.page
-    text = page.read_text(encoding="utf-8")
-    try:
-        found, rewritten = problems(text), rewrite(text)
-    except ValueError as exc:  # no markers: nothing to rewrite or check
-        print(f"{page}: {exc}", file=sys.stderr)
-        return 1
-    if not options.check:
-        page.write_text(rewritten, encoding="utf-8")
-        return 0
-    for problem in found:
-        print(f"{page}: {problem}", file=sys.stderr)
-    if found:
-        print("run `make docs` to generate the commands' help", file=sys.stderr)
-    return 1 if found else 0
+    return SECTION.main(argv, prog="python -m durably.cli.reference", purpose=_PURPOSE,
+                        check=problems, rewrite=rewrite,
+                        hint="run `make docs` to generate the commands' help")  # fmt: skip
 
 
 def _walk(
@@ -111,15 +88,6 @@ def _walk(
             sub = command.get_command(ctx, sub_name)
             if sub is not None and not sub.hidden:
                 yield from _walk(sub, sub_name, ctx)
-
-
-def _split(page: str) -> tuple[str, str, str]:
-    """The page before BEGIN, between the markers, and after END."""
-    before, begin, rest = page.partition(BEGIN)
-    between, end, after = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"the page has no {BEGIN} ... {END} section")
-    return before, between, after
 
 
 if __name__ == "__main__":

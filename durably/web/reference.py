@@ -15,7 +15,6 @@ answer: 401 only with a token to check, 403 only for writers, 503 only where it 
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import tempfile
@@ -29,7 +28,9 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
+from durably import generated
 from durably.app import App
+from durably.generated import stale_blocks
 from durably.web import access
 from durably.web.auth import Tokens
 from durably.web.server import create_app
@@ -51,7 +52,8 @@ _PURPOSE = "Generate the reference of every HTTP API route into docs/reference/h
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "http-api.md"
 BEGIN = "<!-- generated: routes -->"
-END = "<!-- end generated -->"
+END = generated.END
+SECTION = generated.Section(PAGE, BEGIN)
 
 Auth = Literal["none", "read", "write"]
 _AUTH = {
@@ -119,50 +121,25 @@ def render(web: FastAPI | None = None) -> str:
 
 def rewrite(page: str, web: FastAPI | None = None) -> str:
     """`page` with its generated section replaced by the reference of `web`'s routes."""
-    before, _, after = _split(page)
-    return f"{before}{BEGIN}{render(web)}{END}{after}"
+    return SECTION.replace(page, render(web))
 
 
 def problems(page: str, web: FastAPI | None = None) -> list[str]:
     """What is missing or stale in the page's generated section, a line a route or shape."""
     web = web or published()
-    written = _written(_split(page)[1])
-    found: list[str] = []
-    for block in blocks(web):
-        text = written.pop(block.heading, None)
-        if text is None:
-            found.append(f"{block.heading}: no block")
-        elif text != block.text:
-            found.append(f"{block.heading}: its block is stale")
-    found.extend(f"{heading}: a block, but no such route or shape" for heading in written)
+    expected = [(block.heading, block.text) for block in blocks(web)]
+    found = stale_blocks(expected, _written(SECTION.split(page)[1]), what="route or shape")
     if not found and rewrite(page, web) != page:
         found.append("the generated section is not as rendered (its order, groups or spacing)")
     return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m durably.web.reference", description=_PURPOSE)
-    parser.add_argument("page", nargs="?", type=Path, default=PAGE, help="default: %(default)s")
-    parser.add_argument(
-        "--check", action="store_true", help="rewrite nothing; exit 1 if the page is stale"
-    )
-    options = parser.parse_args(argv)
-    page: Path = options.page
-    text = page.read_text(encoding="utf-8")
     web = published()
-    try:
-        found, rewritten = problems(text, web), rewrite(text, web)
-    except ValueError as exc:  # no markers: nothing to rewrite or check
-        print(f"{page}: {exc}", file=sys.stderr)
-        return 1
-    if not options.check:
-        page.write_text(rewritten, encoding="utf-8")
-        return 0
-    for problem in found:
-        print(f"{page}: {problem}", file=sys.stderr)
-    if found:
-        print("run `make docs` to generate the HTTP API's reference", file=sys.stderr)
-    return 1 if found else 0
+    return SECTION.main(argv, prog="python -m durably.web.reference", purpose=_PURPOSE,
+                        check=lambda page: problems(page, web),
+                        rewrite=lambda page: rewrite(page, web),
+                        hint="run `make docs` to generate the HTTP API's reference")  # fmt: skip
 
 
 # -- what the schema does not say ---------------------------------------------------------
@@ -391,15 +368,6 @@ def _written(section: str) -> dict[str, str]:
         if mark[1] == "###":
             found[mark[2]] = section[mark.end() : end].strip("\n")
     return found
-
-
-def _split(page: str) -> tuple[str, str, str]:
-    """The page before BEGIN, between the markers, and after END."""
-    before, begin, rest = page.partition(BEGIN)
-    between, end, after = rest.partition(END)
-    if not begin or not end:
-        raise ValueError(f"the page has no {BEGIN} ... {END} section")
-    return before, between, after
 
 
 if __name__ == "__main__":

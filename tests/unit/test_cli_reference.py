@@ -65,7 +65,7 @@ def test_the_check_names_a_command_the_page_lacks() -> None:
     )
     found = problems(PAGE_TEXT, grown)
     assert "durably zzz: no block" in found
-    assert "durably: its block is not its help" in found  # its list of commands grew
+    assert "durably: its block is stale" in found  # its list of commands grew
 
 
 def test_the_check_names_a_deleted_block_and_a_stale_one() -> None:
@@ -76,7 +76,7 @@ def test_the_check_names_a_deleted_block_and_a_stale_one() -> None:
     )
     assert problems(page) == [
         "durably runs show: no block",
-        "durably start: its block is not its help",
+        "durably start: its block is stale",
     ]
     assert problems(rewrite(page)) == []
 
