@@ -9,6 +9,7 @@ hex digits), when the caller has one: the run is then found by the trace that st
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from durably.errors import DurablyError
 
@@ -36,22 +37,23 @@ def correlation_of(given: str | None) -> str | None:
 def trace_parent() -> str | None:
     """The caller's trace context as a W3C traceparent, recorded with the run so that its
     steps' spans join the caller's trace (durably.observability.tracing); None without one."""
-    trace = sys.modules.get("opentelemetry.trace")
-    if trace is None:
-        return None
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
+    context = _span_context()
+    if context is None:
         return None
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
 def _trace_id() -> str | None:
-    """The caller's OpenTelemetry trace id, if it imported OpenTelemetry and is in a span.
-    Looked up in sys.modules: a caller that never imported it has no trace, and pays nothing."""
+    context = _span_context()
+    return None if context is None else f"{context.trace_id:032x}"
+
+
+def _span_context() -> Any:
+    """The caller's current OpenTelemetry span context, if it imported OpenTelemetry and is in
+    a span. Looked up in sys.modules: a caller that never imported it has no trace, and pays
+    nothing."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return None
     context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
-        return None
-    return f"{context.trace_id:032x}"
+    return context if context.is_valid else None

@@ -23,7 +23,7 @@ from durably.core.status import RunStatus
 from durably.errors import PayloadError
 from durably.stores.base import RunRecord, WorkerBeat
 
-__all__ = ["Explanation", "explain", "root_cause"]
+__all__ = ["Explanation", "explain", "root_cause", "runners"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +227,7 @@ def _taker(
     """Who will pick the run up: a live worker that serves its workflow and version."""
     if now is None:
         return when
-    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
-    if run.version is not None:
-        live = [w for w in live if run.version in w.serves[run.workflow]]
+    live = runners(run, workers, now)
     if live:
         return f"{when} ({', '.join(sorted(w.name for w in live))})"
     return (
@@ -237,6 +235,14 @@ def _taker(
         + ("" if run.version is None else f" at version {run.version}")
         + f": start one with its code, or cancel it (durably cancel {run.id})"
     )
+
+
+def runners(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> list[WorkerBeat]:
+    """The live workers that can run `run`: they serve its workflow, at its version."""
+    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
+    if run.version is not None:
+        live = [w for w in live if run.version in w.serves[run.workflow]]
+    return live
 
 
 def _last_event_of_step(events: Sequence[Event]) -> Event | None:

@@ -31,7 +31,7 @@ from durably.core.payloads import (
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
-from durably.explaining import explain, root_cause
+from durably.explaining import explain, root_cause, runners
 from durably.stores.base import RunRecord, WorkerBeat
 
 __all__ = ["TimelineRow", "describe_run", "timeline"]
@@ -317,9 +317,7 @@ def _lapsed(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str
         f"expired at {_time(run.available_at)}: worker {run.lease_owner} presumed dead (its "
         "attempt in flight is lost)"
     )
-    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
-    if run.version is not None:
-        live = [w for w in live if run.version in w.serves[run.workflow]]
+    live = runners(run, workers, now)
     if live:
         return f"{said}; the next worker to poll takes it over ({', '.join(w.name for w in live)})"
     return (

@@ -20,6 +20,7 @@ from durably.breakers import breakers
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
 from durably.web.access import Reader, Served, Writer, served
+from durably.web.auth import Identity
 from durably.web.errors import ERROR_RESPONSES
 from durably.web.models import (
     ActionOut,
@@ -147,9 +148,7 @@ def approve(
     run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
 ) -> ActionOut:
     """Approve the run's pending approval `name` (an escalation: durably.escalate)."""
-    comment = None if body is None else body.comment
-    state.client.decide(run_id, name, approved=True, by=who.name, comment=comment)
-    return ActionOut(run=run_id, action="approve")
+    return _decide(state, run_id, name, who, body, approved=True)
 
 
 @router.post("/runs/{run_id}/approvals/{name}/reject", tags=["steer"])
@@ -157,9 +156,15 @@ def reject(
     run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
 ) -> ActionOut:
     """Reject the run's pending approval `name`."""
+    return _decide(state, run_id, name, who, body, approved=False)
+
+
+def _decide(
+    state: Served, run_id: str, name: str, who: Identity, body: DecideIn | None, *, approved: bool
+) -> ActionOut:
     comment = None if body is None else body.comment
-    state.client.decide(run_id, name, approved=False, by=who.name, comment=comment)
-    return ActionOut(run=run_id, action="reject")
+    state.client.decide(run_id, name, approved=approved, by=who.name, comment=comment)
+    return ActionOut(run=run_id, action="approve" if approved else "reject")
 
 
 @router.post("/runs/{run_id}/cancel", tags=["steer"])
