@@ -42,7 +42,7 @@ from durably.errors import (
 from durably.ids import new_run_id
 from durably.operations import DeadLetter
 from durably.runtime.waits import SIGNAL_KIND, check_signal_name
-from durably.starting import Starter
+from durably.starting import Starter, check_same_start
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.stores.base import WorkerBeat
 from durably.waiting import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
@@ -169,7 +169,7 @@ class Client:
         for run, (record, created) in zip(new, outcomes, strict=True):
             if not created:
                 try:
-                    _check_same_start(record, run.workflow, run.input)
+                    check_same_start(record, run.workflow, run.input)
                 except RunConflict as conflict:
                     conflicts.append(conflict)
         if conflicts:
@@ -564,7 +564,7 @@ class Client:
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)
         if not created:
-            _check_same_start(record, new.workflow, new.input)
+            check_same_start(record, new.workflow, new.input)
         else:
             self._notify()
         return Started(record, created)
@@ -589,15 +589,3 @@ class Client:
             return self.registry.workflow_named(workflow).return_hint
         except UnknownWorkflow:  # another app's run, or a workflow since removed
             return NO_HINT
-
-
-def _check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
-    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
-    if record.workflow != workflow or not same_input:
-        what = "workflow" if record.workflow != workflow else "input"
-        raise RunConflict(
-            f"a run with id {record.id!r} already exists with a different {what} "
-            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
-            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
-            "id, or app.handle(id) to follow the existing run."
-        )

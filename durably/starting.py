@@ -9,12 +9,14 @@ on its own thread, so it pays no hand-off.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 
+from durably.errors import RunConflict
 from durably.stores import NewRun, RunRecord
 
-__all__ = ["Starter"]
+__all__ = ["Starter", "check_same_start"]
 
 Created = tuple[RunRecord, bool]
 
@@ -91,3 +93,16 @@ class Starter:
             for queued in batch:
                 if queued.done is not None:
                     queued.done.set()
+
+
+def check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
+    """A start that found its id taken: RunConflict unless it is the same start again."""
+    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
+    if record.workflow != workflow or not same_input:
+        what = "workflow" if record.workflow != workflow else "input"
+        raise RunConflict(
+            f"a run with id {record.id!r} already exists with a different {what} "
+            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
+            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
+            "id, or app.handle(id) to follow the existing run."
+        )

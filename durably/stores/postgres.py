@@ -55,12 +55,7 @@ from durably.stores.base import (
 from durably.stores.pg_commit import WAKE_CHANNEL, Batch
 from durably.stores.pg_connections import Connections, redact
 from durably.stores.pg_listen import Listener
-from durably.stores.rows import (
-    RUN_COLUMNS,
-    from_ts,
-    run_of,
-    ts,
-)
+from durably.stores.rows import RUN_COLUMNS, created_record, run_of, ts
 from durably.stores.schema import check_schema, migrate
 from durably.stores.stats import run_stats
 
@@ -181,7 +176,7 @@ class PostgresStore:
         # connection is found on the second try as an existing run: (run, False).
         row = self._db.run(lambda db: db.execute(_CREATE, params).fetchone())
         if row is not None and row[0] == 1:
-            return _created_record(run, now), True
+            return created_record(run, now), True
         existing = self.get_run(run.id)
         assert existing is not None
         return existing, False
@@ -210,7 +205,7 @@ class PostgresStore:
         for run in runs:
             if run.id in made:
                 made.discard(run.id)  # its first occurrence created it; a repeat found it
-                existing[run.id] = _created_record(run, now)
+                existing[run.id] = created_record(run, now)
                 outcomes.append((existing[run.id], True))
             else:
                 outcomes.append((existing[run.id], False))
@@ -577,25 +572,3 @@ def _runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, Ru
         f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ANY(%s)", (list(ids),)
     ).fetchall()
     return {record.id: record for record in map(run_of, rows)}
-
-
-def _created_record(run: NewRun, now: datetime) -> RunRecord:
-    at = from_ts(ts(now))  # as it reads back
-    return RunRecord(
-        id=run.id,
-        workflow=run.workflow,
-        status=RunStatus.PENDING,
-        input=run.input,
-        result=None,
-        error=None,
-        created_at=at,
-        updated_at=at,
-        available_at=at,
-        lease_owner=None,
-        lease_epoch=0,
-        event_count=1,
-        parent=run.parent,
-        priority=run.priority,
-        version=run.version,
-        correlation_id=run.correlation_id,
-    )

@@ -10,7 +10,7 @@ from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Claimed, encode_payload
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
-from durably.stores.base import Checkpoint, RunRecord
+from durably.stores.base import Checkpoint, NewRun, RunRecord
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -18,6 +18,7 @@ __all__ = [
     "check_version",
     "checkpoint_params",
     "claimed_data",
+    "created_record",
     "event_of",
     "event_row",
     "from_ts",
@@ -117,3 +118,26 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
         # as many (only the lease holder deletes them, so each of them is still there).
         "consumed": len(checkpoint.consumed),
     }
+
+
+def created_record(run: NewRun, now: datetime) -> RunRecord:
+    """The record of `run` as its create at `now` wrote it, without reading it back."""
+    at = from_ts(ts(now))  # as it reads back
+    return RunRecord(
+        id=run.id,
+        workflow=run.workflow,
+        status=RunStatus.PENDING,
+        input=run.input,
+        result=None,
+        error=None,
+        created_at=at,
+        updated_at=at,
+        available_at=at,
+        lease_owner=None,
+        lease_epoch=0,
+        event_count=1,
+        parent=run.parent,
+        priority=run.priority,
+        version=run.version,
+        correlation_id=run.correlation_id,
+    )
