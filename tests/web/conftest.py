@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -81,10 +83,10 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def live(shop: durably.App, keys: Keys) -> Iterator[Live]:
-    """The real server for `shop`, on 127.0.0.1, until the test ends."""
-    web = create_app(shop, tokens=keys.tokens, sample_every=0.5)
+@contextlib.contextmanager
+def serving(app: durably.App, keys: Keys, **options: Any) -> Iterator[Live]:
+    """The real server for `app` (create_app's `options`), on 127.0.0.1, until the block ends."""
+    web = create_app(app, tokens=keys.tokens, sample_every=0.5, **options)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(web, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -94,6 +96,15 @@ def live(shop: durably.App, keys: Keys) -> Iterator[Live]:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the server did not start")
         time.sleep(0.02)
-    yield Live(f"http://127.0.0.1:{port}", shop, keys)
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield Live(f"http://127.0.0.1:{port}", app, keys)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def live(shop: durably.App, keys: Keys) -> Iterator[Live]:
+    """The real server for `shop`, until the test ends."""
+    with serving(shop, keys) as running:
+        yield running

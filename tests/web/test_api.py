@@ -8,9 +8,10 @@ import json
 
 import httpx
 
+import durably
 from durably.core.history import EventKind
 
-from .conftest import Live, settle
+from .conftest import Keys, Live, serving, settle
 from .shop import Payments
 
 
@@ -212,3 +213,15 @@ def test_operations_lists_and_metrics(live: Live, payments: Payments) -> None:
         schema = web.get("/api/openapi.json").json()
         assert "/api/runs/{run_id}/retry" in schema["paths"]
         assert "ErrorOut" in schema["components"]["schemas"]
+
+
+def test_reads_can_be_opened_but_actions_still_need_a_write_token(
+    shop: durably.App, keys: Keys
+) -> None:
+    shop.start("checkout", "o-1", 1, id="o-1")
+    with serving(shop, keys, open_reads=True) as live, httpx.Client(base_url=live.url) as web:
+        assert web.get("/api/runs/o-1").json()["id"] == "o-1"
+        assert web.get("/api/dead-letters").status_code == 200
+        assert web.post("/api/runs/o-1/cancel").status_code == 401
+        assert web.get("/runs/o-1").status_code == 200  # the dashboard, for anybody to look
+        assert 'data-testid="cancel"' not in web.get("/runs/o-1").text
