@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from durably.errors import DurablyError
+from durably.errors import PayloadError
 
 __all__ = ["MAX_LENGTH", "correlation_of", "trace_parent"]
 
@@ -24,13 +24,13 @@ def correlation_of(given: str | None) -> str | None:
     if given is None:
         return _trace_id()
     if not isinstance(given, str) or not given.strip():
-        raise DurablyError(f"a correlation id is a non-empty string, not {given!r}")
+        raise PayloadError(f"a correlation id is a non-empty string, not {given!r}")
     if len(given) > MAX_LENGTH:
-        raise DurablyError(
+        raise PayloadError(
             f"a correlation id has at most {MAX_LENGTH} characters; this one has {len(given)}"
         )
     if not given.isprintable():
-        raise DurablyError(f"a correlation id holds printable characters only: {given!r}")
+        raise PayloadError(f"a correlation id holds printable characters only: {given!r}")
     return given
 
 

@@ -17,13 +17,14 @@ from durably.core.approvals import fold_approvals
 from durably.core.children import unfinished_children
 from durably.core.control import fold_control
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import AttemptFailed, StepWaiting, payload_of
+from durably.core.payloads import AttemptFailed, StepFailed, StepWaiting, payload_of
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
+from durably.errors import StepFailed as StepFailedError
 from durably.stores.base import RunRecord, WorkerBeat
 
-__all__ = ["Explanation", "explain", "root_cause", "runners"]
+__all__ = ["Explanation", "explain", "root_cause", "runners", "step_parked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +68,28 @@ def explain(
 
 
 def root_cause(events: Sequence[Event]) -> str | None:
-    """The failure everything else followed from: the first step that failed for good (or,
-    with no failed step, the failure that started compensation), as `step: Class: message`."""
-    for record in fold_run(events).steps:
-        if record.error is not None and record.call == "step":
-            return (
-                f"step {record.name} failed ({record.failure_reason}) with {_error(record.error)}"
-            )
-    compensating = fold_run(events).compensating
-    return None if compensating is None else _error(compensating)
+    """The failure everything else followed from, in words: what stopped the run going
+    forward (the error that began its compensation, parked or failed it) or, when that was
+    a step's failure, that step's own error. A failure the workflow caught and went past is
+    not it."""
+    failed: Event | None = None
+    for event in events:
+        if event.kind in _GAVE_UP:
+            ended = _payload(event)
+            error = getattr(ended, "error", None)
+            if not isinstance(error, ErrorInfo) or error.error_class != STEP_FAILED:
+                return None if error is None else _error(error)  # not a step's failure
+            break
+        if event.kind is EventKind.STEP_FAILED:
+            failed = event
+    payload = None if failed is None else _payload(failed)
+    if failed is None or not isinstance(payload, StepFailed):
+        return None
+    return f"step {failed.name} failed ({payload.reason}) with {_error(payload.error)}"
+
+
+# where a run gives up going forward: its error says what stopped it
+_GAVE_UP = frozenset({EventKind.COMPENSATING, EventKind.RUN_PARKED, EventKind.RUN_FAILED})
 
 
 def _ended(run: RunRecord, events: Sequence[Event]) -> Explanation:
@@ -129,15 +143,22 @@ def _parked(run: RunRecord, events: Sequence[Event]) -> Explanation:
             f"nothing runs until a person acts: retry the undo (durably dlq retry {run.id}) "
             f"or give up on it (durably dlq fail {run.id} --reason TEXT)",
         )
-    failed = _last_failed(events)
-    if failed is not None and failed.failure_reason == "escalated":
+    failed = _last_failed(events) if step_parked(run) else None
+    if failed is None or failed.call != "step":  # no step to skip: retry or give up
+        what = cause or ("" if run.error is None else _error(run.error))
+        return Explanation(
+            f"parked for a person: {what}",
+            f"nothing runs until a person acts: retry (durably dlq retry {run.id}) or give up "
+            f"(durably dlq fail {run.id} --reason TEXT)",
+        )
+    if failed.failure_reason == "escalated":
         return Explanation(
             f"waiting for a person: step {failed.name} escalated ({_message(failed)})",
             f"a person answers it (durably approve {run.id} durably.escalate, or reject), or "
             f"acts on it: {actions}",
         )
     what = cause or ("" if run.error is None else _error(run.error))
-    tries = "" if failed is None else f" after {failed.attempts} attempt(s)"
+    tries = f" after {failed.attempts} attempt(s)"
     return Explanation(
         f"parked for a person{tries}: {what}", f"nothing runs until a person acts: {actions}"
     )
@@ -235,6 +256,15 @@ def _taker(
         + ("" if run.version is None else f" at version {run.version}")
         + f": start one with its code, or cancel it (durably cancel {run.id})"
     )
+
+
+def step_parked(run: RunRecord) -> bool:
+    """Whether a step's failure parked the run (its error is the StepFailed that wraps the
+    step's own), rather than replay, a poison pill or an input that does not read."""
+    return run.error is not None and run.error.error_class == STEP_FAILED
+
+
+STEP_FAILED = f"{StepFailedError.__module__}.{StepFailedError.__qualname__}"
 
 
 def runners(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> list[WorkerBeat]:

@@ -19,6 +19,7 @@ from durably.core.payloads import Compensating, Result, RunFailed, RunRetried, e
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
+from durably.explaining import step_parked
 from durably.lineage import cancel_children, parent_notice
 from durably.stores.base import Checkpoint, Claim, Message, RunRecord, Store
 
@@ -242,11 +243,16 @@ def last_failed_step(events: Sequence[Event]) -> StepRecord | None:
 
 def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
     step = last_failed_step(events)
+    # the step's own error is the root cause when its failure parked the run, or when an undo
+    # failed after it; a poison pill or a replay that no longer fits is the run's own
+    caused_by_step = run.status is RunStatus.COMPENSATION_FAILED or step_parked(run)
     return DeadLetter(
         run_id=run.id,
         workflow=run.workflow,
         status=run.status,
-        error=run.error if step is None or step.error is None else step.error,
+        error=step.error
+        if step is not None and step.error is not None and caused_by_step
+        else run.error,
         step=None if step is None else step.name,
         attempts=0 if step is None else step.attempts,
         parked_at=run.updated_at,

@@ -31,6 +31,7 @@ from durably.core.payloads import (
 )
 from durably.core.replay import CALL_KINDS, RunPhase, StepRecord, fold_run
 from durably.core.status import FINAL
+from durably.correlation import trace_parent
 from durably.errors import DurablyError, RunConflict, RunNotFound
 from durably.stores.base import NewRun, RunRecord, Store
 
@@ -64,7 +65,8 @@ def restart(
     ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
     new_id = new_id or f"{run_id}.restart-{restarts + 1}"
-    started = RunStarted(run_id, position, by, correlation_id=source.correlation_id)
+    started = RunStarted(run_id, position, by, correlation_id=source.correlation_id,
+                         trace_parent=trace_parent())  # the restarter's trace, if any  # fmt: skip
     reused = [
         event
         for event in events

@@ -262,7 +262,12 @@ def _detail(event: Event) -> str:
     if isinstance(payload, Command):
         return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
     if isinstance(payload, RunStarted):
-        return "; ".join(f"{label} {value}" for label, value in _started(payload))
+        pairs = _started(payload)
+        if payload.correlation_id is not None:
+            pairs.append(("correlation", payload.correlation_id))
+        if payload.trace_parent is not None:
+            pairs.append(("trace", payload.trace_parent))
+        return "; ".join(f"{label} {value}" for label, value in pairs)
     if isinstance(payload, ChildStarted):
         return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
     if isinstance(payload, RunRetried):

@@ -89,7 +89,8 @@ BY = click.option(
     type=click.Choice(["text", "json"]),
     default="text",
     show_default=True,
-    help="json: one JSON object a line, with the run's id, workflow, step and attempt.",
+    help="json: one JSON object a line, with the run's id, workflow, correlation id, step "
+    "and attempt.",
 )
 def cli(verbose: bool, log_format: str) -> None:
     """durably: durable workflows for Python."""

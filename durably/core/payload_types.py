@@ -51,7 +51,8 @@ class RunStarted:
     """`run_started` of a run restarted from another (`durably runs restart`): the run it
     came from, the step it runs again from, who restarted it; of a child run: the run that
     started it (`parent`) and the deadline it inherits from it; of a run that continued as
-    new, its `generation` (and its parent and deadline). A plain start carries none."""
+    new, its `generation` (and its parent and deadline); of any run, the correlation id and
+    the starter's trace context when there are any. A plain start carries none."""
 
     restarted_from: str | None = None
     from_step: int | None = None
@@ -123,7 +124,7 @@ class AttemptFailed:
     """`attempt_failed`: another attempt follows at `retry_at`. `unknown`: the failed
     attempt may have taken effect (a timeout), so the next one reconciles first. `of`: the
     attempts the step's retry policy allows; `dependency`: the service the step calls (both
-    left out by older versions, and when the step names no dependency)."""
+    left out by older versions; `dependency` also when the step names none)."""
 
     error: ErrorInfo
     retry_at: datetime

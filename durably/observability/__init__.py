@@ -1,2 +1,3 @@
-"""Observability: structured logs (durably.observability.logs) and Prometheus metrics
-(durably.observability.metrics, the `metrics` extra)."""
+"""Observability: structured logs (durably.observability.logs), Prometheus metrics
+(durably.observability.metrics, the `metrics` extra) and OpenTelemetry traces
+(durably.observability.tracing, the `otel` extra)."""

@@ -1,9 +1,11 @@
-"""Structured logs: every record emitted while a run executes carries the run's id and
-workflow, and, inside a step, the step and its attempt (read from the engine's context, so no
-call site passes them); `durably --log-format json ...` writes one JSON object a line.
+"""Structured logs: every record emitted while a run executes carries the run's id, workflow
+and correlation id, and, inside a step, the step and its attempt (read from the engine's
+context, so no call site passes them); `durably --log-format json ...` writes one JSON object
+a line.
 
     {"time": "...", "level": "INFO", "logger": "durably.execution", "message": "...",
-     "run_id": "...", "workflow": "fulfil", "step": "charge", "attempt": 2, "worker": "..."}
+     "run_id": "...", "workflow": "fulfil", "step": "charge", "attempt": 2,
+     "correlation_id": "req-42"}
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from durably.hooks import Hooks
 from durably.resilience.gates import GateState
 from durably.stores.base import Store
 
-__all__ = ["Metrics"]
+__all__ = ["Metrics", "store_registry"]
 
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300)
 _STATE_BUCKETS = (0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
@@ -179,6 +179,14 @@ class Metrics(Hooks):
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
         for state, seconds in time_in_states(events).items():
             self.state_seconds.labels(workflow, state).observe(seconds)
+
+
+def store_registry(store: Callable[[], Store], clock: Clock | None = None) -> CollectorRegistry:
+    """A registry with the store's gauges alone: what a process that runs no worker (the
+    server) serves, without counters that would stay at zero there."""
+    registry = CollectorRegistry()
+    registry.register(_StoreCollector(store, clock or SystemClock()))
+    return registry
 
 
 class _StoreCollector(Collector):

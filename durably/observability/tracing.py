@@ -18,6 +18,7 @@ end, status ERROR unless it completed).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -53,7 +54,7 @@ class Tracing(Hooks):
 
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         execution = current_execution()
-        parent = _parent(getattr(execution, "trace_parent", None))
+        parent = _parent(getattr(execution, "trace_parent", None), run_id)
         attributes: dict[str, str | int] = {
             "durably.run_id": run_id, "durably.step": step, "durably.attempt": attempt,
             "durably.workflow": getattr(execution, "workflow_name", None) or "",
@@ -96,7 +97,7 @@ class Tracing(Hooks):
                                       "durably.status": status}  # fmt: skip
         if family.correlation_id:
             attributes["durably.correlation_id"] = family.correlation_id
-        parent, began = _parent(family.trace_parent), _nanos(events[0])
+        parent, began = _parent(family.trace_parent, run_id), _nanos(events[0])
         name = f"durably.run {workflow}"
         span = self._tracer.start_span(name, parent, start_time=began, attributes=attributes)
         if status != "completed":
@@ -104,11 +105,18 @@ class Tracing(Hooks):
         span.end(end_time=_nanos(events[-1]))
 
 
-def _parent(traceparent: str | None) -> otel_context.Context | None:
-    """The starter's context, from its recorded traceparent (None: a trace of its own)."""
-    if not traceparent:
-        return None
-    return _PROPAGATOR.extract({"traceparent": traceparent})
+def _parent(traceparent: str | None, run_id: str) -> otel_context.Context:
+    """The starter's context, from its recorded traceparent; without one, a trace of the
+    run's own, the same on every worker (its ids are drawn from the run's id), so that all
+    its steps' spans and its run span are one trace."""
+    if traceparent:
+        return _PROPAGATOR.extract({"traceparent": traceparent})
+    digest = hashlib.sha256(run_id.encode()).digest()
+    trace_id = int.from_bytes(digest[:16]) or 1
+    span_id = int.from_bytes(digest[16:24]) or 1
+    root = trace.SpanContext(trace_id, span_id, is_remote=True,
+                             trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))  # fmt: skip
+    return trace.set_span_in_context(trace.NonRecordingSpan(root))
 
 
 def _nanos(event: Event) -> int:

@@ -47,7 +47,8 @@ class _LoginNeeded(Exception):
 def person(request: Request, state: State) -> Identity | None:
     """Who is looking: their session's identity; None when nobody logged in (then only a
     server with open reads shows pages)."""
-    return state.sessions.read(request.cookies.get(COOKIE))
+    identity = state.sessions.read(request.cookies.get(COOKIE))
+    return identity if identity is not None and state.tokens.knows(identity) else None
 
 
 Person = Annotated[Identity | None, Depends(person)]
@@ -163,7 +164,8 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
     pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
     return _page(
         request, state, who, "run.html", run=run, explanation=explain(run, events, workers, now),
-        cause=root_cause(events) if run.error is not None else None,
+        cause=None if run.error is None or run.status is RunStatus.CANCELLED
+        else root_cause(events),
         pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
         rows=timeline(events), gantt=gantt(events, now), approvals=pending,
         parked=run.status in PARKED, ended=run.status in FINAL,

@@ -59,18 +59,19 @@ def create_app(
 
 
 def _mount_metrics(web: FastAPI, app: App) -> None:
-    """/metrics: the store's gauges (one query per scrape), as a worker's --metrics-port."""
+    """/metrics: the store's gauges (a few queries per scrape), as a worker's --metrics-port
+    serves them; the counters are the workers' own."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        from durably.observability.metrics import Metrics
+        from durably.observability.metrics import store_registry
     except ImportError:  # the metrics extra is not installed: no /metrics
         return
-    metrics = Metrics(store=lambda: app.store, clock=app.clock)
+    registry = store_registry(lambda: app.store, app.clock)
 
     @web.get("/metrics", include_in_schema=False)
     def scrape() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def serve(web: FastAPI, *, host: str, port: int) -> None:

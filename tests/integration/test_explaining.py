@@ -3,11 +3,12 @@ in words, for each state a run can be in, read off real runs."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 import durably
 from durably.explaining import explain
-from durably.stores.base import WorkerBeat
+from durably.stores.base import NewRun, WorkerBeat
 from durably.testing import FakeClock
 
 from .conftest import DEAD_LEASE, dead_worker
@@ -143,3 +144,44 @@ def test_queued_and_stranded_runs_say_who_picks_them_up(app: durably.App, clock:
     assert stranded.startswith("stranded: the lease of worker dead-worker expired at ")
     assert "presumed dead" in stranded
     assert stranded.endswith("the next worker to poll takes it over (w-2)")
+
+
+def test_a_run_parked_by_no_step_is_not_offered_a_skip(app: durably.App, clock: FakeClock) -> None:
+    @app.workflow
+    async def count(n: int) -> int:
+        return n
+
+    # an input the workflow cannot read (written by other code): the run is parked, no step
+    app.store.create_run(NewRun("odd-1", "count", '{"args": ["x"], "kwargs": {}}'), now=clock.now())
+    app.run_until_idle()
+
+    said = sentence(app, "odd-1")
+    assert said.startswith("parked for a person: durably.errors.PayloadError: ")
+    assert "durably dlq skip" not in said
+    assert said.endswith("retry (durably dlq retry odd-1) or give up (durably dlq fail odd-1 "
+                         "--reason TEXT)")  # fmt: skip
+    [letter] = app.dead_letters()
+    assert letter.error is not None
+    assert letter.error.error_class == "durably.errors.PayloadError"
+
+
+def test_a_failure_the_workflow_went_past_is_not_the_root_cause(
+    app: durably.App, clock: FakeClock
+) -> None:
+    @app.step
+    async def caught(item: str) -> None:
+        raise durably.Terminal("not this one")
+
+    @app.workflow
+    async def odd(item: str) -> list[int]:
+        with contextlib.suppress(durably.StepFailed):
+            await caught(item)  # the workflow goes past this failure
+        return {1, 2}  # type: ignore[return-value]  # a set would come back a list: refused
+
+    app.start(odd, "x", id="odd-2")
+    app.run_until_idle()
+
+    said = sentence(app, "odd-2")
+    assert said.startswith("failed at ")
+    assert "durably.errors.PayloadError" in said
+    assert "not this one" not in said

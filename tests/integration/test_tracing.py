@@ -75,3 +75,35 @@ def test_steps_join_the_starters_trace(store_url: str, clock: FakeClock) -> None
                            labelled.context.span_id]  # fmt: skip
     assert run.attributes["durably.status"] == "completed"
     assert (run.end_time or 0) > (run.start_time or 0)
+
+
+def test_a_run_started_outside_a_trace_is_one_trace_of_its_own(
+    store_url: str, clock: FakeClock
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = durably.App(store_url, clock=clock, hooks=[Tracing(provider)])
+    try:
+
+        @app.step
+        async def pack(order: str) -> str:
+            return order
+
+        @app.workflow
+        async def ship(order: str) -> str:
+            await pack(order)
+            return await pack(order + "-2")  # type: ignore[no-any-return]
+
+        app.start(ship, "a", id="s-a")
+        app.start(ship, "b", id="s-b")
+        app.run_until_idle()
+    finally:
+        app.close()
+
+    by_run: dict[str, set[int]] = {}
+    for span in exporter.get_finished_spans():
+        by_run.setdefault(str(span.attributes["durably.run_id"]), set()).add(span.context.trace_id)
+    assert len(by_run["s-a"]) == 1  # its two step spans and its run span: one trace
+    assert len(by_run["s-b"]) == 1
+    assert by_run["s-a"] != by_run["s-b"]

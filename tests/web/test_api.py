@@ -55,6 +55,9 @@ def test_start_is_idempotent_on_id_and_errors_name_what_is_wrong(live: Live) -> 
         assert "input.total" in typed.json()["message"]
         missing = web.post("/api/runs", json={"input": []})
         assert missing.json() == {"error": "validation", "message": "workflow is required"}
+        blank = web.post("/api/runs", json={**body, "id": "o-2", "correlation_id": "a\tb"})
+        assert blank.status_code == 422
+        assert "printable" in blank.json()["message"]
         extra = web.post("/api/runs", json={"workflow": "checkout", "colour": "red"})
         assert "colour is not a field" in extra.json()["message"]
         json_type = {"content-type": "application/json"}
@@ -210,6 +213,7 @@ def test_operations_lists_and_metrics(live: Live, payments: Payments) -> None:
         metrics = web.get("/metrics")
         assert metrics.status_code == 200
         assert 'durably_runs{status="needs_attention"} 1.0' in metrics.text
+        assert "durably_checkpoint_commit_seconds" not in metrics.text  # the workers' own
         schema = web.get("/api/openapi.json").json()
         assert "/api/runs/{run_id}/retry" in schema["paths"]
         assert "ErrorOut" in schema["components"]["schemas"]
