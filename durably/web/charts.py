@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from durably.clock import Clock
 from durably.errors import DurablyError
-from durably.stores.base import Store
+from durably.stores.base import RunStats, Store
 
 __all__ = ["Chart", "Sample", "Sampler", "chart"]
 
@@ -58,7 +58,10 @@ class Sampler:
     def sample(self) -> None:
         """Read the store once now (what the loop does every `every` seconds)."""
         now = self._clock.now()
-        stats = self._store().stats(now=now)
+        self.add(self._store().stats(now=now), now)
+
+    def add(self, stats: RunStats, now: datetime) -> None:
+        """Keep `stats`, read at `now` (by the loop, or by a page that read them anyway)."""
         oldest = 0.0 if stats.oldest_due is None else (now - stats.oldest_due).total_seconds()
         self._samples.append(Sample(now, dict(stats.by_status), stats.due, max(0.0, oldest)))
 

@@ -199,7 +199,9 @@ def queues_page(request: Request, state: State, who: Person) -> Response:
     client = state.client
     now = client.clock.now()
     stats = client.store.stats(now=now)
-    samples = request.app.state.sampler.samples()
+    sampler = request.app.state.sampler
+    sampler.add(stats, now)  # the charts end where the table stands
+    samples = sampler.samples()
     parked = tuple(str(s) for s in PARKED)
     charts = [
         chart("queue depth (due runs)", samples, lambda s: float(s.due), now),

@@ -1,0 +1,33 @@
+"""The dashboard's charts, pure: a series of samples becomes a polyline in a 300 x 60 box, the
+last hour across (older samples left out), 0 at the bottom and the hour's peak at the top."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the web extra is not installed")
+
+from durably.web.charts import Sample, chart
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+
+
+def sample(minutes_ago: float, due: int) -> Sample:
+    return Sample(NOW - timedelta(minutes=minutes_ago), {}, due, 0.0)
+
+
+def test_a_series_becomes_a_polyline_of_the_last_hour() -> None:
+    drawn = chart("depth", [sample(90, 50), sample(60, 0), sample(30, 4), sample(0, 2)],
+                  lambda s: float(s.due), NOW)  # fmt: skip
+    assert drawn.points == "0.0,58.0 150.0,2.0 300.0,30.0"  # the 90-minute-old one left out
+    assert (drawn.latest, drawn.peak) == (2.0, 4.0)
+
+
+def test_nothing_to_draw() -> None:
+    flat = chart("depth", [sample(10, 0)], lambda s: float(s.due), NOW)
+    assert flat.points == "250.0,58.0"
+    assert (flat.latest, flat.peak) == (0.0, 0.0)
+    empty = chart("depth", [], lambda s: float(s.due), NOW)
+    assert (empty.points, empty.latest) == ("", 0.0)
