@@ -136,3 +136,8 @@ def _hints(run_id: str, store_url: str, services_path: str) -> None:
     click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
     click.echo(f"Retry it:               durably dlq retry {where}")
     click.echo(f"Then let a worker of the demo app carry it on (Ctrl-C stops it):\n  {worker}")
+    click.echo(
+        "Or look at every run on the dashboard, http://127.0.0.1:8080 (--open-reads: anybody "
+        f"may look; acting needs a token, durably token new):\n  (cd {shlex.quote(str(root))} "
+        f"&& durably ui {_APP} --store {store} --open-reads)"
+    )
