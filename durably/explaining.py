@@ -24,7 +24,7 @@ from durably.errors import PayloadError
 from durably.errors import StepFailed as StepFailedError
 from durably.stores.base import RunRecord, WorkerBeat
 
-__all__ = ["Explanation", "explain", "root_cause", "runners", "step_parked"]
+__all__ = ["Explanation", "explain", "root_cause", "root_error", "runners", "step_parked"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +72,41 @@ def root_cause(events: Sequence[Event]) -> str | None:
     forward (the error that began its compensation, parked or failed it) or, when that was
     a step's failure, that step's own error. A failure the workflow caught and went past is
     not it."""
-    failed: Event | None = None
+    found = _root(events)
+    if found is None:
+        return None
+    error, failed = found
+    if failed is None:
+        return _error(error)  # not a step's failure
+    return f"step {failed.name} failed ({failed.reason}) with {_error(error)}"
+
+
+def root_error(events: Sequence[Event]) -> ErrorInfo | None:
+    """The error of `root_cause` (a step's own, with the class it raised), for counting."""
+    found = _root(events)
+    return None if found is None else found[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    name: str | None
+    reason: str
+
+
+def _root(events: Sequence[Event]) -> tuple[ErrorInfo, _Failed | None] | None:
+    """The root cause's error, and the step that failed with it (None: no step did)."""
+    failed: tuple[ErrorInfo, _Failed] | None = None
     for event in events:
         if event.kind in _GAVE_UP:
-            ended = _payload(event)
-            error = getattr(ended, "error", None)
-            if not isinstance(error, ErrorInfo) or error.error_class != STEP_FAILED:
-                return None if error is None else _error(error)  # not a step's failure
+            error = getattr(_payload(event), "error", None)
+            if isinstance(error, ErrorInfo) and error.error_class != STEP_FAILED:
+                return error, None  # not a step's failure
             break
         if event.kind is EventKind.STEP_FAILED:
-            failed = event
-    payload = None if failed is None else _payload(failed)
-    if failed is None or not isinstance(payload, StepFailed):
-        return None
-    return f"step {failed.name} failed ({payload.reason}) with {_error(payload.error)}"
+            payload = _payload(event)
+            if isinstance(payload, StepFailed):
+                failed = payload.error, _Failed(event.name, payload.reason)
+    return failed
 
 
 # where a run gives up going forward: its error says what stopped it

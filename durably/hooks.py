@@ -53,8 +53,9 @@ class Hooks:
         """An attempt at a step's undo returned (error None) or raised."""
 
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
-        """The run reached a final status; `events` is its whole history (read it, do not
-        keep it: durably.core.states.time_in_states says how long it spent in each state)."""
+        """As `run_finished` (a final status, or parked for a person), with the run's whole
+        history: read it, do not keep it (durably.core.states.time_in_states says how long it
+        spent in each state; durably.explaining.root_error what stopped it)."""
 
 
 class HookChain(Hooks):

@@ -28,7 +28,8 @@ except ImportError as missing:  # pragma: no cover - the message is the point
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
 from durably.core.states import time_in_states
-from durably.core.status import PARKED
+from durably.core.status import FINAL, PARKED, RunStatus
+from durably.explaining import root_error
 from durably.hooks import Hooks
 from durably.resilience.gates import GateState
 from durably.stores.base import Store
@@ -36,6 +37,8 @@ from durably.stores.base import Store
 __all__ = ["Metrics", "store_registry"]
 
 _STEP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300)
+_FINAL = frozenset(str(status) for status in FINAL)
+_FAILURES = frozenset(str(s) for s in (RunStatus.FAILED, RunStatus.TIMED_OUT, *PARKED))
 _STATE_BUCKETS = (0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1)
 
@@ -120,6 +123,13 @@ class Metrics(Hooks):
             buckets=_STATE_BUCKETS,
             registry=r,
         )
+        self.run_failures = Counter(
+            "durably_run_failures",
+            "Runs that failed, timed out or were parked for a person, by the error class of "
+            "their root cause (a step's own error)",
+            ["workflow", "status", "error_class"],
+            registry=r,
+        )
         if store is not None:
             r.register(_StoreCollector(store, self._clock))
 
@@ -177,8 +187,13 @@ class Metrics(Hooks):
         self.compensations.labels(step, "completed" if error is None else "failed").inc()
 
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
-        for state, seconds in time_in_states(events).items():
-            self.state_seconds.labels(workflow, state).observe(seconds)
+        if status in _FAILURES:
+            error = root_error(events)
+            name = "" if error is None else error.error_class
+            self.run_failures.labels(workflow, status, name).inc()
+        if status in _FINAL:  # a parked run is not over: its states are counted at its end
+            for state, seconds in time_in_states(events).items():
+                self.state_seconds.labels(workflow, state).observe(seconds)
 
 
 def store_registry(store: Callable[[], Store], clock: Clock | None = None) -> CollectorRegistry:

@@ -35,12 +35,14 @@ except ImportError as missing:  # pragma: no cover - the message is the point
 
 from durably.core.children import lineage
 from durably.core.history import Event
+from durably.core.status import PARKED
 from durably.hooks import Hooks
 from durably.runtime.context import current_execution
 
 __all__ = ["Tracing"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+_PARKED = frozenset(str(status) for status in PARKED)
 
 
 class Tracing(Hooks):
@@ -90,7 +92,7 @@ class Tracing(Hooks):
         span.end()
 
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
-        if not events:
+        if not events or status in _PARKED:  # one span a run: when it is over
             return
         family = lineage(events)
         attributes: dict[str, str] = {"durably.run_id": run_id, "durably.workflow": workflow,

@@ -200,6 +200,7 @@ class HistoryWriter:
         )
         if self._hooks is not None:
             self._hooks.run_finished(self.run_id, self.workflow, str(status))
+            self._hooks.run_ended(self.run_id, self.workflow, str(status), self.events)
 
     async def wait_for_person(self, why: ErrorInfo, *, wake_at: datetime | None) -> None:
         """Park the run for a person's decision (an approval) until `wake_at` at the latest:

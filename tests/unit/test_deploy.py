@@ -27,6 +27,7 @@ METRICS = {
     "durably_step_retries": "counter",
     "durably_step_failures": "counter",
     "durably_compensations": "counter",
+    "durably_run_failures": "counter",
     "durably_step_duration_seconds": "histogram",
     "durably_checkpoint_commit_seconds": "histogram",
     "durably_checkpoint_batch_size": "histogram",
