@@ -215,11 +215,15 @@ class Worker:
         if free <= 0:
             return []
         assert self._engine is not None
-        serves = self._serves
-        store, now = self._engine.store, self._clock.now()
-        claims = await committer.call(
-            functools.partial(store.claim, self.name, serves, now=now, lease=self.lease, limit=free)
-        )
+        serves, store, clock = self._serves, self._engine.store, self._clock
+
+        def claim_due() -> list[Claim]:
+            # The time is read when the claim runs, after the checkpoints queued before it are
+            # committed: a run one of them made due (a child it started, a parent it woke) is
+            # due by then, so a drain does not stop short of it.
+            return store.claim(self.name, serves, now=clock.now(), lease=self.lease, limit=free)
+
+        claims = await committer.call(claim_due)
         assert self._loop is not None
         for claim in claims:
             execution = RunExecution(claim, self._engine, committer, self._loop)
