@@ -20,6 +20,7 @@ __all__ = [
     "Checkpoint",
     "Claim",
     "Delivery",
+    "Ended",
     "Lease",
     "Message",
     "NewRun",
@@ -94,6 +95,15 @@ class RunStats:
     due: int  # pending runs due by now: the queue's depth
     oldest_due: datetime | None  # when the longest-waiting due run became due
     lease_expired: int = 0  # running runs whose lease expired: their worker is presumed dead
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Ended:
+    """How many runs ended in `status` in the minute that begins at `minute` (Store.activity)."""
+
+    minute: datetime
+    status: str
+    count: int
 
 
 # What a worker runs: workflow name -> the versions of its runs it serves. A plain collection
@@ -405,6 +415,11 @@ class Store(Protocol):
     def stats(self, *, now: datetime) -> RunStats:
         """Runs by status, the oldest not ended, and the due ones waiting: what a metrics
         scrape shows, in one query."""
+        ...
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        """How many runs ended (or were parked) in each minute since `since`, by status,
+        oldest first: the dashboard's chart of the last hour, in one query."""
         ...
 
     def beat(self, worker: WorkerBeat) -> None:

@@ -42,6 +42,7 @@ from durably.stores.base import (
     Checkpoint,
     Claim,
     Delivery,
+    Ended,
     Lease,
     Message,
     NewRun,
@@ -57,7 +58,7 @@ from durably.stores.pg_connections import Connections, redact
 from durably.stores.pg_listen import Listener
 from durably.stores.rows import RUN_COLUMNS, created_record, run_of, ts
 from durably.stores.schema import check_schema, migrate
-from durably.stores.stats import run_stats
+from durably.stores.stats import activity, run_stats
 
 __all__ = ["PostgresStore", "redact"]
 
@@ -491,6 +492,9 @@ class PostgresStore:
 
     def stats(self, *, now: datetime) -> RunStats:
         return self._db.run(lambda db: run_stats(db, reads.POSTGRES, now=now))
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        return self._db.run(lambda db: activity(db, reads.POSTGRES, since=since))
 
     def beat(self, worker: WorkerBeat) -> None:
         self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)

@@ -41,6 +41,7 @@ class Connection(Protocol):
 class Dialect:
     mark: str  # how a parameter is written
     arrays: bool  # whether a list of values is one array parameter (PostgreSQL)
+    whole: str  # the whole part of a positive number, `{}` for it (SQLite may lack floor())
 
     def one_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
         """`column` is one of `values` (none: false), with its parameters."""
@@ -49,8 +50,8 @@ class Dialect:
         return f"{column} IN ({', '.join(self.mark * len(values))})", list(values)
 
 
-SQLITE = Dialect("?", arrays=False)  # SQLite allows `IN ()`: an empty list matches nothing
-POSTGRES = Dialect("%s", arrays=True)
+SQLITE = Dialect("?", arrays=False, whole="CAST({} AS INTEGER)")  # `IN ()` matches nothing
+POSTGRES = Dialect("%s", arrays=True, whole="floor({})")
 
 
 def get_run(db: Connection, dialect: Dialect, run_id: str) -> RunRecord | None:

@@ -33,6 +33,7 @@ from durably.stores.base import (
     Checkpoint,
     Claim,
     Delivery,
+    Ended,
     Lease,
     Message,
     NewRun,
@@ -50,7 +51,7 @@ from durably.stores.rows import (
     ts,
 )
 from durably.stores.schema import CLAIM_RANK, check_schema, migrate
-from durably.stores.stats import run_stats
+from durably.stores.stats import activity, run_stats
 from durably.stores.wakeups import LocalWakeups, run_messages
 
 __all__ = ["SQLiteStore"]
@@ -379,6 +380,10 @@ class SQLiteStore:
     def stats(self, *, now: datetime) -> RunStats:
         with self._read() as db:
             return run_stats(db, reads.SQLITE, now=now)
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        with self._read() as db:
+            return activity(db, reads.SQLITE, since=since)
 
     def beat(self, worker: WorkerBeat) -> None:
         with self._write() as db:

@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
 from durably.errors import DurablyError
-from durably.stores.base import RunStats, Store
+from durably.stores.base import Ended, RunStats, Store
 
-__all__ = ["Chart", "Sample", "Sampler", "chart"]
+__all__ = ["Chart", "Sample", "Sampler", "chart", "per_minute"]
 
 log = logging.getLogger("durably.web")
 _HOUR = timedelta(hours=1)
@@ -87,12 +87,29 @@ def chart(
 ) -> Chart:
     """`value` of each sample over the last hour, as a polyline in a 300 x 60 box (time
     across, 0 at the bottom, the hour's peak at the top)."""
-    recent = [s for s in samples if now - s.at <= _HOUR]
-    values = [value(s) for s in recent]
-    peak = max(values, default=0.0)
+    return _line(title, [(s.at, value(s)) for s in samples], now)
+
+
+def per_minute(
+    title: str, ended: Sequence[Ended], statuses: Collection[str], now: datetime
+) -> Chart:
+    """Runs that ended in one of `statuses`, a point a minute over the last hour (Store.activity;
+    a minute without any is 0), the current minute last."""
+    counts: dict[datetime, float] = {}
+    for row in ended:
+        if row.status in statuses:
+            counts[row.minute] = counts.get(row.minute, 0.0) + row.count
+    this = now.replace(second=0, microsecond=0)
+    minutes = [this - timedelta(minutes=back) for back in range(59, -1, -1)]
+    return _line(title, [(m, counts.get(m, 0.0)) for m in minutes], now)
+
+
+def _line(title: str, points: Sequence[tuple[datetime, float]], now: datetime) -> Chart:
+    recent = [(at, value) for at, value in points if now - at <= _HOUR]
+    peak = max((value for _, value in recent), default=0.0)
     scale = 56.0 / peak if peak > 0 else 0.0
-    points = " ".join(
-        f"{300 - (now - s.at).total_seconds() / 12:.1f},{58 - v * scale:.1f}"
-        for s, v in zip(recent, values, strict=True)
+    drawn = " ".join(
+        f"{300 - (now - at).total_seconds() / 12:.1f},{58 - value * scale:.1f}"
+        for at, value in recent
     )
-    return Chart(title, points, values[-1] if values else 0.0, peak)
+    return Chart(title, drawn, recent[-1][1] if recent else 0.0, peak)

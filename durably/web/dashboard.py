@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -28,7 +29,7 @@ from durably.explaining import explain, root_cause
 from durably.timeline import describe_run, timeline
 from durably.web.access import Served, served
 from durably.web.auth import Identity
-from durably.web.charts import chart
+from durably.web.charts import chart, per_minute
 from durably.web.gantt import gantt
 from durably.web.sessions import COOKIE
 
@@ -203,7 +204,11 @@ def queues_page(request: Request, state: State, who: Person) -> Response:
     sampler.add(stats, now)  # the charts end where the table stands
     samples = sampler.samples()
     parked = tuple(str(s) for s in PARKED)
+    ended = client.store.activity(since=now - timedelta(hours=1))
+    bad = {str(RunStatus.FAILED), str(RunStatus.TIMED_OUT), *parked}
     charts = [
+        per_minute("runs completed a minute", ended, {str(RunStatus.COMPLETED)}, now),
+        per_minute("runs failed, timed out or parked a minute", ended, bad, now),
         chart("queue depth (due runs)", samples, lambda s: float(s.due), now),
         chart("oldest due run's wait (s)", samples, lambda s: s.oldest_due_seconds, now),
         chart("running", samples, _status(str(RunStatus.RUNNING)), now),

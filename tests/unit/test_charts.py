@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
-from durably.web.charts import Sample, chart
+from durably.stores.base import Ended
+from durably.web.charts import Sample, chart, per_minute
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
@@ -31,3 +32,20 @@ def test_nothing_to_draw() -> None:
     assert (flat.latest, flat.peak) == (0.0, 0.0)
     empty = chart("depth", [], lambda s: float(s.due), NOW)
     assert (empty.points, empty.latest) == ("", 0.0)
+
+
+def test_runs_ended_a_minute_over_the_last_hour() -> None:
+    minute = NOW.replace(second=0)
+    ended = [
+        Ended(minute - timedelta(minutes=90), "completed", 9),  # before the hour: left out
+        Ended(minute - timedelta(minutes=30), "completed", 4),
+        Ended(minute - timedelta(minutes=30), "failed", 3),
+        Ended(minute, "completed", 2),
+    ]
+    done = per_minute("completed", ended, {"completed"}, NOW)
+    assert (done.latest, done.peak) == (2.0, 4.0)
+    points = done.points.split()
+    assert len(points) == 60  # a point a minute, zeros where none ended
+    assert points[29] == "150.0,2.0"  # 30 minutes ago, at the peak
+    assert points[0] == "5.0,58.0"  # 59 minutes ago: none
+    assert per_minute("failed", ended, {"failed"}, NOW).peak == 3.0
