@@ -134,9 +134,10 @@ class Schedules:
         self._change(name, lambda state: replace(state, paused=True))
 
     def resume(self, name: str) -> None:
-        """Its ticks from now on start again."""
+        """Its ticks from now on start again (and a tick held before the pause, for its
+        previous run's end with overlap="queue", still starts once that run ends)."""
         now = self._clock.now()
-        self._change(name, lambda state: replace(state, paused=False, since=now, held=None))
+        self._change(name, lambda state: replace(state, paused=False, since=now))
 
     def trigger(self, name: str) -> str:
         """Start a run of the schedule now, outside its ticks (its policies do not apply); its

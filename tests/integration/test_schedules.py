@@ -143,6 +143,22 @@ def test_a_queued_tick_starts_when_the_previous_run_ends(
     assert len(ticks_run(app, "queued")) == 2  # the held tick, once the first ended
 
 
+def test_a_queued_tick_outlives_a_pause(app: durably.App, clock: FakeClock) -> None:
+    @app.schedule(every="1h", overlap="queue")
+    @app.workflow
+    async def queued() -> None:
+        await durably.wait_for_signal("done")
+
+    app.run_until_idle()
+    passes(app, clock, step="1h", count=2)  # the second tick is held for the first run's end
+    app.schedules.pause("queued")
+    app.schedules.resume("queued")  # it was planned before the pause: it is not dropped
+    [first] = ticks_run(app, "queued")
+    app.signal(f"schedule:queued:{first}", "done")
+    passes(app, clock, step="1s", count=2)
+    assert len(ticks_run(app, "queued")) == 2
+
+
 def test_pause_resume_trigger_and_backfill(app: durably.App, clock: FakeClock) -> None:
     @app.schedule(every="1h", tick="hour")
     @app.workflow
