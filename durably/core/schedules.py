@@ -198,11 +198,12 @@ def plan(name: str, state: State, now: datetime, *, previous_ended: bool) -> Pla
     if not due:
         return Plan(state, ())
     state = replace(state, skipped=state.skipped + missed)
-    if previous_ended or state.spec.overlap == "allow":
+    if state.spec.overlap == "allow":
         return Plan(_started(state, name, due, held=None), tuple(due))
-    if state.spec.overlap == "queue":  # the first waits; any later ones are skipped
-        return Plan(replace(state, last_tick=due[-1], held=due[0].isoformat(),
-                            skipped=state.skipped + len(due) - 1), ())  # fmt: skip
+    if previous_ended:  # one at a time: the later ticks are due again at the next pass
+        return Plan(_started(state, name, due[:1], held=None), tuple(due[:1]))
+    if state.spec.overlap == "queue":  # the first waits; the later ones come after it
+        return Plan(replace(state, last_tick=due[0], held=due[0].isoformat()), ())
     return Plan(replace(state, last_tick=due[-1], skipped=state.skipped + len(due)), ())
 
 

@@ -266,6 +266,34 @@ def test_the_latest_of_many_missed_ticks_is_the_one_started(
     assert (info.fired, info.skipped) == (1, 249)
 
 
+def test_missed_ticks_caught_up_one_at_a_time_unless_overlap_allows(
+    app: durably.App, clock: FakeClock
+) -> None:
+    @app.schedule(every="1h", catchup="all", overlap="queue")
+    @app.workflow
+    async def queued() -> None:
+        await durably.wait_for_signal("done")
+
+    @app.schedule(every="1h", catchup="all", overlap="skip")
+    @app.workflow
+    async def skipping() -> None:
+        await durably.wait_for_signal("done")
+
+    app.run_until_idle()
+    clock.advance("3h")  # three ticks missed
+    passes(app, clock, step="1s", count=3)
+    assert len(ticks_run(app, "queued")) == 1  # not three at once: overlap says one at a time
+    assert len(ticks_run(app, "skipping")) == 1
+    for round_ in range(2):  # each end lets the next queued tick start
+        [*_, latest] = ticks_run(app, "queued")
+        app.signal(f"schedule:queued:{latest}", "done")
+        passes(app, clock, step="1s", count=3)
+        assert len(ticks_run(app, "queued")) == 2 + round_
+    info = {i.name: i for i in app.schedules.all()}
+    assert (info["queued"].fired, info["queued"].skipped) == (3, 0)
+    assert (info["skipping"].fired, info["skipping"].skipped) == (1, 2)
+
+
 def test_durations_and_a_six_field_cron_are_refused_as_config_errors(
     app: durably.App, store_url: str
 ) -> None:
