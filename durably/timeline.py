@@ -301,10 +301,10 @@ def _version(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime | None
     """The run's version, and, while it has yet to end, which live workers can run it."""
     if run.status in FINAL or now is None:
         return str(run.version)
-    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
-    serving = [w.name for w in live if run.version in w.serves[run.workflow]]
+    serving = [w.name for w in runners(run, workers, now)]  # a version is recorded here
     if serving:
         return f"{run.version} (run by: {', '.join(serving)})"
+    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
     others = sorted({v for w in live for v in w.serves[run.workflow]})
     if others:
         return (

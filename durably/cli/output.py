@@ -4,7 +4,6 @@ answers with (durably.web.models), for scripts."""
 
 from __future__ import annotations
 
-import io
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -52,12 +51,18 @@ def retry_each(
     """Retry each run, with a progress bar on a terminal when there are many; the ones
     refused, with why (the others go on)."""
     refused: list[tuple[str, str]] = []
-    shown = len(run_ids) > 1 and sys.stdout.isatty()
-    with click.progressbar(run_ids, label="retrying", show_pos=True, file=None if shown else
-                           io.StringIO()) as bar:  # fmt: skip
-        for run_id in bar:
-            try:
-                client.retry(run_id, by=by, from_step=from_step)
-            except DurablyError as exc:
-                refused.append((run_id, str(exc)))
+
+    def retry(run_id: str) -> None:
+        try:
+            client.retry(run_id, by=by, from_step=from_step)
+        except DurablyError as exc:
+            refused.append((run_id, str(exc)))
+
+    if len(run_ids) > 1 and sys.stdout.isatty():
+        with click.progressbar(run_ids, label="retrying", show_pos=True) as bar:
+            for run_id in bar:
+                retry(run_id)
+    else:
+        for run_id in run_ids:
+            retry(run_id)
     return refused

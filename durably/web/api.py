@@ -55,7 +55,6 @@ Name = Annotated[str, Path(min_length=1, max_length=200)]
 Limit = Annotated[int, Query(ge=1, le=500, description="At most this many")]
 T = TypeVar("T")
 Body = Annotated[T | None, FastBody()]  # an optional JSON body: none is the same as {}
-_NONE = None
 
 
 @router.get("/health", tags=["health"])
@@ -134,7 +133,7 @@ def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
 
 @router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)
 def signal(
-    run_id: RunId, name: Name, state: State, who: Writer, body: Body[SignalIn] = _NONE
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[SignalIn] = None
 ) -> SignalOut:
     """Send the signal `name`: the run's durably.wait_for_signal(name) takes it (signals of
     one name queue up in the order they were sent)."""
@@ -145,7 +144,7 @@ def signal(
 
 @router.post("/runs/{run_id}/approvals/{name}/approve", tags=["steer"])
 def approve(
-    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = None
 ) -> ActionOut:
     """Approve the run's pending approval `name` (an escalation: durably.escalate)."""
     return _decide(state, run_id, name, who, body, approved=True)
@@ -153,7 +152,7 @@ def approve(
 
 @router.post("/runs/{run_id}/approvals/{name}/reject", tags=["steer"])
 def reject(
-    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = _NONE
+    run_id: RunId, name: Name, state: State, who: Writer, body: Body[DecideIn] = None
 ) -> ActionOut:
     """Reject the run's pending approval `name`."""
     return _decide(state, run_id, name, who, body, approved=False)
@@ -168,14 +167,14 @@ def _decide(
 
 
 @router.post("/runs/{run_id}/cancel", tags=["steer"])
-def cancel(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = _NONE) -> ActionOut:
+def cancel(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = None) -> ActionOut:
     """Cancel the run: its completed steps are compensated, then it ends cancelled."""
     reason = None if body is None else body.reason
     return ActionOut.of(state.client.cancel(run_id, by=who.name, reason=reason))
 
 
 @router.post("/runs/{run_id}/pause", tags=["steer"])
-def pause(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = _NONE) -> ActionOut:
+def pause(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = None) -> ActionOut:
     """Pause the run before its next step (one in flight finishes)."""
     reason = None if body is None else body.reason
     return ActionOut.of(state.client.pause(run_id, by=who.name, reason=reason))
@@ -188,14 +187,14 @@ def resume(run_id: RunId, state: State, who: Writer) -> ActionOut:
 
 
 @router.post("/runs/{run_id}/retry", tags=["dead letters"])
-def retry(run_id: RunId, state: State, who: Writer, body: Body[RetryIn] = _NONE) -> ActionOut:
+def retry(run_id: RunId, state: State, who: Writer, body: Body[RetryIn] = None) -> ActionOut:
     """Fresh attempts for a parked run (from `from_step`: every step from there again)."""
     state.client.retry(run_id, by=who.name, from_step=None if body is None else body.from_step)
     return ActionOut(run=run_id, action="retry")
 
 
 @router.post("/runs/{run_id}/skip", tags=["dead letters"])
-def skip(run_id: RunId, state: State, who: Writer, body: Body[SkipIn] = _NONE) -> ActionOut:
+def skip(run_id: RunId, state: State, who: Writer, body: Body[SkipIn] = None) -> ActionOut:
     """Record `result` for the parked run's failed step (checked against its return type;
     none: null)."""
     result = None if body is None else body.result
