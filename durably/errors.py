@@ -11,6 +11,7 @@ DurablyError
 ├── RunNotFound
 ├── UnknownWorkflow             no workflow is registered under that name
 ├── NonDeterminismError         replay called another step than the history records
+├── MissingCompensation         a step's undo is not registered in the code (the run parks)
 ├── UnsafeConcurrency           a gather branch made a second durable call (parked, like above)
 ├── BranchCancelled             a gather branch was cancelled because another branch failed
 ├── LeaseLost                   this worker no longer owns the run
@@ -47,6 +48,7 @@ __all__ = [
     "Escalated",
     "HeartbeatTimeout",
     "LeaseLost",
+    "MissingCompensation",
     "NonDeterminismError",
     "NotInWorkflow",
     "PayloadError",
@@ -113,8 +115,16 @@ class UnknownSchedule(ConfigError):
     """No schedule has the given name, in the store or the app."""
 
 
+_CHANGED = (
+    "the workflow code changed under a run in flight (put the change behind "
+    '`if durably.patched("...")`, or let old runs finish on the old code: give the new code a '
+    "new version, or register it under a new workflow name)"
+)
+
+
 class NonDeterminismError(DurablyError):
-    """The workflow called a different step than its history records at that position."""
+    """The workflow called a different step than its history records at that position, or
+    ended (returned, failed, continued as new) where its history records a later call."""
 
     def __init__(
         self, *, position: int, recorded: str, called: str, why: str | None = None
@@ -122,13 +132,28 @@ class NonDeterminismError(DurablyError):
         super().__init__(
             why
             or f"step #{position} is recorded as {recorded!r} but the workflow now calls "
-            f"{called!r}; the workflow code changed under a run in flight (put the change "
-            'behind `if durably.patched("...")`, or let old runs finish on the old code: give '
-            "the new code a new version, or register it under a new workflow name)"
+            f"{called!r}; {_CHANGED}"
         )
         self.position = position
         self.recorded = recorded
         self.called = called
+
+    @classmethod
+    def ended_early(cls, *, position: int, recorded: str, ending: str) -> NonDeterminismError:
+        """The body `ending` ("returned", "raised ValueError", ...) before call #`position`,
+        which its history records as `recorded`."""
+        why = (
+            f"step #{position} is recorded as {recorded!r} but the workflow now {ending} "
+            f"before calling it; {_CHANGED}"
+        )
+        return cls(position=position, recorded=recorded, called="", why=why)
+
+
+class MissingCompensation(DurablyError):
+    """A step that completed (or may have taken effect) must be undone, but its step or its
+    compensation is not registered in the code that runs the run (a deploy renamed or
+    dropped it). The run is parked `compensation_failed` rather than ended with the effect
+    left in the world."""
 
 
 class UnsafeConcurrency(DurablyError):

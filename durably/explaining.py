@@ -161,8 +161,9 @@ def _parked(run: RunRecord, events: Sequence[Event]) -> Explanation:
         after = "" if cause is None else f", after {cause}"
         return Explanation(
             f"parked for a person: an undo failed{undo}{after}",
-            f"nothing runs until a person acts: retry the undo (durably dlq retry {run.id}) "
-            f"or give up on it (durably dlq fail {run.id} --reason TEXT)",
+            f"nothing runs until a person acts: retry the undo (durably dlq retry {run.id}), "
+            f"do it by hand and skip it (durably dlq skip {run.id}) or give up on the rest "
+            f"(durably dlq fail {run.id} --reason TEXT)",
         )
     failed = _last_failed(events) if step_parked(run) else None
     if failed is None or failed.call != "step":  # no step to skip: retry or give up

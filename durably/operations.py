@@ -15,7 +15,14 @@ from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import Compensating, Result, RunFailed, RunRetried, encode_payload
+from durably.core.payloads import (
+    Command,
+    Compensating,
+    Result,
+    RunFailed,
+    RunRetried,
+    encode_payload,
+)
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
@@ -29,6 +36,7 @@ __all__ = [
     "dead_letters",
     "fail",
     "failed_step",
+    "failed_undo",
     "hand_back",
     "last_failed_step",
     "retry",
@@ -96,8 +104,11 @@ def skip_step(
         json.loads(result_json)
     except ValueError as exc:
         raise DurablyError(f"the result to record is not JSON: {exc}") from None
-    action, statuses = "skip a step of", {RunStatus.NEEDS_ATTENTION}
+    action, statuses = "skip a step of", {RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATION_FAILED}
     _check_status(store, run_id, action, statuses)  # checked before the run is touched
+    if failed_undo(store.history(run_id)) is not None:
+        _skip_undo(store, run_id, now=now, by=by, result_json=result_json)
+        return
     if last_failed_step(store.history(run_id)) is None:
         raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
     claim = take(store, run_id, now=now, by=by, action=action, statuses=statuses)
@@ -110,9 +121,47 @@ def skip_step(
     hand_back(store, claim, now, event)
 
 
+def _skip_undo(store: Store, run_id: str, *, now: datetime, by: str, result_json: str) -> None:
+    """A person did the failed undo by hand: record that, and let the rest be undone."""
+    if json.loads(result_json) is not None:
+        raise DurablyError(
+            f"run {run_id!r} is parked because an undo failed: skipping it records that you did "
+            "that undo by hand, which has no result to give; skip it without one"
+        )
+    action = "skip the failed undo of"
+    claim = take(store, run_id, now=now, by=by, action=action, statuses=_UNDO_FAILED)
+    undo = failed_undo(claim.events)
+    if undo is None:  # changed in between: let a worker look at it again
+        hand_back(store, claim, now, Event(_next(claim), EventKind.RELEASED, now))
+        raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
+    position, name = undo
+    data = encode_payload(Command(by))
+    event = Event(_next(claim), EventKind.COMPENSATION_SKIPPED, now, position, name, None, data)
+    hand_back(store, claim, now, event)
+
+
+_UNDO_FAILED = {RunStatus.COMPENSATION_FAILED}
+
+
+def failed_undo(events: Sequence[Event]) -> tuple[int, str] | None:
+    """The position and step of the undo that parked a run `compensation_failed` (failed for
+    good, or not registered), while it is not done or skipped; None if there is none."""
+    undone = fold_run(events).compensated
+    for event in reversed(events):
+        if event.kind is EventKind.RUN_RETRIED:
+            return None  # a person retried since: it no longer parks the run
+        if event.kind is EventKind.COMPENSATION_FAILED and event.position is not None:
+            if event.position in undone:
+                return None
+            return event.position, event.name or ""
+    return None
+
+
 def failed_step(store: Store, run_id: str) -> str | None:
-    """The name of the step a parked run failed at (the one skip_step gives a result), if any."""
-    step = last_failed_step(store.history(run_id))
+    """The name of the step a parked run failed at (the one skip_step gives a result), if any;
+    None for a run parked by an undo (a skip records that a person did the undo)."""
+    history = store.history(run_id)
+    step = None if failed_undo(history) is not None else last_failed_step(history)
     return None if step is None else step.name
 
 

@@ -26,7 +26,8 @@ class EventKind(StrEnum):
     COMPENSATION_STARTED = "compensation_started"
     COMPENSATION_COMPLETED = "compensation_completed"
     COMPENSATION_ATTEMPT_FAILED = "compensation_attempt_failed"
-    COMPENSATION_FAILED = "compensation_failed"
+    COMPENSATION_FAILED = "compensation_failed"  # the undo failed for good (or cannot run)
+    COMPENSATION_SKIPPED = "compensation_skipped"  # a person did the undo by hand (data: by)
     RUN_COMPLETED = "run_completed"
     RUN_FAILED = "run_failed"
     RUN_PARKED = "run_parked"  # needs a person (data: error, reason)

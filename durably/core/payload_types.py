@@ -85,7 +85,8 @@ class Restarted:
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """`run_paused`: who paused the run, and why (None: no reason given)."""
+    """`run_paused`: who paused the run, and why (None: no reason given);
+    `compensation_skipped`: who undid the step by hand, and what they said."""
 
     by: str
     reason: str | None = None
@@ -103,11 +104,13 @@ class Claimed:
 @dataclass(frozen=True, slots=True)
 class StepStarted:
     """`step_started`: the attempt's idempotency key and the step's call as codec.encode_call
-    wrote it (`{"args": [...], "kwargs": {...}}`), parsed. The engine writes it with
+    wrote it (`{"args": [...], "kwargs": {...}}`), parsed, and whether the step had an undo
+    then (so a deploy that drops it cannot skip it silently). The engine writes it with
     `step_started_data`, which embeds the encoded call's text as is."""
 
     key: str
     input: Mapping[str, object]
+    undo: bool = False  # the step had a compensation when it started (left out when not)
 
 
 @dataclass(frozen=True, slots=True)

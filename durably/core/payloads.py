@@ -109,6 +109,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.COMPENSATION_COMPLETED: None,
     EventKind.COMPENSATION_ATTEMPT_FAILED: CompensationAttemptFailed,
     EventKind.COMPENSATION_FAILED: CompensationFailed,
+    EventKind.COMPENSATION_SKIPPED: Command,
     EventKind.RUN_COMPLETED: None,
     EventKind.RUN_FAILED: RunFailed,
     EventKind.RUN_PARKED: RunParked,
@@ -139,10 +140,11 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
 # -- encoding -----------------------------------------------------------------------------
 
 
-def step_started_data(key: str, input_json: str) -> str:
+def step_started_data(key: str, input_json: str, *, undo: bool = False) -> str:
     """The data of `step_started`, built as text: written once per step attempt, it embeds
     the already-encoded input rather than parsing and encoding it again."""
-    return '{"key": ' + json.dumps(key) + ', "input": ' + input_json + "}"
+    text = '{"key": ' + json.dumps(key) + ', "input": ' + input_json
+    return text + (', "undo": true}' if undo else "}")
 
 
 def encode_payload(payload: Payload) -> str:
@@ -150,7 +152,7 @@ def encode_payload(payload: Payload) -> str:
     if isinstance(payload, Result):
         return payload.text
     if isinstance(payload, StepStarted):
-        return step_started_data(payload.key, json.dumps(payload.input))
+        return step_started_data(payload.key, json.dumps(payload.input), undo=payload.undo)
     return json.dumps(_fields(payload))
 
 
@@ -295,7 +297,9 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
         read.integer(d, "epoch"),
         None if d.get("took_over_from") is None else read.string(d, "took_over_from"),
     ),
-    StepStarted: lambda d: StepStarted(read.string(d, "key"), read.json_object(d, "input")),
+    StepStarted: lambda d: StepStarted(
+        read.string(d, "key"), read.json_object(d, "input"), read.boolean(d, "undo", False)
+    ),
     AttemptFailed: lambda d: AttemptFailed(
         _read_error(d),
         read.moment(d, "retry_at"),

@@ -28,11 +28,13 @@ __all__ = [
     "RunPhase",
     "StepRecord",
     "WorkerDeaths",
+    "check_followed",
     "fold_deaths",
     "fold_run",
     "fold_steps",
     "next_action",
     "next_wait",
+    "owed_undos",
     "progressed",
 ]
 
@@ -174,6 +176,10 @@ def progressed(events: Iterable[Event]) -> bool:
     return any(event.kind in _PROGRESS for event in events)
 
 
+# The undo of the step at the event's position is done: by the engine, or by a person.
+_UNDONE = frozenset({EventKind.COMPENSATION_COMPLETED, EventKind.COMPENSATION_SKIPPED})
+
+
 def fold_run(events: Iterable[Event]) -> RunPhase:
     events = list(events)
     compensating: ErrorInfo | None = None
@@ -190,7 +196,7 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
             retry_at.pop(event.position, None)
         elif event.kind is EventKind.COMPENSATION_ATTEMPT_FAILED and event.position is not None:
             retry_at[event.position] = read_payload(event, CompensationAttemptFailed).retry_at
-        elif event.kind is EventKind.COMPENSATION_COMPLETED and event.position is not None:
+        elif event.kind in _UNDONE and event.position is not None:
             compensated.add(event.position)
         elif event.kind is EventKind.RUN_RETRIED:
             attempts.clear()  # compensations that failed get fresh attempts, at once
@@ -207,6 +213,28 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
         fold_deaths(events),
         retry_at,
     )
+
+
+def owed_undos(phase: RunPhase) -> list[StepRecord]:
+    """The steps a compensating run still owes an undo, in the order they are undone: every
+    completed step, and every step whose last attempt's outcome is unknown (it may have taken
+    effect), not undone yet; latest first (steps that ran at once, by durably.gather, are
+    undone last-finished first; an unknown attempt counts from its start)."""
+    owed = [
+        record
+        for record in phase.steps
+        if record.call == "step"
+        and (record.completed or record.in_flight)
+        and record.position not in phase.compensated
+    ]
+    owed.sort(key=_undo_order, reverse=True)
+    return owed
+
+
+def _undo_order(record: StepRecord) -> int:
+    if record.completed:
+        return record.completed_seq or 0
+    return record.started.seq if record.started is not None else 0
 
 
 # The kind of durable call each positioned event belongs to.
@@ -270,6 +298,15 @@ def next_action(steps: Sequence[StepRecord], position: int, name: str) -> Replay
         not_before=recorded.not_before,
         heartbeat=recorded.heartbeat,
     )
+
+
+def check_followed(steps: Sequence[StepRecord], position: int, ending: str) -> None:
+    """The workflow body ended (`ending`: "returned", "raised ValueError", ...) having made
+    `position` calls: NonDeterminismError if its history records a call from there on (the
+    code changed to end earlier than the run did, and would leave recorded work behind)."""
+    if position < len(steps):
+        recorded = steps[position].name
+        raise NonDeterminismError.ended_early(position=position, recorded=recorded, ending=ending)
 
 
 def next_wait(steps: Sequence[StepRecord], position: int, name: str) -> StepRecord | None:

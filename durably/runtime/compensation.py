@@ -8,23 +8,24 @@ import inspect
 import json
 import random
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
-from durably.codec import decode, decode_call
+from durably.codec import decode, decode_call, encode
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import (
     Compensating,
     CompensationAttemptFailed,
     CompensationFailed,
     CompensationStarted,
+    StepReconciled,
     StepStarted,
     encode_payload,
     read_payload,
 )
-from durably.core.replay import StepRecord, fold_run
+from durably.core.replay import StepRecord, fold_run, owed_undos
 from durably.core.status import RunStatus
-from durably.errors import PayloadError
+from durably.errors import MissingCompensation, PayloadError
 from durably.lineage import cancel_children
 from durably.retry import GiveUp, classify, decide
 from durably.runtime.attempts import call_user
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from durably.definitions import Step
 
 __all__ = ["Compensation"]
+
+_DID_NOT_HAPPEN = object()  # a reconcile hook found no effect of the unknown attempt
 
 
 class Compensation:
@@ -55,27 +58,29 @@ class Compensation:
 
     async def run(self, error: ErrorInfo, final: RunStatus) -> None:
         """Undo completed steps in reverse order, each durably and with retries, then end
-        the run in `final` (or park it, if an undo fails for good)."""
+        the run in `final` (or park it, if an undo fails for good or cannot run). A step
+        whose last attempt's outcome is unknown (its worker died, or it timed out) is
+        resolved first: its reconcile hook says whether it happened, else its undo runs
+        anyway (with no result), since its effect may be in the world."""
         phase = fold_run(self._writer.events)
         if phase.compensating is None:
             data = encode_payload(Compensating(error, final))
             self._writer.append(EventKind.COMPENSATING, data=data)
             writer = self._writer  # its children still running are undone with it
             writer.outbox += cancel_children(writer.run_id, writer.events, _why(final, error))
-        # in reverse order of completion: steps that ran at once (durably.gather) are undone
-        # last-finished first; steps one after another, last first
-        completed = [record for record in phase.steps if record.completed]
-        completed.sort(key=lambda record: record.completed_seq or 0, reverse=True)
-        for record in completed:
-            if record.position not in phase.compensated:
-                step = self._engine.registry.step_named(record.name)
-                if step is not None and step.compensate_fn is not None:
-                    due = phase.compensation_retry_at.get(record.position)
-                    if due is not None and due > self._clock.now():
-                        raise Suspend(due)  # claimed early (a message): no early attempt
-                    attempt = phase.compensation_attempts.get(record.position, 0) + 1
-                    if not await self._undo(step, record, attempt):
-                        return
+        for record in owed_undos(phase):
+            step = self._engine.registry.step_named(record.name)
+            if step is None or (step.compensate_fn is None and _had_undo(record)):
+                await self._cannot_undo(record, registered=step is not None)
+                return
+            if step.compensate_fn is None:
+                continue  # nothing to undo
+            due = phase.compensation_retry_at.get(record.position)
+            if due is not None and due > self._clock.now():
+                raise Suspend(due)  # claimed early (a message): no early attempt
+            attempt = phase.compensation_attempts.get(record.position, 0) + 1
+            if not await self._undo(step, record, attempt):
+                return
         end = EventKind.RUN_CANCELLED if final is RunStatus.CANCELLED else EventKind.RUN_FAILED
         await self._writer.finish(final, end, error=error)
 
@@ -91,7 +96,6 @@ class Compensation:
         # the undo takes the step's parameters, however they were passed, then the result
         bound = inspect.signature(step.fn).bind(*args, **kwargs)
         bound.apply_defaults()
-        result = decode(record.result or "null", step.return_hint, what=what)
         key = f"{started.key}:undo"
         scope = StepScope(writer.run_id, position, name, attempt, key)
         await self._before_new_work()
@@ -100,6 +104,14 @@ class Compensation:
         await writer.flush()
         hooks = self._engine.settings.hooks
         try:
+            if record.completed:
+                result = decode(record.result or "null", step.return_hint, what=what)
+            else:  # its outcome is unknown
+                reconciled = await self._reconcile(step, record, started, args, kwargs)
+                if reconciled is _DID_NOT_HAPPEN:
+                    writer.append(EventKind.COMPENSATION_COMPLETED, position, name, attempt)
+                    return True
+                result = reconciled
             await call_user(step.compensate_fn, [*bound.args, result], bound.kwargs, scope, step)
         except Exception as exc:
             if hooks is not None:
@@ -109,6 +121,48 @@ class Compensation:
             hooks.compensation_attempted(writer.run_id, name, attempt, None)
         writer.append(EventKind.COMPENSATION_COMPLETED, position, name, attempt)
         return True
+
+    async def _reconcile(
+        self,
+        step: Step,
+        record: StepRecord,
+        started: StepStarted,
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Whether the unknown attempt at `record` happened: its reconcile hook's answer (a
+        found result is recorded as the step's, for its undo), _DID_NOT_HAPPEN if the hook
+        found nothing, or None (no hook: the undo runs with no result, to be safe)."""
+        if step.reconcile_fn is None:
+            return None
+        position, attempt = record.position, record.attempts
+        scope = StepScope(self._writer.run_id, position, step.name, attempt, started.key)
+        found = await call_user(step.reconcile_fn, args, kwargs, scope, step)
+        data = encode_payload(StepReconciled(found is not None))
+        self._writer.append(EventKind.STEP_RECONCILED, position, step.name, attempt, data)
+        if found is None:
+            return _DID_NOT_HAPPEN
+        what = f"the result of step {step.name!r} its reconcile hook found"
+        result = encode(found, step.return_hint, what=what)
+        self._writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
+        return decode(result, step.return_hint, what=what)
+
+    async def _cannot_undo(self, record: StepRecord, *, registered: bool) -> None:
+        """The step's undo cannot run in this code: park the run for a person, who deploys
+        code that registers it (then retries) or undoes the step by hand (then skips it)."""
+        name, position = record.name, record.position
+        missing = "its compensation" if registered else "no step of that name"
+        error = ErrorInfo.of(
+            MissingCompensation(
+                f"step {name!r} (#{position}) {_effect(record)}, but {missing} is registered in "
+                f"the code that runs this run, so its undo cannot run: deploy code that registers "
+                f"it and retry (durably dlq retry {self._writer.run_id}), or undo it by hand and "
+                f"skip it (durably dlq skip {self._writer.run_id})"
+            )
+        )
+        data = encode_payload(CompensationFailed(error, "not registered", 0))
+        self._writer.append(EventKind.COMPENSATION_FAILED, position, name, None, data)
+        await self._writer.park(RunStatus.COMPENSATION_FAILED, error, reason="compensation failed")
 
     async def _failed(self, step: Step, record: StepRecord, attempt: int, exc: Exception) -> bool:
         policy = step.options.retry or self._engine.settings.default_retry
@@ -129,6 +183,15 @@ class Compensation:
         data = encode_payload(CompensationAttemptFailed(error, decision.due))
         self._writer.append(EventKind.COMPENSATION_ATTEMPT_FAILED, position, name, attempt, data)
         raise Suspend(decision.due) from exc
+
+
+def _had_undo(record: StepRecord) -> bool:
+    """Whether the step had a compensation when it started (older histories do not say)."""
+    return record.started is not None and read_payload(record.started, StepStarted).undo
+
+
+def _effect(record: StepRecord) -> str:
+    return "completed" if record.completed else "may have taken effect (its outcome is unknown)"
 
 
 def _why(final: RunStatus, error: ErrorInfo) -> str:

@@ -33,6 +33,7 @@ from durably.core.replay import (
     Replay,
     RunPhase,
     StepRecord,
+    check_followed,
     fold_run,
     next_action,
     next_wait,
@@ -49,9 +50,9 @@ from durably.errors import (
     UnsafeConcurrency,
 )
 from durably.retry import classify
-from durably.runtime import fanout, generations, takeovers, transactions
+from durably.runtime import body, fanout, generations, takeovers, transactions
 from durably.runtime.approving import ApprovalCall, await_approval
-from durably.runtime.attempts import call_user, observed, record_failure, within
+from durably.runtime.attempts import call_user, observed, record_failure
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
@@ -71,7 +72,6 @@ from durably.runtime.gating import Gates
 from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.interrupts import AttemptCancelled, Interrupts
 from durably.runtime.patches import Patches
-from durably.runtime.threads import in_daemon_thread
 from durably.runtime.waits import Waits
 from durably.stores.base import Claim, Delivery
 
@@ -330,31 +330,30 @@ class RunExecution:
             raise Suspend(self._clock.now())
 
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The body's value, once it returned having made every call its history records."""
+        assert self._phase is not None
+        steps, workflow = self._phase.steps, self._workflow
         try:
-            return await self._call_workflow_in_time(args, kwargs)
+            value = await body.call_body(
+                workflow.fn,
+                args,
+                kwargs,
+                is_async=self.is_async,
+                deadline=self._deadline(),
+                now=self._clock.now(),
+                thread_name=f"durably-run-{self.run_id}",
+            )
+        except body.NOT_AN_ENDING:
+            raise
+        except (ContinueAsNew, Exception) as ended:
+            check_followed(steps, self._position, body.ending(ended))
+            raise
         finally:
             # From here on the workflow body has no say: a sync body still running in its
             # thread (past its deadline) gets no further step, and no late step outcome.
             self._body_over = True
-
-    async def _call_workflow_in_time(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        deadline = self._deadline()
-        remaining = None if deadline is None else (deadline - self._clock.now()).total_seconds()
-        if deadline is not None and remaining is not None and remaining <= 0:
-            raise DeadlineExceeded(f"the workflow's deadline passed at {deadline.isoformat()}")
-        # A sync workflow gets a thread of its own, not one of the loop's pool: it blocks
-        # while its steps run, and those may need the pool's threads.
-        call = (
-            self._workflow.fn(*args, **kwargs)
-            if self.is_async
-            else in_daemon_thread(
-                self._workflow.fn, args, kwargs, name=f"durably-run-{self.run_id}"
-            )
-        )
-        if deadline is None or remaining is None:
-            return await call
-        message = f"the workflow's deadline passed at {deadline.isoformat()}"
-        return await within(call, remaining, lambda: DeadlineExceeded(message))
+        check_followed(steps, self._position, body.ending(None))
+        return value
 
     # -- steps --------------------------------------------------------------------------
 
@@ -393,7 +392,7 @@ class RunExecution:
                            attempt=action.attempt, timeout=step.options.heartbeat_seconds,
                            previous=action.heartbeat)  # fmt: skip
         scope = StepScope(self.run_id, position, step.name, action.attempt, key, beats)
-        data = payloads.step_started_data(key, input_json)
+        data = payloads.step_started_data(key, input_json, undo=step.compensate_fn is not None)
         transactional = step.options.transactional
         if transactional:  # what came before commits first; its start goes with its outcome
             transactions.check_alone(step, concurrent=self._branches.in_branch())

@@ -52,9 +52,14 @@ _ENDS = {
 
 
 _UNDO = frozenset(
-    {EventKind.COMPENSATION_STARTED, EventKind.COMPENSATION_COMPLETED,
-     EventKind.COMPENSATION_ATTEMPT_FAILED, EventKind.COMPENSATION_FAILED}
-)  # fmt: skip
+    {
+        EventKind.COMPENSATION_STARTED,
+        EventKind.COMPENSATION_COMPLETED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_FAILED,
+        EventKind.COMPENSATION_SKIPPED,
+    }
+)
 
 
 def gantt(events: Sequence[Event], now: datetime) -> list[Row]:

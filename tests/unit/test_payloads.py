@@ -90,6 +90,11 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         '{"key": "run-1:0:charge", "input": {"args":[{"id":"o-1","total":12}],"kwargs":{}}}',
         StepStarted("run-1:0:charge", {"args": [{"id": "o-1", "total": 12}], "kwargs": {}}),
     ),
+    (
+        EventKind.STEP_STARTED,
+        '{"key": "run-1:0:reserve", "input": {"args":[],"kwargs":{}}, "undo": true}',
+        StepStarted("run-1:0:reserve", {"args": [], "kwargs": {}}, undo=True),
+    ),
     (EventKind.STEP_COMPLETED, '{"id":"ch_1"}', Result('{"id":"ch_1"}')),
     (
         EventKind.STEP_ATTEMPT_FAILED,
@@ -246,6 +251,11 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
     ),
     (EventKind.RUN_PAUSED, '{"by": "ops", "reason": null}', Command("ops")),
     (EventKind.PATCH_DECIDED, "false", Result("false")),
+    (
+        EventKind.COMPENSATION_SKIPPED,
+        '{"by": "ops", "reason": "refunded by hand"}',
+        Command("ops", "refunded by hand"),
+    ),
 ]
 NO_DATA = [kind for kind, cls in PAYLOAD_CLASSES.items() if cls is None]
 
