@@ -15,7 +15,7 @@ from durably.core.schedules import Spec
 from durably.errors import ConfigError, DurablyError, Escalated
 from durably.retry import Retry
 from durably.runtime.context import current_execution, in_step
-from durably.versions import code_version
+from durably.versions import code_version, source_tokens
 
 __all__ = ["Schedule", "Step", "StepOptions", "Workflow", "escalate"]
 
@@ -43,6 +43,8 @@ class Workflow:
         # its runs' priority when their start names none (None: 0, or a child's parent's)
         self.priority = priority
         self._version = version  # None: a hash of its code (durably.versions)
+        # its source, read now: the file may change on disk before the version is first used
+        self._tokens = source_tokens(fn) if version is None else ()
         self.versions = tuple(versions)  # older versions this code runs too
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
@@ -50,8 +52,8 @@ class Workflow:
     @functools.cached_property
     def version(self) -> str:
         """The version its runs are pinned to at start: the one given, or a hash of its code
-        (computed on first use, once the steps it calls are defined)."""
-        return self._version or code_version(self.fn, _registered_name)
+        as it was loaded (computed on first use, once the steps it calls are defined)."""
+        return self._version or code_version(self.fn, _registered_name, tokens=self._tokens)
 
     @property
     def serves(self) -> frozenset[str]:

@@ -20,25 +20,38 @@ import io
 import textwrap
 import tokenize
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["code_version"]
+__all__ = ["code_version", "source_tokens"]
 
 _SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
 _DIGITS = 12  # of the SHA-256, in hex: 48 bits, plenty to tell a workflow's versions apart
 
 
-def code_version(fn: Callable[..., Any], names: Callable[[object], str | None]) -> str:
+def code_version(
+    fn: Callable[..., Any],
+    names: Callable[[object], str | None],
+    *,
+    tokens: Sequence[str] | None = None,
+) -> str:
     """The default version of the workflow `fn`. `names(obj)`: the registered name of a step
-    or workflow object the code refers to (None for anything else)."""
+    or workflow object the code refers to (None for anything else). `tokens`: its source's,
+    read when the code was loaded (`source_tokens`); read now if not given."""
     digest = hashlib.sha256()
-    for part in _source_tokens(fn):
+    for part in source_tokens(fn) if tokens is None else tokens:
         digest.update(part.encode())
         digest.update(b"\0")
     for referred in sorted(_referred(fn, names)):
         digest.update(b"\1" + referred.encode())
     return digest.hexdigest()[:_DIGITS]
+
+
+def source_tokens(fn: Callable[..., Any]) -> tuple[str, ...]:
+    """The text of `fn`'s source tokens, read from its file now. Read them when the code is
+    loaded (by the decorator): the file may be rewritten later (a deploy) under a process
+    that still runs the code it imported, whose version must be that code's."""
+    return tuple(_source_tokens(fn))
 
 
 def _source_tokens(fn: Callable[..., Any]) -> Iterator[str]:

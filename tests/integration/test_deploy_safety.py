@@ -4,6 +4,13 @@ says so from an exported run too."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
 import pytest
 
 import durably
@@ -255,3 +262,61 @@ def test_a_step_that_never_had_an_undo_is_passed_over(
     other_app.cancel("t-3", by="ops")
     other_app.run_until_idle()
     assert other_app.get_run("t-3").status is RunStatus.CANCELLED
+
+
+LOADED = """
+import os
+
+import durably
+
+app = durably.App(os.environ["DURABLY_DEPLOYED_STORE"])
+
+
+@app.step
+async def pack(item: str) -> str:
+    return f"packed {item}"
+
+
+@app.workflow
+async def ship(item: str) -> str:
+    return await pack(item)
+"""
+
+REWRITTEN = LOADED.replace(
+    "return await pack(item)", "packed = await pack(item)\n    return packed.upper()"
+)
+
+
+def test_a_version_is_that_of_the_code_loaded_not_of_the_file_rewritten_since(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process (a web server that only starts runs) imported the code; a deploy rewrote the
+    file; then the process starts its first run. The run is pinned to the code the process
+    runs, so the process's own worker runs it, and so does any worker of that code."""
+    module = f"deployed_{uuid.uuid4().hex[:8]}"
+    source = tmp_path / f"{module}.py"
+    source.write_text(LOADED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DURABLY_DEPLOYED_STORE", store_url)
+    loaded = importlib.import_module(module)
+    try:
+        source.write_text(REWRITTEN)  # the deploy, before the first run starts
+        handle = loaded.app.start(loaded.ship, "lamp", id="v-1")
+        pinned = loaded.app.get_run("v-1").version
+        loaded.app.run_until_idle()
+        assert handle.result(timeout=0) == "packed lamp"  # not stranded
+    finally:
+        loaded.app.close()
+        sys.modules.pop(module, None)
+
+    def version_in_a_new_process() -> str:
+        code = f"import {module}; print({module}.ship.version)"
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    assert version_in_a_new_process() != pinned  # the rewritten code is another version
+    source.write_text(LOADED)
+    assert version_in_a_new_process() == pinned  # the code that was loaded
