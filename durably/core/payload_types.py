@@ -146,11 +146,13 @@ class StepReconciled:
 @dataclass(frozen=True, slots=True)
 class StepFailed:
     """`step_failed`: the step's final failure. `attempts` is left out when no attempt
-    counted (a result that could not be stored)."""
+    counted (a result that could not be stored). `unknown`: its last attempt may have taken
+    effect all the same (a body cancelled or timed out in flight), so an undo is owed."""
 
     error: ErrorInfo
     reason: str = "terminal"  # terminal, attempts exhausted, budget exhausted, escalated
     attempts: int | None = None
+    unknown: bool = False  # left out when False
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,10 +186,12 @@ def _fields(payload: Payload) -> dict[str, object]:
             return fields
         case StepReconciled(found):
             return {"found": found}
-        case StepFailed(error, reason, attempts):
+        case StepFailed(error, reason, attempts, unknown):
             fields = {**_error(error), "reason": reason}
             if attempts is not None:
                 fields["attempts"] = attempts
+            if unknown:
+                fields["unknown"] = True
             return fields
         case StepWaiting(waiting, dependency, until):
             return {"waiting": waiting, "dependency": dependency, "until": until.isoformat()}
@@ -309,7 +311,10 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
     ),
     StepReconciled: lambda d: StepReconciled(read.boolean(d, "found")),
     StepFailed: lambda d: StepFailed(
-        _read_error(d), read.string(d, "reason", "terminal"), read.optional_integer(d, "attempts")
+        _read_error(d),
+        read.string(d, "reason", "terminal"),
+        read.optional_integer(d, "attempts"),
+        read.boolean(d, "unknown", False),
     ),
     StepWaiting: lambda d: StepWaiting(
         read.string(d, "waiting"), read.string(d, "dependency"), read.moment(d, "until")

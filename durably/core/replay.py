@@ -57,6 +57,10 @@ class StepRecord:
     failure_reason: str = "terminal"  # why it failed: terminal, attempts exhausted, ...
     completed: bool = False
     in_flight: bool = False  # an attempt started and has no outcome: it is unknown
+    # an attempt may have taken effect without an outcome to show for it (its worker died,
+    # it timed out, it was cut off in flight), and no reconcile hook said it did not: if the
+    # step never completes, it is still owed an undo
+    maybe_happened: bool = False
     # No new attempt (nor gate check) before this: the last attempt failed with this retry
     # time (or a timer, signal or approval waits until then). A run can be claimed earlier
     # (a message woke it); it then waits again rather than retrying early. A breaker or
@@ -218,13 +222,14 @@ def fold_run(events: Iterable[Event]) -> RunPhase:
 def owed_undos(phase: RunPhase) -> list[StepRecord]:
     """The steps a compensating run still owes an undo, in the order they are undone: every
     completed step, and every step whose last attempt's outcome is unknown (it may have taken
-    effect), not undone yet; latest first (steps that ran at once, by durably.gather, are
-    undone last-finished first; an unknown attempt counts from its start)."""
+    effect: in flight when its worker died, or failed after it was cut off in flight), not
+    undone yet; latest first (steps that ran at once, by durably.gather, are undone
+    last-finished first; an unknown attempt counts from its start)."""
     owed = [
         record
         for record in phase.steps
         if record.call == "step"
-        and (record.completed or record.in_flight)
+        and (record.completed or record.in_flight or record.maybe_happened)
         and record.position not in phase.compensated
     ]
     owed.sort(key=_undo_order, reverse=True)
@@ -327,6 +332,7 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
     if kind is EventKind.STEP_STARTED:
         return replace(
             known,
+            maybe_happened=known.maybe_happened or known.in_flight,  # the last one was lost
             attempts=known.attempts + 1,
             first_started_at=known.first_started_at or event.at,
             started=event,
@@ -338,18 +344,31 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
                        not_before=None, completed_seq=event.seq)  # fmt: skip
     if kind is EventKind.STEP_FAILED:
         failed = read_payload(event, StepFailed)
-        return replace(known, error=failed.error, failure_reason=failed.reason, in_flight=False,
-                       not_before=None)  # fmt: skip
+        return replace(
+            known,
+            error=failed.error,
+            failure_reason=failed.reason,
+            in_flight=False,
+            not_before=None,
+            maybe_happened=known.maybe_happened or failed.unknown,
+        )
     if kind is EventKind.STEP_ATTEMPT_FAILED:
         # a timed-out attempt, or one whose reconcile did not conclude, may still have
         # happened: it stays unknown, so the next attempt reconciles first
         failed_attempt = read_payload(event, AttemptFailed)
-        return replace(known, in_flight=failed_attempt.unknown, not_before=failed_attempt.retry_at)
+        return replace(
+            known,
+            in_flight=failed_attempt.unknown,
+            not_before=failed_attempt.retry_at,
+            maybe_happened=known.maybe_happened or failed_attempt.unknown,
+        )
     if kind is EventKind.STEP_WAITING:  # no attempt was made; at each look the gate itself
         return known  # says whether to wait on (a run is woken early when the gate opens)
     if kind is EventKind.STEP_HEARTBEAT:
         return replace(known, heartbeat=event.data)
-    return replace(known, in_flight=False)  # reconciled: found nothing, the body runs again
+    # reconciled: found nothing under the step's key (no attempt happened), the body runs
+    # again; found, its completion follows
+    return replace(known, in_flight=False, maybe_happened=False)
 
 
 def _apply_wait(known: StepRecord, event: Event) -> StepRecord:

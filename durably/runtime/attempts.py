@@ -1,5 +1,5 @@
 """One attempt of user code (a step body, its reconcile or compensation hook): run within
-its timeout, and when it fails, the retry decision recorded in the history."""
+its timeout; its result recorded (or replayed), and when it fails, the retry decision."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from durably.clock import Clock
+from durably.codec import decode, encode
 from durably.core import payloads
 from durably.core.history import ErrorInfo, EventKind
-from durably.errors import Escalated, StepFailed, StepTimeout
+from durably.core.replay import StepRecord
+from durably.errors import Escalated, PayloadError, StepFailed, StepTimeout
 from durably.hooks import Hooks
 from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
@@ -26,7 +28,7 @@ from durably.runtime.threads import in_daemon_thread
 if TYPE_CHECKING:
     from durably.definitions import Step
 
-__all__ = ["call_user", "observed", "record_failure", "within"]
+__all__ = ["call_user", "observed", "record_completed", "record_failure", "replayed", "within"]
 
 log = logging.getLogger("durably.execution")
 
@@ -74,6 +76,35 @@ def observed(hooks: Hooks | None, scope: StepScope, dependency: str | None) -> I
     hooks.attempt_finished(scope.run_id, scope.name, scope.attempt, dependency, None)
 
 
+def record_completed(
+    writer: HistoryWriter, step: Step, position: int, attempt: int, value: Any
+) -> Any:
+    """Record the step's result; what the workflow sees is what a replay would see: the
+    value after a JSON round trip. A result that cannot be stored fails the step for good."""
+    what = f"the result of step {step.name!r}"
+    try:
+        result = encode(value, step.return_hint, what=what)
+    except PayloadError as exc:
+        error = ErrorInfo.of(exc)
+        data = payloads.encode_payload(payloads.StepFailed(error, "terminal"))
+        writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
+        raise StepFailed(step.name, error.error_class, error.message) from None
+    writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
+    return decode(result, step.return_hint, what=what)
+
+
+def replayed(step: Step, record: StepRecord) -> Any:
+    """The recorded outcome of a step call: its result, or its failure raised again."""
+    if record.completed:
+        assert record.result is not None
+        what = f"the recorded result of step {step.name!r}"
+        return decode(record.result, step.return_hint, what=what)
+    assert record.error is not None
+    raise StepFailed(
+        step.name, record.error.error_class, record.error.message, record.failure_reason
+    )
+
+
 def record_failure(
     writer: HistoryWriter,
     step: Step,
@@ -103,7 +134,9 @@ def record_failure(
                           first_attempt_at=first_started_at, now=clock.now(), rng=rng)  # fmt: skip
         reason = decision.reason if isinstance(decision, GiveUp) else ""
     if reason:
-        data = payloads.encode_payload(payloads.StepFailed(info, reason, scope.attempt))
+        # a timed-out last attempt may have taken effect: an undo is owed if the run is undone
+        given_up = payloads.StepFailed(info, reason, scope.attempt, unknown=unknown)
+        data = payloads.encode_payload(given_up)
         writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
         raise StepFailed(step.name, info.error_class, info.message, reason) from error
     due: datetime = decision.due

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from durably.codec import decode, decode_call, encode, encode_call
+from durably.codec import decode_call, encode, encode_call
 from durably.core import payloads
 from durably.core.children import lineage
 from durably.core.control import Control, Request, cancel_error, fold_control
@@ -52,7 +52,13 @@ from durably.errors import (
 from durably.retry import classify
 from durably.runtime import body, fanout, generations, takeovers, transactions
 from durably.runtime.approving import ApprovalCall, await_approval
-from durably.runtime.attempts import call_user, observed, record_failure
+from durably.runtime.attempts import (
+    call_user,
+    observed,
+    record_completed,
+    record_failure,
+    replayed,
+)
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
@@ -370,7 +376,7 @@ class RunExecution:
         self._position += 1
         action = next_action(self._phase.steps, position, step.name)
         if isinstance(action, Replay):
-            return self._replayed(step, action.record)
+            return replayed(step, action.record)
         if (why := self.interrupts.doomed()) is not None:  # its gather failed: start nothing
             self._record_cancelled(step, position, None, why)
         if action.not_before is not None and action.not_before > self._clock.now():
@@ -426,7 +432,8 @@ class RunExecution:
         except AttemptCancelled as cancelled:
             await beats.close(failed=True)
             self._check_body_may_go_on()
-            self._record_cancelled(step, position, action.attempt, cancelled.why)
+            cut_off = cancelled.started and not transactional  # a transaction rolls back
+            self._record_cancelled(step, position, action.attempt, cancelled.why, cut_off=cut_off)
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
@@ -435,7 +442,10 @@ class RunExecution:
             throttled_for = verdict.throttled_for  # a "slow down" is the rate limit's business
             self._check_body_may_go_on()
             if self.control.cancel is not None:  # it stopped for the cancel: no retry
-                self._record_cancelled(step, position, action.attempt, None, ErrorInfo.of(exc))
+                raised, cut_off = ErrorInfo.of(exc), not transactional
+                self._record_cancelled(
+                    step, position, action.attempt, None, raised, cut_off=cut_off
+                )
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
                            clock=self._clock, rng=self._rng, hide=hide)  # fmt: skip
@@ -455,13 +465,17 @@ class RunExecution:
         attempt: int | None,
         why: ErrorInfo | None,
         raised: ErrorInfo | None = None,
+        *,
+        cut_off: bool = False,
     ) -> NoReturn:
         """The call was cancelled (`why`; None: with its run): recorded as the step's outcome
         (with the error the body `raised` on its way out, if it raised one). The run's cancel
-        stops the body; a branch's cancel fails the branch."""
+        stops the body; a branch's cancel fails the branch. `cut_off`: its body was cut off
+        in flight, so it may have taken effect (an undo is owed)."""
         cancel = self.control.cancel
         error = why or raised or cancel_error(cancel)  # type: ignore[arg-type]
-        data = payloads.encode_payload(payloads.StepFailed(error, "cancelled", attempt))
+        failed = payloads.StepFailed(error, "cancelled", attempt, unknown=cut_off)
+        data = payloads.encode_payload(failed)
         self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
         if why is None:
             assert cancel is not None
@@ -555,27 +569,7 @@ class RunExecution:
 
     def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
         self._check_body_may_go_on()  # an outcome that comes too late is not recorded
-        what = f"the result of step {step.name!r}"
-        try:
-            result = encode(value, step.return_hint, what=what)
-        except PayloadError as exc:
-            error = ErrorInfo.of(exc)
-            data = payloads.encode_payload(payloads.StepFailed(error, "terminal"))
-            self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
-            raise StepFailed(step.name, error.error_class, error.message) from None
-        self._writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
-        # The workflow sees what a replay would see: the value after a JSON round trip.
-        return decode(result, step.return_hint, what=what)
-
-    def _replayed(self, step: Step, record: StepRecord) -> Any:
-        if record.completed:
-            assert record.result is not None
-            what = f"the recorded result of step {step.name!r}"
-            return decode(record.result, step.return_hint, what=what)
-        assert record.error is not None
-        raise StepFailed(
-            step.name, record.error.error_class, record.error.message, record.failure_reason
-        )
+        return record_completed(self._writer, step, position, attempt, value)
 
     # -- time ---------------------------------------------------------------------------
 

@@ -22,11 +22,13 @@ _RUN = "run"  # the reason of an interrupt for the run's own cancel
 
 
 class AttemptCancelled(BaseException):
-    """A step body was cancelled (or not started): `why` for a branch, None for the run."""
+    """A step body was cancelled (or not started): `why` for a branch, None for the run.
+    `started`: its body had begun (so it may have taken effect)."""
 
-    def __init__(self, why: ErrorInfo | None) -> None:
+    def __init__(self, why: ErrorInfo | None, *, started: bool = True) -> None:
         super().__init__(why)
         self.why = why
+        self.started = started
 
 
 class Interrupts:
@@ -50,7 +52,7 @@ class Interrupts:
         if (why := self.doomed()) is not None:
             if asyncio.iscoroutine(call):
                 call.close()  # never started
-            raise AttemptCancelled(why)
+            raise AttemptCancelled(why, started=False)
         task = asyncio.current_task() if is_async else None
         if task is None:
             return await call

@@ -203,8 +203,8 @@ def test_fail_ends_a_run_whose_compensation_failed(app: durably.App, clock: Fake
     handle = app.start(trip)
     settle(app, clock)
     assert handle.status() is RunStatus.COMPENSATION_FAILED
-    with pytest.raises(DurablyError, match="it is compensation_failed, not needs_attention"):
-        app.skip_step(handle.id, result="x")  # only a failed step can be skipped
+    with pytest.raises(DurablyError, match=r"an undo failed: .* which has no result to give"):
+        app.skip_step(handle.id, result="x")  # an undo done by hand is skipped with none
     assert handle.status() is RunStatus.COMPENSATION_FAILED
 
     app.fail(handle.id, reason="cancelled the booking by phone")
@@ -286,7 +286,8 @@ def test_acting_on_a_run_that_is_not_parked_is_refused(app: durably.App, clock: 
         before = app.history(run_id)
         with pytest.raises(DurablyError, match=f"cannot retry run '{run_id}': it is {status}"):
             app.retry(run_id)
-        with pytest.raises(DurablyError, match=f"it is {status}, not needs_attention"):
+        not_parked = f"it is {status}, not compensation_failed or needs_attention"
+        with pytest.raises(DurablyError, match=not_parked):
             app.skip_step(run_id, result="x")
         with pytest.raises(DurablyError, match=f"cannot fail run '{run_id}': it is {status}"):
             app.fail(run_id)
