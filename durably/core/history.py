@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["ErrorInfo", "Event", "EventKind"]
+__all__ = ["UNREADABLE_ROW", "ErrorInfo", "Event", "EventKind"]
+
+# The kind of the event a store gives for a stored row it cannot read (a corrupted row): its
+# data says why. It is never written; no kind durably writes has a parenthesis.
+UNREADABLE_ROW = "(unreadable row)"
 
 
 class EventKind(StrEnum):
@@ -55,6 +59,23 @@ class EventKind(StrEnum):
     # durably.patched: which side of a change the run takes (name: the patch; data: true for
     # the new code, false for the old); no position: patches shift no step
     PATCH_DECIDED = "patch_decided"
+
+    @classmethod
+    def _missing_(cls, value: object) -> EventKind | None:
+        """A kind this version does not know (a newer durably wrote it): kept under its own
+        name, so that a history holding one still reads, shows and exports whole. `known`
+        is False for it, and a worker parks its run rather than replay it by guesswork."""
+        if not isinstance(value, str) or not value:
+            return None
+        kind = str.__new__(cls, value)
+        kind._name_ = value.upper()
+        kind._value_ = value
+        return kind
+
+    @property
+    def known(self) -> bool:
+        """Whether this version of durably wrote, and understands, this kind."""
+        return self._name_ in EventKind.__members__
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
     AttemptFailed,
@@ -19,7 +19,7 @@ from durably.core.payloads import (
     WaitStarted,
     read_payload,
 )
-from durably.errors import NonDeterminismError
+from durably.errors import NonDeterminismError, PayloadError
 
 __all__ = [
     "CALL_KINDS",
@@ -29,6 +29,7 @@ __all__ = [
     "StepRecord",
     "WorkerDeaths",
     "check_followed",
+    "check_known",
     "fold_deaths",
     "fold_run",
     "fold_steps",
@@ -148,6 +149,26 @@ _PROGRESS = frozenset(
         EventKind.RUN_PARKED,
     }
 )
+
+
+def check_known(events: Iterable[Event]) -> None:
+    """PayloadError if a history holds an event of a kind a newer durably wrote (replaying it
+    without knowing what it means could take a path the run never took), or a row the store
+    could not read."""
+    for event in events:
+        if event.kind == UNREADABLE_ROW:
+            raise PayloadError(
+                f"event #{event.seq} cannot be read from the store: {event.data}. Repair or "
+                "remove the row, then retry the run (durably dlq retry); nothing of the run "
+                "ran here"
+            )
+        if not event.kind.known:
+            raise PayloadError(
+                f"event #{event.seq} has the kind {str(event.kind)!r}, which this version of "
+                "durably does not know: a newer durably wrote it. Run this workflow on workers "
+                "with that version (then retry the run: durably dlq retry); nothing of the run "
+                "ran here"
+            )
 
 
 def fold_deaths(events: Iterable[Event]) -> WorkerDeaths:

@@ -34,6 +34,7 @@ from durably.core.replay import (
     RunPhase,
     StepRecord,
     check_followed,
+    check_known,
     fold_run,
     next_action,
     next_wait,
@@ -233,6 +234,7 @@ class RunExecution:
     async def _drive(self) -> None:
         try:
             self._writer.receive(self._claim.inbox)
+            check_known(self._writer.events)
             phase = self._phase = fold_run(self._writer.events)
             self.control = control = fold_control(self._writer.events)
             if control.cancel is not None and phase.compensating is None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import Claimed, encode_payload
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
@@ -32,6 +32,7 @@ RUN_COLUMNS = (
     "correlation_id"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
+_EPOCH = datetime.fromtimestamp(0, UTC)  # the time of an event whose row cannot be read
 
 
 def ts(moment: datetime) -> float:
@@ -67,8 +68,15 @@ def run_of(row: Sequence[Any]) -> RunRecord:
 
 
 def event_of(row: Sequence[Any]) -> Event:
+    """The event of a stored row; for a row that cannot be read (a corrupted one), an event
+    of the kind UNREADABLE_ROW saying why, so that one bad row parks its run (the worker
+    checks) instead of failing the read of every run claimed with it."""
     seq, kind, at, position, name, attempt, data = row
-    return Event(seq, EventKind(kind), from_ts(at), position, name, attempt, data)
+    try:
+        return Event(seq, EventKind(kind), from_ts(at), position, name, attempt, data)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        why = f"its kind {kind!r} and time {at!r} do not read ({type(exc).__name__}: {exc})"
+        return Event(seq, EventKind(UNREADABLE_ROW), _EPOCH, position, name, attempt, why)
 
 
 def event_row(run_id: str, event: Event) -> tuple[Any, ...]:
