@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from durably.clock import Clock
@@ -46,7 +46,12 @@ class HistoryWriter:
     (one commit per step: a step's outcome goes with the next step's start or the run's end)."""
 
     def __init__(
-        self, claim: Claim, committer: Committer, clock: Clock, hooks: Hooks | None
+        self,
+        claim: Claim,
+        committer: Committer,
+        clock: Clock,
+        hooks: Hooks | None,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.run_id = claim.run_id
         self.workflow = claim.workflow
@@ -64,6 +69,9 @@ class HistoryWriter:
         self._committer = committer
         self._clock = clock
         self._hooks = hooks
+        # called once a commit is refused or fails: what runs for the run must stop, since
+        # nothing it does can be recorded any more
+        self._on_lost = on_lost
 
     def append(
         self,
@@ -106,14 +114,19 @@ class HistoryWriter:
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
-            self.lost = True
+            self._lose()
             raise CheckpointFailed(exc) from exc
         if not committed:
-            self.lost = True
+            self._lose()
             raise LeaseLost(
                 f"run {self.run_id!r}: lease epoch {self.epoch} was taken over by another worker; "
                 "this worker's writes are refused"
             )
+
+    def _lose(self) -> None:
+        self.lost = True
+        if self._on_lost is not None:
+            self._on_lost()
 
     @property
     def has_pending(self) -> bool:

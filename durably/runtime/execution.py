@@ -123,16 +123,21 @@ class RunExecution:
         self._loop = loop
         seed = None if settings.seed is None else f"{settings.seed}:{claim.run_id}:{claim.epoch}"
         self._rng = random.Random(seed)
-        self._writer = HistoryWriter(claim, committer, self._clock, settings.hooks)
+        self._writer = HistoryWriter(
+            claim, committer, self._clock, settings.hooks, on_lost=self._stop_everything
+        )
         self._committer = committer
         self._gates = Gates(engine, committer, self._clock)
         self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
         family = lineage(claim.events)
-        self._inherited = family.deadline  # a child's, from its parent
+        limit, inherited = self._workflow.deadline, family.deadline  # a child's, its parent's
+        own = claim.events[0].at + limit if limit is not None and claim.events else None
+        # the workflow's deadline, or its parent's if that comes first (a child run's)
+        self.deadline = min(own, inherited) if own and inherited else own or inherited
         self.correlation_id = family.correlation_id  # for the logs, and its children
         self.trace_parent = family.trace_parent  # for the traces (observability.tracing)
-        self.children = Children(self, self._writer, engine.registry, self._deadline)
+        self.children = Children(self, self._writer, engine.registry, lambda: self.deadline)
         self.patches = Patches(self._writer, self._where)
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
@@ -166,6 +171,14 @@ class RunExecution:
         self._others = others
         self._after_alone = after
 
+    def _stop_everything(self) -> None:
+        """A write was refused (the lease is gone) or failed: stop the run's async step
+        bodies in flight, all branches of a gather too, by cancelling the run's task at the
+        loop's next turn (the refusal itself may be unwinding through that task now)."""
+        main = self._branches.main
+        if main is not None and not main.done():
+            self._loop.call_soon(main.cancel)
+
     async def run(self) -> None:
         """Drive the run to its end, a wait, or until the lease is lost or the worker stops."""
         token = _execution.set(self)
@@ -190,6 +203,8 @@ class RunExecution:
         except LeaseLost as exc:
             self.lost = True
             log.warning("run %s: %s", self.run_id, exc)
+        except Abandoned as exc:  # a body that ran on after its lease was lost: said already
+            log.info("run %s: %s", self.run_id, exc)
         except CheckpointFailed as exc:
             log.error("run %s: %s; it is retried when its lease expires", self.run_id, exc)
         except ReplayFrontier:  # a replay test got to code that would run for real: stop
@@ -261,7 +276,7 @@ class RunExecution:
             except ContinueAsNew as new:
                 self.check_control()  # a cancel or a pause comes first
                 self.wake_at = await generations.continue_as_new(
-                    self._writer, new.input, deadline=self._deadline(), clock=self._clock,
+                    self._writer, new.input, deadline=self.deadline, clock=self._clock,
                     version=self._workflow.version)  # fmt: skip
                 self.suspended = True
                 return
@@ -277,7 +292,7 @@ class RunExecution:
             elif exc.reason != "terminal":  # a person decides: retry, skip, or fail
                 error = ErrorInfo.of(exc)
                 # unless the workflow's deadline comes first: it wakes the run to time out
-                deadline = self._deadline()
+                deadline = self.deadline
                 wake = deadline if deadline and deadline > self._clock.now() else None
                 await self._writer.park(
                     RunStatus.NEEDS_ATTENTION, error, reason=exc.reason, wake_at=wake
@@ -347,7 +362,7 @@ class RunExecution:
                 args,
                 kwargs,
                 is_async=self.is_async,
-                deadline=self._deadline(),
+                deadline=self.deadline,
                 now=self._clock.now(),
                 thread_name=f"durably-run-{self.run_id}",
             )
@@ -575,15 +590,9 @@ class RunExecution:
 
     # -- time ---------------------------------------------------------------------------
 
-    def _deadline(self) -> datetime | None:
-        """The workflow's deadline, or its parent's if that comes first (a child run's)."""
-        events, limit, inherited = self._writer.events, self._workflow.deadline, self._inherited
-        own = events[0].at + limit if limit is not None and events else None
-        return min(own, inherited) if own and inherited else own or inherited
-
     def _due(self, due: datetime | None) -> datetime | None:
         """A wait ends at its due time, or at the deadline if that comes first."""
-        deadline = self._deadline()
+        deadline = self.deadline
         if deadline is not None and (self._phase is None or self._phase.compensating is None):
             return deadline if due is None else min(due, deadline)
         return due

@@ -5,9 +5,9 @@ wakes up (SIGCONT) with its step bodies still in flight.
 The lease fence must refuse whatever the zombie still writes (each run's history stays as the
 second worker left it: one outcome per step attempt, one completion, the second worker's
 result), and the zombie must stop its async step bodies as soon as it learns its lease is
-gone, then go on serving as a healthy worker. It does when its heartbeat's renewal is refused;
-the second test (an expected failure) shows that it does not when a refused checkpoint tells
-it first: the other step bodies of that run (the branches of a durably.gather) run on.
+gone, then go on serving as a healthy worker: when its heartbeat's renewal is refused, and
+when a refused checkpoint tells it first (the second test: the other step bodies of that run,
+the branches of a durably.gather, are cancelled with it).
 
 What the steps did, in which process and when, is journalled to a file by the workers
 (tests.chaos.zombie_app); the engine never touches it.
@@ -111,18 +111,6 @@ def test_a_zombie_is_fenced_off_and_stops_its_steps_when_it_wakes(
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "engine gap: a run whose lost lease the zombie learns from a refused checkpoint "
-        "(HistoryWriter.flush sets lost=True and raises LeaseLost) is never cancelled: "
-        "Worker._heartbeat renews and cancels only executions not already lost, and "
-        "fanout._settle cancels the other branches of a gather only when one fails for good "
-        "(StepFailed), not on LeaseLost; so the gather waits, and the zombie's other async step "
-        "bodies run to their own end"
-    ),
-)
 def test_a_zombie_stops_the_other_steps_of_a_gather_once_a_checkpoint_is_refused(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
