@@ -19,8 +19,8 @@ test: lint typecheck
 	$(BIN)/pytest -m "not soak"
 
 lint: $(STAMP)
-	$(BIN)/ruff check durably tests benchmarks examples
-	$(BIN)/ruff format --check durably tests benchmarks examples
+	$(BIN)/ruff check durably tests benchmarks
+	$(BIN)/ruff format --check durably tests benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

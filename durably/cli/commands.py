@@ -456,14 +456,8 @@ def demo(orders: int, store_url: str | None) -> None:
     The services fail on purpose: connection resets, throttling, a charge whose answer comes
     after the step's timeout, items out of stock, a mailer that rejects some orders.
     """
-    sys.path.insert(0, os.getcwd())
-    try:
-        from examples.orders.demo import run_demo
-    except ImportError as exc:
-        raise click.ClickException(
-            f"the demo lives in the durably repository's examples/ folder ({exc}); "
-            "run `make demo` or `durably demo` from the repository's root"
-        ) from None
+    from durably.demo.scenario import run_demo
+
     run_demo(orders=orders, store_url=store_url)
 
 

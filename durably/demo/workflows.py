@@ -1,4 +1,4 @@
-"""The order workflow. Workers load it as `examples.orders.workflows:app`."""
+"""The order workflow. Workers load it as `durably.demo.workflows:app`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import durably
 from durably import Retry
+from durably.demo.services import from_environment
 from durably.resilience import Breaker, Dependency
-from examples.orders.services import from_environment
 
 app = durably.App(default_retry=Retry(attempts=4, initial="100ms", max_delay="1s"))
 services = from_environment()

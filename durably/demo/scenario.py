@@ -1,4 +1,4 @@
-"""`make demo`: fulfil orders with two real worker processes, SIGKILL one mid-run, report.
+"""`durably demo`: fulfil orders with two real worker processes, SIGKILL one mid-run, report.
 
 What it shows: every order completes once the killed worker's leases expire and another
 worker takes its runs over; steps that were cut short run again with the same idempotency
@@ -21,12 +21,12 @@ import durably
 from durably.core.history import EventKind
 from durably.core.payloads import Claimed, StepReconciled, payload_of
 from durably.core.status import FINAL, PARKED, RunStatus
-from examples.orders.services import Services
+from durably.demo.services import Services
 
 __all__ = ["run_demo"]
 
 _LEASE = "2s"
-_APP = "examples.orders.workflows:app"
+_APP = "durably.demo.workflows:app"
 
 
 def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None) -> None:
@@ -39,7 +39,7 @@ def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None)
     os.environ.update(env)
     services = Services(env["DEMO_SERVICES"])
 
-    from examples.orders.workflows import Order, app, fulfil
+    from durably.demo.workflows import Order, app, fulfil
 
     click.echo(f"durably demo: {orders} orders, store {store_url}")
     for n in range(orders):
@@ -126,18 +126,15 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
 
 def _hints(run_id: str, store_url: str, services_path: str) -> None:
     """What to try next, pasteable from any directory: the store's URL is absolute, and the
-    worker (whose app module imports from the repository's root) runs from the root."""
-    root, store = Path(__file__).resolve().parents[2], shlex.quote(store_url)
+    demo app is a module of the installed package."""
+    store = shlex.quote(store_url)
     where = f"{shlex.quote(run_id)} --store {store}"
-    worker = (
-        f"(cd {shlex.quote(str(root))} && DEMO_SERVICES={shlex.quote(services_path)} "
-        f"durably worker {_APP} --store {store})"
-    )
+    worker = f"DEMO_SERVICES={shlex.quote(services_path)} durably worker {_APP} --store {store}"
     click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
     click.echo(f"Retry it:               durably dlq retry {where}")
     click.echo(f"Then let a worker of the demo app carry it on (Ctrl-C stops it):\n  {worker}")
     click.echo(
-        "Or look at every run on the dashboard, http://127.0.0.1:8080 (--open-reads: anybody "
-        f"may look; acting needs a token, durably token new):\n  (cd {shlex.quote(str(root))} "
-        f"&& durably ui {_APP} --store {store} --open-reads)"
+        "Or look at every run on the dashboard, http://127.0.0.1:8080 (pip install "
+        "'durably[web]'; --open-reads: anybody may look; acting needs a token, durably token "
+        f"new):\n  durably ui {_APP} --store {store} --open-reads"
     )

@@ -1,1 +1,0 @@
-"""Examples that ship with durably."""

@@ -1,1 +1,0 @@
-"""Order fulfilment: charge, reserve stock, create a shipping label, send an email."""
