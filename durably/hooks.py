@@ -57,6 +57,10 @@ class Hooks:
         history: read it, do not keep it (durably.core.states.time_in_states says how long it
         spent in each state; durably.explaining.root_error what stopped it)."""
 
+    def store_outage(self, reason: str | None) -> None:
+        """The worker's store calls began to fail (`reason`: why, as the store said: down,
+        its disk full, its file read-only), and it retries them; None: they work again."""
+
 
 class HookChain(Hooks):
     """Several observers, called in order."""
@@ -108,6 +112,10 @@ class HookChain(Hooks):
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:
         for hook in self.hooks:
             hook.run_ended(run_id, workflow, status, events)
+
+    def store_outage(self, reason: str | None) -> None:
+        for hook in self.hooks:
+            hook.store_outage(reason)
 
 
 def chain(hooks: Sequence[Hooks | None]) -> Hooks | None:

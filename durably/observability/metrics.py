@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError as missing:  # pragma: no cover - the message is the point
@@ -130,6 +130,18 @@ class Metrics(Hooks):
             ["workflow", "status", "error_class"],
             registry=r,
         )
+        self.outages = Counter(
+            "durably_store_outages",
+            "Times this worker's store calls began to fail (the store down, its disk full, its "
+            "file read-only); it retries them, losing nothing",
+            registry=r,
+        )
+        self.store_available = Gauge(
+            "durably_store_available",
+            "1 while this worker's store calls work, 0 while it retries them",
+            registry=r,
+        )
+        self.store_available.set(1)
         if store is not None:
             r.register(_StoreCollector(store, self._clock))
 
@@ -194,6 +206,11 @@ class Metrics(Hooks):
         if status in _FINAL:  # a parked run is not over: its states are counted at its end
             for state, seconds in time_in_states(events).items():
                 self.state_seconds.labels(workflow, state).observe(seconds)
+
+    def store_outage(self, reason: str | None) -> None:
+        if reason is not None:
+            self.outages.inc()
+        self.store_available.set(0 if reason is not None else 1)
 
 
 def store_registry(store: Callable[[], Store], clock: Clock | None = None) -> CollectorRegistry:

@@ -196,17 +196,28 @@ class Committer:
             self._settle(future, value=value)
 
     def _with_store_retries(self, fn: Callable[[], T]) -> T:
-        """Call fn, retrying while the store is unreachable: a store outage loses nothing."""
+        """Call fn, retrying while the store is unreachable (down, its disk full, its file
+        read-only): a store outage loses nothing. The hooks hear when one begins and ends."""
         delay = _RETRY_FIRST
+        outage = False
         while True:
             try:
-                return fn()
+                value = fn()
             except StoreUnavailable as exc:
                 if self._stopping.is_set():
                     raise
+                if not outage and self._hooks is not None:
+                    self._hooks.store_outage(str(exc))
+                outage = True
                 log.warning("store unavailable, retrying in %.2fs: %s", delay.total_seconds(), exc)
                 self._stopping.wait(delay.total_seconds())
                 delay = min(delay * 2, _RETRY_MAX)
+                continue
+            if outage:
+                log.warning("store available again")
+                if self._hooks is not None:
+                    self._hooks.store_outage(None)
+            return value
 
     def _settle(
         self, future: asyncio.Future[Any], *, value: Any = None, error: BaseException | None = None

@@ -6,6 +6,7 @@ a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -448,7 +449,9 @@ class SQLiteStore:
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open the SQLite store {self.path!r}: {exc}") from exc
+            raise StoreUnavailable(
+                f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
+            ) from exc
         return db
 
     def _enable_wal(self, db: sqlite3.Connection) -> None:
@@ -482,7 +485,9 @@ class SQLiteStore:
         try:
             db.execute(begin)
         except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"the SQLite store {self.path!r} is unavailable: {exc}") from exc
+            raise StoreUnavailable(
+                f"the SQLite store {self.path!r} is unavailable: {exc}{_hint(self.path, exc)}"
+            ) from exc
         try:
             yield db
             db.execute("COMMIT")
@@ -490,7 +495,9 @@ class SQLiteStore:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(f"the SQLite store {self.path!r} failed: {exc}") from exc
+                raise StoreUnavailable(
+                    f"the SQLite store {self.path!r} failed: {exc}{_hint(self.path, exc)}"
+                ) from exc
             raise
 
     def _migrate(self) -> None:
@@ -556,3 +563,18 @@ def _no_file(path: Path) -> str:
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" * len(values)) or "NULL"
+
+
+def _hint(path: str, error: sqlite3.Error) -> str:
+    """What to do about an error of the database's file system, said after SQLite's words."""
+    said = str(error).lower()
+    folder = Path(path).absolute().parent
+    if "disk is full" in said or "disk i/o error" in said:
+        return f" (free space on the file system that holds {folder}; durably waits for it)"
+    writable = os.access(folder, os.W_OK) and (not Path(path).exists() or os.access(path, os.W_OK))
+    if "readonly" in said or "read-only" in said or not writable:
+        return (
+            f" (the file or its folder {folder} is read-only: durably writes the file and its "
+            "-wal and -shm files beside it; make them writable by this process's user)"
+        )
+    return ""

@@ -28,6 +28,8 @@ METRICS = {
     "durably_step_failures": "counter",
     "durably_compensations": "counter",
     "durably_run_failures": "counter",
+    "durably_store_outages": "counter",
+    "durably_store_available": "gauge",
     "durably_step_duration_seconds": "histogram",
     "durably_checkpoint_commit_seconds": "histogram",
     "durably_checkpoint_batch_size": "histogram",
