@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from durably.clock import Clock
 from durably.codec import decode, encode
 from durably.core import payloads
+from durably.core.control import Request, cancel_error
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import StepRecord
 from durably.errors import Escalated, PayloadError, StepFailed, StepTimeout
@@ -22,13 +23,21 @@ from durably.hooks import Hooks
 from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.context import StepScope, _step, at_frontier
-from durably.runtime.flow import Suspend
+from durably.runtime.flow import Cancelling, Suspend
 from durably.runtime.threads import in_daemon_thread
 
 if TYPE_CHECKING:
     from durably.definitions import Step
 
-__all__ = ["call_user", "observed", "record_completed", "record_failure", "replayed", "within"]
+__all__ = [
+    "call_user",
+    "observed",
+    "record_cancelled",
+    "record_completed",
+    "record_failure",
+    "replayed",
+    "within",
+]
 
 log = logging.getLogger("durably.execution")
 
@@ -91,6 +100,32 @@ def record_completed(
         raise StepFailed(step.name, error.error_class, error.message) from None
     writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
     return decode(result, step.return_hint, what=what)
+
+
+def record_cancelled(
+    writer: HistoryWriter,
+    cancel: Request | None,
+    step: Step,
+    position: int,
+    attempt: int | None,
+    why: ErrorInfo | None,
+    raised: ErrorInfo | None = None,
+    *,
+    cut_off: bool = False,
+) -> NoReturn:
+    """The call was cancelled (`why`; None: with its run, by `cancel`): recorded as the
+    step's outcome (with the error the body `raised` on its way out, if it raised one). The
+    run's cancel stops the body; a branch's cancel fails the branch. `cut_off`: its body was
+    cut off in flight, so it may have taken effect (an undo is owed)."""
+    error = why or raised or cancel_error(cancel)  # type: ignore[arg-type]
+    failed = payloads.StepFailed(error, "cancelled", attempt, unknown=cut_off)
+    writer.append(
+        EventKind.STEP_FAILED, position, step.name, attempt, payloads.encode_payload(failed)
+    )
+    if why is None:
+        assert cancel is not None
+        raise Cancelling(cancel)
+    raise StepFailed(step.name, error.error_class, error.message, "cancelled")
 
 
 def replayed(step: Step, record: StepRecord) -> Any:

@@ -59,6 +59,7 @@ class Run(Protocol):
     is_async: bool
     priority: int  # the run's: its children's, unless their start or workflow says otherwise
     correlation_id: str | None  # the run's: its children's
+    call_scope: str  # what its children's default ids begin with (context.call_scope)
     trace_parent: str | None  # likewise
 
     def place(self, name: str) -> tuple[int, StepRecord | None]: ...
@@ -122,7 +123,8 @@ class Children:
             assert record.result is not None
             return str(json.loads(record.result)["run"])
         parent = self._writer.run_id
-        child = run_id if run_id is not None else f"{parent}.{position}.{workflow.name}"
+        scope = self._run.call_scope
+        child = run_id if run_id is not None else f"{scope}.{position}.{workflow.name}"
         what = f"the input of child workflow {workflow.name!r}"
         try:
             input_json = encode_call(args, kwargs, workflow.fn, what=what)

@@ -20,6 +20,7 @@ __all__ = [
     "ReplayFrontier",
     "StepScope",
     "at_frontier",
+    "call_scope",
     "connection",
     "current_execution",
     "current_step",
@@ -131,8 +132,16 @@ def in_step() -> bool:
 
 
 def step_key(run_id: str, position: int, name: str) -> str:
-    """The idempotency key of a step call: the same for every attempt, replay and worker."""
+    """The idempotency key of a step call: the same for every attempt, replay and worker.
+    `run_id` is the run's `call_scope` (its id, or its id and generation)."""
     return f"{run_id}:{position}:{name}"
+
+
+def call_scope(run_id: str, generation: int) -> str:
+    """What a run's step keys and default child ids begin with: its id, and in the second
+    and later generations of a run that continued as new, its generation too (`order-7@2`):
+    each generation's calls are new calls, and must not meet the keys of the last one."""
+    return run_id if generation <= 1 else f"{run_id}@{generation}"
 
 
 def idempotency_key() -> str:

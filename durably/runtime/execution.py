@@ -56,6 +56,7 @@ from durably.runtime.approving import ApprovalCall, await_approval
 from durably.runtime.attempts import (
     call_user,
     observed,
+    record_cancelled,
     record_completed,
     record_failure,
     replayed,
@@ -64,7 +65,13 @@ from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
-from durably.runtime.context import ReplayFrontier, StepScope, _execution, step_key
+from durably.runtime.context import (
+    ReplayFrontier,
+    StepScope,
+    _execution,
+    call_scope,
+    step_key,
+)
 from durably.runtime.engine import Engine
 from durably.runtime.flow import (
     Abandoned,
@@ -109,6 +116,8 @@ class RunExecution:
     ) -> None:
         settings = engine.settings
         self.run_id = claim.run_id
+        # step keys and child ids: the run's id, and its generation once it continued as new
+        self.call_scope = call_scope(claim.run_id, generations.generation(claim.events))
         self.workflow_name = claim.workflow  # for the logs (durably.observability.logs)
         self.epoch = claim.epoch
         self.suspended = False  # handed back to wait (until wake_at; None: for a message)
@@ -395,7 +404,7 @@ class RunExecution:
         if isinstance(action, Replay):
             return replayed(step, action.record)
         if (why := self.interrupts.doomed()) is not None:  # its gather failed: start nothing
-            self._record_cancelled(step, position, None, why)
+            record_cancelled(self._writer, self.control.cancel, step, position, None, why)
         if action.not_before is not None and action.not_before > self._clock.now():
             # Claimed before its retry is due, woken by a message: wait again, with no new
             # attempt.
@@ -408,7 +417,7 @@ class RunExecution:
         except Exception as exc:
             message = str(exc) if not hide else _UNPASSABLE.format(step.name, type(exc).__name__)
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, message) from None
-        key = str(key) if key is not None else step_key(self.run_id, position, step.name)
+        key = str(key) if key is not None else step_key(self.call_scope, position, step.name)
         await self._before_new_work()
         await self._gates.enter(self._writer, step, position)
         beats = Heartbeats(self._writer, self._loop, position=position, name=step.name,
@@ -441,7 +450,9 @@ class RunExecution:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
             if self.control.cancel is not None:  # it came while the reconcile hook ran
-                self._record_cancelled(step, position, action.attempt, None)
+                record_cancelled(
+                    self._writer, self.control.cancel, step, position, action.attempt, None
+                )
             body = self._call_body(step, args, kwargs, scope)
             value = await self.interrupts.run(position, body, is_async=step.is_async)
         except LeaseLost:
@@ -450,7 +461,15 @@ class RunExecution:
             await beats.close(failed=True)
             self._check_body_may_go_on()
             cut_off = cancelled.started and not transactional  # a transaction rolls back
-            self._record_cancelled(step, position, action.attempt, cancelled.why, cut_off=cut_off)
+            record_cancelled(
+                self._writer,
+                self.control.cancel,
+                step,
+                position,
+                action.attempt,
+                cancelled.why,
+                cut_off=cut_off,
+            )
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
@@ -460,8 +479,15 @@ class RunExecution:
             self._check_body_may_go_on()
             if self.control.cancel is not None:  # it stopped for the cancel: no retry
                 raised, cut_off = ErrorInfo.of(exc), not transactional
-                self._record_cancelled(
-                    step, position, action.attempt, None, raised, cut_off=cut_off
+                record_cancelled(
+                    self._writer,
+                    self.control.cancel,
+                    step,
+                    position,
+                    action.attempt,
+                    None,
+                    raised,
+                    cut_off=cut_off,
                 )
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
@@ -474,30 +500,6 @@ class RunExecution:
         if transactional:  # its outcome is committed already
             return value
         return self._completed(step, position, action.attempt, value)
-
-    def _record_cancelled(
-        self,
-        step: Step,
-        position: int,
-        attempt: int | None,
-        why: ErrorInfo | None,
-        raised: ErrorInfo | None = None,
-        *,
-        cut_off: bool = False,
-    ) -> NoReturn:
-        """The call was cancelled (`why`; None: with its run): recorded as the step's outcome
-        (with the error the body `raised` on its way out, if it raised one). The run's cancel
-        stops the body; a branch's cancel fails the branch. `cut_off`: its body was cut off
-        in flight, so it may have taken effect (an undo is owed)."""
-        cancel = self.control.cancel
-        error = why or raised or cancel_error(cancel)  # type: ignore[arg-type]
-        failed = payloads.StepFailed(error, "cancelled", attempt, unknown=cut_off)
-        data = payloads.encode_payload(failed)
-        self._writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
-        if why is None:
-            assert cancel is not None
-            raise Cancelling(cancel)
-        raise StepFailed(step.name, error.error_class, error.message, "cancelled")
 
     async def _call_body(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope

@@ -118,3 +118,39 @@ def test_an_input_that_would_not_round_trip_is_refused_in_the_workflow(app: dura
     app.run_until_idle()
     assert str(handle.result(timeout=0)).startswith("durably.continue_as_new(): ")
     assert generation(app.history("odd-1")) == 1
+
+
+def test_each_generation_gets_its_own_step_keys_and_child_ids(app: durably.App) -> None:
+    """A monthly loop charges each month: each generation's step must not carry the last
+    one's idempotency key (a payment API would answer with last month's charge), nor its
+    child the last one's id (it would find last month's child, ended)."""
+    keys: list[str] = []
+
+    @app.step
+    async def charge(month: int) -> str:
+        keys.append(durably.idempotency_key())
+        return f"charged {month}"
+
+    @app.workflow
+    async def invoice(month: int) -> str:
+        return f"invoice {month}"
+
+    @app.workflow
+    async def billing(month: int) -> list[str]:
+        charged = await charge(month)
+        invoiced = await invoice(month)
+        if month < 3:
+            durably.continue_as_new(month + 1)
+        return [charged, invoiced]
+
+    handle = app.start(billing, 1, id="bill")
+    app.run_until_idle()
+    assert handle.result(timeout=0) == ["charged 3", "invoice 3"]
+    assert keys == ["bill:0:charge", "bill@2:0:charge", "bill@3:0:charge"]
+    children = sorted(run.id for run in app.runs(workflow="invoice"))
+    assert children == ["bill.1.invoice", "bill@2.1.invoice", "bill@3.1.invoice"]
+    assert [app.handle(c).result(timeout=0) for c in children] == [
+        "invoice 1",
+        "invoice 2",
+        "invoice 3",
+    ]
