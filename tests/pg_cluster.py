@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import IN_CI
 
-__all__ = ["ThrowawayPostgres", "throwaway_postgres"]
+__all__ = ["ThrowawayPostgres", "replicated_postgres", "throwaway_postgres"]
 
 _OS_USER = "postgres"
 _READY_WITHIN = 30.0  # seconds for a (re)started server to accept connections
@@ -32,8 +32,9 @@ _READY_WITHIN = 30.0  # seconds for a (re)started server to accept connections
 class ThrowawayPostgres:
     """One cluster: `start()`, `restart(mode=...)`, `stop()`, `url`; `remove()` at the end."""
 
-    def __init__(self, binaries: Path) -> None:
+    def __init__(self, binaries: Path, *, settings: str = "", initdb: bool = True) -> None:
         self._binaries = binaries
+        self._settings = settings  # more server options (-c name=value ...)
         self._as_postgres = os.geteuid() == 0
         # Not pytest's tmp_path: it is 0700 root, which the postgres user cannot enter.
         self.directory = Path(tempfile.mkdtemp(prefix="durably-pg-"))
@@ -42,7 +43,36 @@ class ThrowawayPostgres:
         self.port = _free_port()
         if self._as_postgres:
             shutil.chown(self.directory, user=_OS_USER, group=_OS_USER)
-        self._initdb()
+        if initdb:
+            self._initdb()
+
+    @classmethod
+    def standby_of(cls, primary: ThrowawayPostgres, name: str) -> ThrowawayPostgres:
+        """A streaming replica of `primary` (pg_basebackup), named `name` for the primary's
+        synchronous_standby_names; start() starts it as a standby."""
+        standby = cls(primary._binaries, initdb=False)
+        source = ("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres")
+        target = ("-D", str(standby._data), "-X", "stream", "--no-sync")
+        standby._run(standby._tool("pg_basebackup"), *source, *target)
+        (standby._data / "standby.signal").touch()
+        conninfo = f"host=127.0.0.1 port={primary.port} user=postgres application_name={name}"
+        standby._settings = f"-c primary_conninfo='{conninfo}'"
+        return standby
+
+    def promote(self) -> None:
+        """Make this standby the primary, and wait until it takes writes."""
+        self._pg_ctl("promote")
+        import psycopg
+
+        deadline = time.monotonic() + _READY_WITHIN
+        while True:
+            with psycopg.connect(self.url, connect_timeout=2) as db:
+                row = db.execute("SELECT pg_is_in_recovery()").fetchone()
+            if row is not None and not row[0]:
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError("the promoted standby is still in recovery")
+            time.sleep(0.05)
 
     @property
     def url(self) -> str:
@@ -101,8 +131,8 @@ class ThrowawayPostgres:
         # survives in the page cache, and the tests on two cores stay fast.
         return (
             f"-p {self.port} -c listen_addresses=127.0.0.1"
-            f" -c unix_socket_directories={self.directory} -c fsync=off"
-        )
+            f" -c unix_socket_directories={self.directory} -c fsync=off {self._settings}"
+        ).strip()
 
     def _pg_ctl(self, action: str, *options: str) -> None:
         self._run(self._tool("pg_ctl"), action, "-D", str(self._data), "-w", *options)
@@ -165,9 +195,7 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture
-def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
-    """A started cluster of the test's own; always stopped and removed afterwards."""
+def _binaries_or_skip() -> Path:
     problem = _missing()
     if problem:
         message = f"no throwaway PostgreSQL cluster: {problem}"
@@ -176,9 +204,56 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
         pytest.skip(message)
     binaries = _binaries()
     assert binaries is not None
-    cluster = ThrowawayPostgres(binaries)
+    return binaries
+
+
+@pytest.fixture
+def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    """A started cluster of the test's own; always stopped and removed afterwards."""
+    cluster = ThrowawayPostgres(_binaries_or_skip())
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.remove()
+
+
+STANDBY = "standby1"
+
+
+@pytest.fixture
+def replicated_postgres() -> Iterator[tuple[ThrowawayPostgres, ThrowawayPostgres]]:
+    """A primary and its synchronous streaming standby, both of the test's own: a commit is
+    acknowledged once the standby has it (synchronous_commit=on)."""
+    primary = ThrowawayPostgres(
+        _binaries_or_skip(),
+        settings=f"-c wal_level=replica -c max_wal_senders=4 -c synchronous_commit=on"
+        f" -c synchronous_standby_names={STANDBY}",
+    )
+    standby: ThrowawayPostgres | None = None
+    try:
+        primary.start()
+        standby = ThrowawayPostgres.standby_of(primary, STANDBY)
+        standby.start()
+        _wait_for_sync(primary)
+        yield primary, standby
+    finally:
+        primary.remove()
+        if standby is not None:
+            standby.remove()
+
+
+def _wait_for_sync(primary: ThrowawayPostgres) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + _READY_WITHIN
+    while time.monotonic() < deadline:
+        with psycopg.connect(primary.url) as db:
+            row = db.execute(
+                "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                (STANDBY,),
+            ).fetchone()
+        if row is not None and row[0] == "sync":
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the standby never became synchronous:\n{primary.log.read_text()}")
