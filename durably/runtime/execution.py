@@ -404,7 +404,7 @@ class RunExecution:
         if isinstance(action, Replay):
             return replayed(step, action.record)
         if (why := self.interrupts.doomed()) is not None:  # its gather failed: start nothing
-            record_cancelled(self._writer, self.control.cancel, step, position, None, why)
+            self._cancelled(step, position, None, why)
         if action.not_before is not None and action.not_before > self._clock.now():
             # Claimed before its retry is due, woken by a message: wait again, with no new
             # attempt.
@@ -450,9 +450,7 @@ class RunExecution:
                     return self._completed(step, position, action.attempt, found)
             unknown = False  # with no reconcile hook the body runs again, same key
             if self.control.cancel is not None:  # it came while the reconcile hook ran
-                record_cancelled(
-                    self._writer, self.control.cancel, step, position, action.attempt, None
-                )
+                self._cancelled(step, position, action.attempt, None)
             body = self._call_body(step, args, kwargs, scope)
             value = await self.interrupts.run(position, body, is_async=step.is_async)
         except LeaseLost:
@@ -461,15 +459,7 @@ class RunExecution:
             await beats.close(failed=True)
             self._check_body_may_go_on()
             cut_off = cancelled.started and not transactional  # a transaction rolls back
-            record_cancelled(
-                self._writer,
-                self.control.cancel,
-                step,
-                position,
-                action.attempt,
-                cancelled.why,
-                cut_off=cut_off,
-            )
+            self._cancelled(step, position, action.attempt, cancelled.why, cut_off=cut_off)
         except Exception as exc:
             await beats.close(failed=True)  # its latest details go with the failure
             policy = step.options.retry or self._engine.settings.default_retry
@@ -479,16 +469,7 @@ class RunExecution:
             self._check_body_may_go_on()
             if self.control.cancel is not None:  # it stopped for the cancel: no retry
                 raised, cut_off = ErrorInfo.of(exc), not transactional
-                record_cancelled(
-                    self._writer,
-                    self.control.cancel,
-                    step,
-                    position,
-                    action.attempt,
-                    None,
-                    raised,
-                    cut_off=cut_off,
-                )
+                self._cancelled(step, position, action.attempt, None, raised, cut_off=cut_off)
             record_failure(self._writer, step, scope, exc, unknown=unknown,
                            first_started_at=first_started_at, policy=policy,
                            clock=self._clock, rng=self._rng, hide=hide)  # fmt: skip
@@ -500,6 +481,23 @@ class RunExecution:
         if transactional:  # its outcome is committed already
             return value
         return self._completed(step, position, action.attempt, value)
+
+    def _cancelled(
+        self,
+        step: Step,
+        position: int,
+        attempt: int | None,
+        why: ErrorInfo | None,
+        raised: ErrorInfo | None = None,
+        *,
+        cut_off: bool = False,
+    ) -> NoReturn:
+        """The step call was cancelled: see attempts.record_cancelled (the run's cancel, if
+        any, read now)."""
+        cancel = self.control.cancel
+        record_cancelled(
+            self._writer, cancel, step, position, attempt, why, raised, cut_off=cut_off
+        )
 
     async def _call_body(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope

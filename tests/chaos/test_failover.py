@@ -9,7 +9,6 @@ as acknowledged is in the promoted server's history.
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,9 @@ import pytest
 import durably
 from durably import RunStatus
 from durably.core.history import EventKind
-from durably.errors import StoreUnavailable
 from tests.chaos.control_app import journal
 from tests.chaos.failover_app import STEPS
-from tests.integration.processes import start_worker, wait_until
+from tests.integration.processes import patiently, start_worker, wait_until
 from tests.pg_cluster import ThrowawayPostgres
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
@@ -35,18 +33,6 @@ def both(primary: ThrowawayPostgres, standby: ThrowawayPostgres) -> str:
     return (
         f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write&connect_timeout=2"
     )
-
-
-def reading(call, deadline: float = 60.0):  # type: ignore[no-untyped-def]
-    """A read that rides out the failover (the client, too, retries an unavailable store)."""
-    give_up = time.monotonic() + deadline
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() > give_up:
-                raise
-            time.sleep(0.1)
 
 
 @pytest.mark.timeout(300)
@@ -79,7 +65,7 @@ def test_workers_carry_on_after_a_failover_and_lose_no_acknowledged_checkpoint(
         standby.promote()
 
         def done() -> bool:
-            runs = reading(lambda: client.runs(limit=RUNS + 1))
+            runs = patiently(lambda: client.runs(limit=RUNS + 1))
             return len(runs) == RUNS and all(r.status is RunStatus.COMPLETED for r in runs)
 
         log = tmp_path / "worker-0.log"

@@ -15,7 +15,6 @@ import random
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,11 +24,10 @@ import durably
 from durably import RunStatus
 from durably.core.history import EventKind
 from durably.core.status import FINAL
-from durably.errors import StoreUnavailable
 from tests.chaos.control_app import journal
 from tests.chaos.network_app import build
 from tests.faultproxy import FaultProxy
-from tests.integration.processes import start_worker
+from tests.integration.processes import patiently, start_worker
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 
@@ -37,19 +35,6 @@ TARGET = "tests.chaos.network_app:app"
 RUNS = 30
 WORKERS = 2
 T = TypeVar("T")
-
-
-def patiently(call: Callable[[], T], deadline: float = 30.0) -> T:
-    """A caller's retry of a call through the faulty network: the store says it is
-    unavailable, the caller tries again (signals and cancels are idempotent)."""
-    give_up = time.monotonic() + deadline
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() > give_up:
-                raise
-            time.sleep(0.05)
 
 
 @pytest.mark.timeout(300)

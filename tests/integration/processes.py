@@ -9,15 +9,18 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 import durably
 from durably.core.history import EventKind
+from durably.errors import StoreUnavailable
 
-__all__ = ["kill", "processes", "start_worker", "wait_for_step_start", "wait_until"]
+__all__ = ["kill", "patiently", "processes", "start_worker", "wait_for_step_start", "wait_until"]
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 TARGET = "tests.integration.stop_app:app"
 
 
@@ -44,6 +47,20 @@ def wait_until(what: str, done: Callable[[], bool], log: Path, timeout: float = 
             return
         time.sleep(0.02)
     pytest.fail(f"{what} did not happen within {timeout}s:\n{log.read_text()}")
+
+
+def patiently(call: Callable[[], T], deadline: float = 60.0) -> T:
+    """A caller's retry of a store call while the store is unavailable (a faulty network, a
+    failover): what a client does; signals (with a dedupe key), cancels and reads are safe
+    to repeat."""
+    give_up = time.monotonic() + deadline
+    while True:
+        try:
+            return call()
+        except StoreUnavailable:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.05)
 
 
 def kill(worker: subprocess.Popen[bytes]) -> None:
