@@ -23,7 +23,12 @@ import pytest
 
 from tests.conftest import IN_CI
 
-__all__ = ["ThrowawayPostgres", "replicated_postgres", "throwaway_postgres"]
+__all__ = [
+    "ThrowawayPostgres",
+    "replicated_postgres",
+    "throwaway_binaries",
+    "throwaway_postgres",
+]
 
 _OS_USER = "postgres"
 _READY_WITHIN = 30.0  # seconds for a (re)started server to accept connections
@@ -58,6 +63,12 @@ class ThrowawayPostgres:
         conninfo = f"host=127.0.0.1 port={primary.port} user=postgres application_name={name}"
         standby._settings = f"-c primary_conninfo='{conninfo}'"
         return standby
+
+    def trust(self, network: str, address: str) -> None:
+        """Listen on `address` too, and trust connections from `network` (before start())."""
+        with (self._data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {network} trust\n")
+        self._settings += f" -c listen_addresses=127.0.0.1,{address}"
 
     def promote(self) -> None:
         """Make this standby the primary, and wait until it takes writes."""
@@ -193,6 +204,11 @@ def _missing() -> str | None:
         except KeyError:
             return f"running as root, and there is no {_OS_USER!r} user to run initdb as"
     return None
+
+
+def throwaway_binaries() -> Path:
+    """The server binaries a throwaway cluster runs (skip, or fail in CI, without them)."""
+    return _binaries_or_skip()
 
 
 def _binaries_or_skip() -> Path:

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,13 +25,19 @@ TARGET = "tests.integration.stop_app:app"
 
 
 def start_worker(
-    store_url: str, log: Path, *options: str, target: str = TARGET
+    store_url: str,
+    log: Path,
+    *options: str,
+    target: str = TARGET,
+    prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
+    """A `durably worker` process; `prefix`: a command it runs under (`ip netns exec NS`)."""
     env = {**os.environ, "DURABLY_STORE": store_url}
     env.pop("DURABLY_TEST_POSTGRES", None)
+    command = [sys.executable, "-m", "durably", "worker", target, "--concurrency", "4"]
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "durably", "worker", target, "--concurrency", "4", *options],
+            [*prefix, *command, *options],
             cwd=REPO,
             env=env,
             stdout=out,
