@@ -36,7 +36,8 @@ chaos: $(STAMP)
 	$(BIN)/pytest tests/chaos
 
 soak: $(STAMP)
-	$(BIN)/pytest -m soak
+	$(BIN)/pip install --quiet -e '.[dev,soak]'
+	$(BIN)/pytest -m soak -s
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
