@@ -59,7 +59,7 @@ class Compensation:
     async def run(self, error: ErrorInfo, final: RunStatus) -> None:
         """Undo completed steps in reverse order, each durably and with retries, then end
         the run in `final` (or park it, if an undo fails for good or cannot run). A step
-        whose last attempt's outcome is unknown (its worker died, or it timed out) is
+        whose outcome is unknown (its worker died, it was cut off in flight, it timed out) is
         resolved first: its reconcile hook says whether it happened, else its undo runs
         anyway (with no result), since its effect may be in the world."""
         phase = fold_run(self._writer.events)
