@@ -14,10 +14,10 @@ which the tests take from their own PostgreSQL URL (127.0.0.1).
 from __future__ import annotations
 
 import random
-from contextlib import suppress
 import socket
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
