@@ -254,7 +254,9 @@ def payload_of(event: Event) -> Payload | None:
         if not isinstance(data, dict):
             raise read.Unreadable(f"a JSON object was expected, not {type(data).__name__}")
         return _DECODERS[cls](data)
-    except (ValueError, read.Unreadable) as exc:  # JSONDecodeError and bad ISO times are both
+    # JSONDecodeError and bad ISO times are both ValueErrors; JSON nested too deep for the
+    # decoder (a corrupted row) is a RecursionError
+    except (ValueError, RecursionError, read.Unreadable) as exc:
         raise read.unreadable(event, str(exc)) from None
 
 

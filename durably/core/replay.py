@@ -294,16 +294,21 @@ CALL_KINDS = frozenset(_CALL_OF)
 def fold_steps(events: Iterable[Event]) -> list[StepRecord]:
     """One record per step position, in position order, from a run's events."""
     steps: dict[int, StepRecord] = {}
+    undoing = False  # the run is being compensated: no step body runs any more
     for event in events:
         if event.kind is EventKind.RUN_RETRIED:
             if event.position is not None:  # None: a retry of the compensations only
-                steps = _reopen(steps, event.position)
+                steps, undoing = _reopen(steps, event.position), False
             continue
+        undoing = undoing or event.kind is EventKind.COMPENSATING
         call = _CALL_OF.get(event.kind)
         if call is None or event.position is None or event.name is None:
             continue
         known = steps.get(event.position) or StepRecord(event.position, event.name, call)
-        steps[event.position] = _apply(known, event)
+        record = _apply(known, event)
+        if undoing and event.kind is EventKind.STEP_RECONCILED and not record.maybe_happened:
+            record = replace(record, in_flight=False)  # found nothing, and no body follows
+        steps[event.position] = record
     return [steps[position] for position in sorted(steps)]
 
 
@@ -387,9 +392,10 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
         return known  # says whether to wait on (a run is woken early when the gate opens)
     if kind is EventKind.STEP_HEARTBEAT:
         return replace(known, heartbeat=event.data)
-    # reconciled: found nothing under the step's key (no attempt happened), the body runs
-    # again; found, its completion follows
-    return replace(known, in_flight=False, maybe_happened=False)
+    # reconciled: found nothing under the step's key (no earlier attempt happened); the body
+    # runs next, under this attempt, which is in flight until its outcome (found: the
+    # completion follows at once)
+    return replace(known, maybe_happened=False)
 
 
 def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
@@ -427,5 +433,13 @@ def signal_timeout_message(record: StepRecord) -> str:
 
 
 def _reopen(steps: dict[int, StepRecord], start: int) -> dict[int, StepRecord]:
-    """A manual retry: every step from `start` on runs again, with fresh attempts."""
-    return {position: record for position, record in steps.items() if position < start}
+    """A manual retry: every step from `start` on runs again, with fresh attempts; one whose
+    earlier attempt may have taken effect keeps saying so (its next attempt reconciles
+    first, and it is owed an undo if the run is undone)."""
+    kept = {position: record for position, record in steps.items() if position < start}
+    for position, record in steps.items():
+        if position >= start and (record.in_flight or record.maybe_happened):
+            kept[position] = StepRecord(
+                position, record.name, record.call, in_flight=True, maybe_happened=True
+            )
+    return kept

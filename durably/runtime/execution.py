@@ -264,7 +264,7 @@ class RunExecution:
             if control.cancel is not None and phase.compensating is None:
                 await self._compensation.run(cancel_error(control.cancel), RunStatus.CANCELLED)
                 return
-            if control.pause is not None:
+            if control.pause is not None and control.cancel is None:  # a cancel wins
                 raise Pause(control.pause)
             limit = self._workflow.max_recoveries
             takeovers.check_poison(phase, self._engine.settings.max_recoveries
