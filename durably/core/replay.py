@@ -439,7 +439,13 @@ def _reopen(steps: dict[int, StepRecord], start: int) -> dict[int, StepRecord]:
     kept = {position: record for position, record in steps.items() if position < start}
     for position, record in steps.items():
         if position >= start and (record.in_flight or record.maybe_happened):
+            # its last start stays: the input its undo is given, and its place among undos
             kept[position] = StepRecord(
-                position, record.name, record.call, in_flight=True, maybe_happened=True
+                position,
+                record.name,
+                record.call,
+                started=record.started,
+                in_flight=True,
+                maybe_happened=True,
             )
     return kept

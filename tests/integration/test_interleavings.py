@@ -556,14 +556,6 @@ def test_a_pause_of_a_run_being_undone_for_a_cancel_does_not_spin(
 # -- what it led to, open -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: durably.core.replay._reopen (698fdfd) keeps a retried step that may have "
-    "happened as a record with no `started` event; cancelled before its next attempt, the "
-    "run's undo of it raises PayloadError('completed but was never started') in "
-    "runtime/compensation.py _undo, and the run is parked instead of undone (and its undo "
-    "would come last: _undo_order ranks it 0)",
-)
 def test_a_step_a_person_retried_is_undone_when_the_run_is_then_cancelled(
     app: durably.App, store: Store, clock: FakeClock
 ) -> None:

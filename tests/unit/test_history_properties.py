@@ -776,12 +776,6 @@ def test_a_manual_retry_keeps_an_earlier_attempts_undo_owed() -> None:
     assert [owed.position for owed in owed_undos(fold_run(events))] == [0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: durably.core.replay._reopen keeps a retried step that may have happened as a "
-    "record with no `started` event, so _undo_order ranks it 0: cancelled before its next "
-    "attempt starts, the run undoes it last, after the steps that came before it",
-)
 def test_a_retried_step_that_may_have_happened_is_undone_in_order() -> None:
     """Step 0 completed; step 1's attempt was lost with its worker, and its next escalated;
     a person retries the parked run from step 1, then cancels it before a worker takes it
