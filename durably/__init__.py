@@ -13,7 +13,7 @@ async def checkout(order_id: str, amount: int) -> str:
 app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
-from durably.app import App, RunHandle
+from durably.app import App
 from durably.approvals import PendingApproval
 from durably.calls import (
     ChildHandle,
@@ -70,6 +70,7 @@ from durably.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
+from durably.handles import RunHandle
 from durably.operations import DeadLetter
 from durably.resilience import Breaker, Dependency
 from durably.retry import Retry

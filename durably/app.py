@@ -3,7 +3,6 @@ actions) are those of its `client`, the one client API of durably.client."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -14,6 +13,7 @@ from typing import Any, TypeVar, overload
 from durably.approvals import PendingApproval
 from durably.client import Client, DeadLetter, Delivered, Start, Steered
 from durably.clock import Clock, SystemClock
+from durably.codec import DEFAULT_MAX_PAYLOAD, check_limit
 from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.priority import check_priority
@@ -22,6 +22,7 @@ from durably.core.status import RunStatus
 from durably.definitions import Schedule, Step, StepOptions, Workflow
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
+from durably.handles import RunHandle
 from durably.hooks import Hooks, chain
 from durably.registry import Registry
 from durably.resilience import Dependency
@@ -31,7 +32,6 @@ from durably.runtime.worker import Worker
 from durably.scheduling import Schedules
 from durably.stores import RunRecord, Store, open_store, resolve_url
 from durably.testing import Faults
-from durably.waiting import DEFAULT_POLL
 
 __all__ = ["App", "RunHandle"]
 
@@ -56,6 +56,7 @@ class App:
         hooks: Hooks | Sequence[Hooks] | None = None,
         faults: Faults | None = None,
         retention: Duration | None = None,
+        max_payload: int | None = DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.default_retry = default_retry or Retry()
@@ -71,7 +72,10 @@ class App:
         self._url = None if self._store is not None else resolve_url(store)  # type: ignore[arg-type]
         self._open_lock = threading.Lock()
         # Every client call goes through it: validation, wake-ups, the audit trail.
-        self.client = Client(lambda: self.store, registry=self, clock=self.clock)
+        self.max_payload = check_limit(max_payload)  # bytes an input or result may take
+        self.client = Client(
+            lambda: self.store, registry=self, clock=self.clock, max_payload=max_payload
+        )
 
     # -- definitions --------------------------------------------------------------------
 
@@ -318,6 +322,7 @@ class App:
             seed=self.seed,
             hooks=chain([*self.hooks, self.faults]),
             retention=self.retention,
+            max_payload=self.max_payload,
         )
 
     # -- client calls -------------------------------------------------------------------
@@ -527,45 +532,6 @@ class App:
         if self._store is not None:
             self._store.close()
             self._store = None if self._url is not None else self._store
-
-
-class RunHandle:
-    """A run, seen from outside: its status and, once it ends, its result."""
-
-    def __init__(self, app: App, run_id: str) -> None:
-        self.app = app
-        self.id = run_id
-
-    def status(self) -> RunStatus:
-        return self.app.get_run(self.id).status
-
-    async def status_async(self) -> RunStatus:
-        """`status` from an event loop: the store call runs in a thread."""
-        return (await asyncio.to_thread(self.app.get_run, self.id)).status
-
-    def result(self, timeout: Duration | None = None, *, poll: Duration = DEFAULT_POLL) -> Any:
-        """Wait for the run to end and return its result; raise WorkflowFailed if it failed.
-
-        The store says when the run ends (LISTEN/NOTIFY on PostgreSQL, a local socket on
-        SQLite); the run is also read again every `poll` in case that word is lost. A store
-        outage is waited out like a run still in progress: with a timeout, the TimeoutError
-        names the last store error; with none, it keeps waiting."""
-        record = self.app.client.wait(self.id, timeout=timeout, poll=poll)
-        return self.app.client.outcome(record)
-
-    async def result_async(
-        self,
-        timeout: Duration | None = None,  # noqa: ASYNC109 (result()'s own, on the loop too)
-        *,
-        poll: Duration = DEFAULT_POLL,
-    ) -> Any:
-        """`result` from an event loop, without blocking it: the store calls run in a
-        thread, and the wait for the run's end is on the loop."""
-        record = await self.app.client.wait_async(self.id, timeout=timeout, poll=poll)
-        return self.app.client.outcome(record)
-
-    def __repr__(self) -> str:
-        return f"<RunHandle {self.id!r}>"
 
 
 def _check_recoveries(limit: int | None) -> None:

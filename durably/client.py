@@ -115,8 +115,10 @@ class Client:
         *,
         registry: Definitions | None = None,
         clock: Clock | None = None,
+        max_payload: int | None = None,
     ) -> None:
         self._store = store
+        self.max_payload = max_payload  # bytes an input or a message may take as JSON
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
         self._listeners: list[Callable[[], None]] = []
@@ -441,7 +443,8 @@ class Client:
                 f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
                 "that the run's state is checked and the command reaches it wherever it is"
             )
-        encoded = None if data is None else encode(data, what=f"the data of the {kind!r} message")
+        what = f"the data of the {kind!r} message"
+        encoded = None if data is None else encode(data, what=what, limit=self.max_payload)
         # Always a key: a send tried again after its answer was lost is then found, not doubled.
         key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
         message = Message(run_id, kind, by, name, encoded, key)
@@ -551,7 +554,8 @@ class Client:
         """The run to create: the input checked and encoded for its workflow, its priority."""
         definition = self._workflow(item.workflow)
         what = f"workflow {definition.name!r}"
-        payload = encode_call(item.args, item.kwargs or {}, definition.fn, what=what)
+        args, kwargs, limit = item.args, item.kwargs or {}, self.max_payload
+        payload = encode_call(args, kwargs, definition.fn, what=what, limit=limit)
         priority = item.priority if item.priority is not None else definition.priority
         priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
         correlation, trace = correlation_of(item.correlation_id), trace_parent()

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import pydantic_core
 
-from durably.errors import PayloadError
+from durably.errors import ConfigError, PayloadError
 from durably.roundtrip import (
     PLAIN_SCALARS,
     Difference,
@@ -32,7 +32,9 @@ from durably.roundtrip import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_PAYLOAD",
     "NO_HINT",
+    "check_limit",
     "decode",
     "decode_call",
     "decode_given",
@@ -40,6 +42,7 @@ __all__ = [
     "encode",
     "encode_call",
     "return_hint",
+    "within_limit",
 ]
 
 NO_HINT: Any = object()  # "no type hint": values stay plain JSON
@@ -59,10 +62,18 @@ class _Target(NamedTuple):  # not a frozen dataclass: made per typed value, and 
     annotation: str = "-> {}"  # how, with the suggested hint in {}
 
 
-def encode(value: object, hint: Any = NO_HINT, *, what: str, path: str = "result") -> str:
+def encode(
+    value: object,
+    hint: Any = NO_HINT,
+    *,
+    what: str,
+    path: str = "result",
+    limit: int | None = None,
+) -> str:
     """JSON text for `value`, checked to read back (through `hint`) as an equal value of the
     same type. `what` names the value in the PayloadError if not ("the result of step 'x'")
-    and `path` is its root in the path to the part that differs."""
+    and `path` is its root in the path to the part that differs. `limit`: the most bytes
+    the text may take (App(max_payload=)); None: no limit."""
     try:
         text = pydantic_core.to_json(value).decode()
     except _UNWRITABLE:
@@ -70,6 +81,30 @@ def encode(value: object, hint: Any = NO_HINT, *, what: str, path: str = "result
     # _fast, inlined: every step result comes through here
     if not ((hint is NO_HINT or hint is type(value) or hint is Any) and is_plain(value)):
         _check(value, functools.partial(_read, text, hint), _Target(path, hint), what=what)
+    return within_limit(text, limit, what=what)
+
+
+DEFAULT_MAX_PAYLOAD = 1 << 20  # 1 MiB: what an input, a result or a message may take as JSON
+
+
+def check_limit(limit: object) -> int | None:
+    """`limit` as a payload limit (App(max_payload=)): bytes, 1 or more, or None for none."""
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise ConfigError(f"max_payload is a number of bytes (1 or more) or None, not {limit!r}")
+    return limit
+
+
+def within_limit(text: str, limit: int | None, *, what: str) -> str:
+    """`text`, if its UTF-8 takes at most `limit` bytes; PayloadError, naming both, if not."""
+    if limit is None or len(text) <= limit // 4:  # 4 bytes a character at most: no count
+        return text
+    size = len(text.encode())
+    if size > limit:
+        raise PayloadError(
+            f"{what} takes {size:,} bytes as JSON, over the limit of {limit:,} "
+            "(App(max_payload=...)): keep large data elsewhere (a file, an object store, a "
+            "table of yours) and pass a reference to it"
+        )
     return text
 
 
@@ -82,11 +117,17 @@ def decode(text: str, hint: Any, *, what: str) -> Any:
 
 
 def encode_call(
-    args: Sequence[object], kwargs: Mapping[str, object], fn: Callable[..., object], *, what: str
+    args: Sequence[object],
+    kwargs: Mapping[str, object],
+    fn: Callable[..., object],
+    *,
+    what: str,
+    limit: int | None = None,
 ) -> str:
     """JSON text for a call of `fn`, `{"args": [...], "kwargs": {...}}`, each argument checked
-    like `encode` against its own parameter's hint. Arguments that do not fit `fn`'s
-    signature are refused too: they could never be passed to it."""
+    like `encode` against its own parameter's hint (and the whole against `limit` bytes).
+    Arguments that do not fit `fn`'s signature are refused too: they could never be passed
+    to it."""
     parameters = _parameters(fn)
     if not parameters.fits(args, kwargs):
         parameters.bind(args, kwargs, what=what)
@@ -96,20 +137,22 @@ def encode_call(
         parts = [(target.path, value) for target, value in parameters.targets(args, kwargs)]
         raise _unwritable(parts, what=f"the input of {what}") from None
     if parameters.plain(args, kwargs):  # the hot path: plain JSON, no hint that changes it
-        return text
+        return within_limit(text, limit, what=f"the input of {what}")
     stored = json.loads(text)
     raws = [*stored["args"], *stored["kwargs"].values()]
     for (target, value), raw in zip(parameters.targets(args, kwargs), raws, strict=True):
         if not _fast(target.hint, value):
             read_back = functools.partial(_validate, target.hint, raw)
             _check(value, read_back, target, what=f"the input of {what}")
-    return text
+    return within_limit(text, limit, what=f"the input of {what}")
 
 
 def decode_call(
-    text: str, fn: Callable[..., object], *, what: str
+    text: str, fn: Callable[..., object], *, what: str, limit: int | None = None
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Positional and keyword arguments for `fn`, validated into its parameter types."""
+    """Positional and keyword arguments for `fn`, validated into its parameter types; a
+    stored input over `limit` bytes is refused unread."""
+    within_limit(text, limit, what=f"the stored input of {what}")
     try:
         payload = json.loads(text)
         raw_args, raw_kwargs = payload["args"], payload["kwargs"]

@@ -86,16 +86,22 @@ def observed(hooks: Hooks | None, scope: StepScope, dependency: str | None) -> I
 
 
 def record_completed(
-    writer: HistoryWriter, step: Step, position: int, attempt: int, value: Any
+    writer: HistoryWriter,
+    step: Step,
+    position: int,
+    attempt: int,
+    value: Any,
+    limit: int | None = None,
 ) -> Any:
     """Record the step's result; what the workflow sees is what a replay would see: the
-    value after a JSON round trip. A result that cannot be stored fails the step for good."""
+    value after a JSON round trip. A result that cannot be stored (or takes more than
+    `limit` bytes) fails the step for good; its body ran, so its undo is owed."""
     what = f"the result of step {step.name!r}"
     try:
-        result = encode(value, step.return_hint, what=what)
+        result = encode(value, step.return_hint, what=what, limit=limit)
     except PayloadError as exc:
         error = ErrorInfo.of(exc)
-        data = payloads.encode_payload(payloads.StepFailed(error, "terminal"))
+        data = payloads.encode_payload(payloads.StepFailed(error, "terminal", unknown=True))
         writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
         raise StepFailed(step.name, error.error_class, error.message) from None
     writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)

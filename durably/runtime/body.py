@@ -4,10 +4,11 @@ check_followed)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from durably.core.replay import StepRecord, check_followed
 from durably.errors import (
     DeadlineExceeded,
     LeaseLost,
@@ -20,7 +21,7 @@ from durably.runtime.attempts import within
 from durably.runtime.flow import ContinueAsNew
 from durably.runtime.threads import in_daemon_thread
 
-__all__ = ["NOT_AN_ENDING", "call_body", "ending"]
+__all__ = ["NOT_AN_ENDING", "call_body", "ending", "followed"]
 
 # How a body stops that says nothing of where its code ends: its deadline passed (it was cut
 # short), or the engine stopped it for a reason of its own, named already.
@@ -55,6 +56,23 @@ async def call_body(
         return await call
     message = f"the workflow's deadline passed at {deadline.isoformat()}"
     return await within(call, remaining, lambda: DeadlineExceeded(message))
+
+
+async def followed(
+    call: Awaitable[Any], steps: Sequence[StepRecord], calls_made: Callable[[], int]
+) -> Any:
+    """The body's value, once it returned having made every call its history records (how
+    many it made: `calls_made()`, read when it ended); NonDeterminismError if it ended, by
+    returning, raising or continuing as new, before a call its history records."""
+    try:
+        value = await call
+    except NOT_AN_ENDING:
+        raise
+    except (ContinueAsNew, Exception) as ended:
+        check_followed(steps, calls_made(), ending(ended))
+        raise
+    check_followed(steps, calls_made(), ending(None))
+    return value
 
 
 def ending(ended: BaseException | None) -> str:

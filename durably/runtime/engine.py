@@ -27,6 +27,7 @@ class Settings:
     seed: int | None  # for the retry jitter; None: unpredictable
     hooks: Hooks | None  # None: the engine makes no hook call at all
     retention: timedelta | None = None  # ended runs older than this are deleted by workers
+    max_payload: int | None = None  # bytes an input, result or message may take as JSON
 
 
 class Host(Protocol):

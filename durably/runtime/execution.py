@@ -33,7 +33,6 @@ from durably.core.replay import (
     Replay,
     RunPhase,
     StepRecord,
-    check_followed,
     check_known,
     fold_run,
     next_action,
@@ -128,6 +127,7 @@ class RunExecution:
         self.is_async = self._workflow.is_async
         self.priority = claim.priority
         self._clock = settings.clock
+        self._limit = settings.max_payload  # bytes an input or result may take as JSON
         self._hooks = settings.hooks
         self._loop = loop
         seed = None if settings.seed is None else f"{settings.seed}:{claim.run_id}:{claim.epoch}"
@@ -279,7 +279,8 @@ class RunExecution:
                 await self._compensation.run(phase.compensating, final)
                 return
             what = f"run {self.run_id!r}"
-            args, kwargs = decode_call(self._claim.input, self._workflow.fn, what=what)
+            stored, fn, limit = self._claim.input, self._workflow.fn, self._limit
+            args, kwargs = decode_call(stored, fn, what=what, limit=limit)
             try:
                 value = await self._call_workflow(args, kwargs)
             except ContinueAsNew as new:
@@ -330,7 +331,7 @@ class RunExecution:
         workflow = self._workflow
         what = f"the result of workflow {workflow.name!r}"
         try:
-            result = encode(value, workflow.return_hint, what=what)
+            result = encode(value, workflow.return_hint, what=what, limit=self._limit)
         except PayloadError as exc:
             await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
             return
@@ -364,10 +365,9 @@ class RunExecution:
     async def _call_workflow(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """The body's value, once it returned having made every call its history records."""
         assert self._phase is not None
-        steps, workflow = self._phase.steps, self._workflow
         try:
-            value = await body.call_body(
-                workflow.fn,
+            call = body.call_body(
+                self._workflow.fn,
                 args,
                 kwargs,
                 is_async=self.is_async,
@@ -375,17 +375,11 @@ class RunExecution:
                 now=self._clock.now(),
                 thread_name=f"durably-run-{self.run_id}",
             )
-        except body.NOT_AN_ENDING:
-            raise
-        except (ContinueAsNew, Exception) as ended:
-            check_followed(steps, self._position, body.ending(ended))
-            raise
+            return await body.followed(call, self._phase.steps, lambda: self._position)
         finally:
             # From here on the workflow body has no say: a sync body still running in its
             # thread (past its deadline) gets no further step, and no late step outcome.
             self._body_over = True
-        check_followed(steps, self._position, body.ending(None))
-        return value
 
     # -- steps --------------------------------------------------------------------------
 
@@ -410,7 +404,8 @@ class RunExecution:
             # attempt.
             raise Suspend(action.not_before)
         try:
-            input_json = encode_call(args, kwargs, step.fn, what=f"step {step.name!r}")
+            what = f"step {step.name!r}"
+            input_json = encode_call(args, kwargs, step.fn, what=what, limit=self._limit)
             if hide:
                 input_json = input_json.replace(hide, "[hidden]")
             key = step.options.key(*args, **kwargs) if step.options.key else None
@@ -586,7 +581,7 @@ class RunExecution:
 
     def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
         self._check_body_may_go_on()  # an outcome that comes too late is not recorded
-        return record_completed(self._writer, step, position, attempt, value)
+        return record_completed(self._writer, step, position, attempt, value, self._limit)
 
     # -- time ---------------------------------------------------------------------------
 
