@@ -71,8 +71,8 @@ def run_demo(*, orders: int, store_url: str | None, workdir: Path | None = None)
 
 
 def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "durably", "worker", _APP,
-               "--concurrency", "16", "--lease", _LEASE, "--poll", "50ms"]  # fmt: skip
+    options = ["--concurrency", "16", "--lease", _LEASE, "--poll", "50ms"]
+    command = [sys.executable, "-m", "durably", "worker", _APP, *options]
     log = open(Path(env["DEMO_SERVICES"]).with_name("workers.log"), "ab")  # noqa: SIM115
     return subprocess.Popen(command, env=env, stderr=log)
 
