@@ -19,15 +19,15 @@ test: lint typecheck
 	$(BIN)/pytest -m "not soak"
 
 lint: $(STAMP)
-	$(BIN)/ruff check durably tests benchmarks
-	$(BIN)/ruff format --check durably tests benchmarks
+	$(BIN)/ruff check durably tests benchmarks tools
+	$(BIN)/ruff format --check durably tests benchmarks tools
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 docs: $(STAMP)
-	$(BIN)/python -m durably.cli.reference
-	$(BIN)/python -m durably.web.reference
+	$(BIN)/python -m tools.docs.cli
+	$(BIN)/python -m tools.docs.http_api
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit tests/contract tests/integration

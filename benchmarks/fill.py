@@ -18,8 +18,8 @@ from benchmarks.runners.inprocess import chain_app, check_completed
 from benchmarks.runners.protocol import BenchmarkError, Load
 from benchmarks.stores import Store as BenchStore
 from durably.stores import Store
-from durably.stores.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of
-from durably.stores.sqlite import SQLiteStore
+from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of
+from durably.stores.sqlite.store import SQLiteStore
 
 __all__ = ["check_replay", "fill"]
 

@@ -31,8 +31,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from benchmarks.stores import POSTGRES_URL, fresh_schema, fresh_sqlite, postgres_problem
+from durably.client.ids import new_run_id
 from durably.core.status import RunStatus
-from durably.ids import new_run_id
 from durably.stores import Checkpoint, NewRun, Store, open_store
 from durably.testing import FakeClock
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from benchmarks.runners.inprocess import chain_app
 from benchmarks.stores import POSTGRES_URL, fresh_schema, fresh_sqlite, postgres_problem
+from durably.client.ids import new_run_id
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
-from durably.ids import new_run_id
 from durably.stores import Checkpoint, NewRun, Store, open_store
 
 __all__ = ["main"]

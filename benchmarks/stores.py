@@ -171,7 +171,7 @@ def postgres_floor(url: str, commits: int) -> float:
 def postgres_settings(url: str, fast: bool) -> dict[str, Any]:
     import psycopg
 
-    from durably.stores.postgres import redact
+    from durably.stores.postgres.store import redact
 
     names = ["server_version", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay"]
     with fresh_schema(url) as schema_url, psycopg.connect(schema_url) as db:

@@ -14,31 +14,16 @@ app.start(checkout, "o-1", 120, id="order-o-1").result(timeout=60)
 """
 
 from durably.app import App
-from durably.approvals import PendingApproval
-from durably.calls import (
-    ChildHandle,
-    approval,
-    cancelled,
-    continue_as_new,
-    deprecated_patch,
-    gather,
-    heartbeat,
-    last_heartbeat,
-    now,
-    patched,
-    random,
-    sleep,
-    sleep_until,
-    start_child,
-    uuid4,
-    wait_for_signal,
-)
-from durably.client import Start, Steered
+from durably.client.approvals import PendingApproval
+from durably.client.control import Steered
+from durably.client.dead_letters import DeadLetter
+from durably.client.handles import RunHandle
+from durably.client.starts import Start
 from durably.core.approvals import ApprovalRequest
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Decision
+from durably.core.retry import Retry
 from durably.core.status import RunStatus
-from durably.definitions import Step, StepOptions, Workflow, escalate
 from durably.errors import (
     BranchCancelled,
     ChildFailed,
@@ -70,13 +55,29 @@ from durably.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
-from durably.handles import RunHandle
-from durably.operations import DeadLetter
 from durably.resilience import Breaker, Dependency
-from durably.retry import Retry
-from durably.runtime.context import connection, idempotency_key
 from durably.runtime.worker import Worker
 from durably.stores import RunRecord
+from durably.workflow.calls import (
+    ChildHandle,
+    approval,
+    cancelled,
+    continue_as_new,
+    deprecated_patch,
+    gather,
+    heartbeat,
+    last_heartbeat,
+    now,
+    patched,
+    random,
+    sleep,
+    sleep_until,
+    start_child,
+    uuid4,
+    wait_for_signal,
+)
+from durably.workflow.context import connection, idempotency_key
+from durably.workflow.definitions import Step, StepOptions, Workflow, escalate
 
 __all__ = [
     "App",

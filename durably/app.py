@@ -1,5 +1,5 @@
 """App: the registry of workflows and steps; its client calls (start, runs, a person's
-actions) are those of its `client`, the one client API of durably.client."""
+actions) are those of its `client`, the one client API of durably.client.client."""
 
 from __future__ import annotations
 
@@ -10,28 +10,31 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from durably.approvals import PendingApproval
-from durably.client import Client, DeadLetter, Delivered, Start, Steered
+from durably.client.approvals import PendingApproval
+from durably.client.client import Client, Delivered
+from durably.client.control import Steered
+from durably.client.dead_letters import DeadLetter
+from durably.client.handles import RunHandle
+from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
-from durably.codec import DEFAULT_MAX_PAYLOAD, check_limit
+from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
+from durably.core.durations import Duration, parse_duration
 from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.priority import check_priority
+from durably.core.retry import Retry
 from durably.core.schedules import Spec
 from durably.core.status import RunStatus
-from durably.definitions import Schedule, Step, StepOptions, Workflow
-from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
-from durably.handles import RunHandle
-from durably.hooks import Hooks, chain
-from durably.registry import Registry
 from durably.resilience import Dependency
-from durably.retry import Retry
 from durably.runtime.engine import Settings
+from durably.runtime.hooks import Hooks, chain
+from durably.runtime.schedules import Schedules
 from durably.runtime.worker import Worker
-from durably.scheduling import Schedules
 from durably.stores import RunRecord, Store, open_store, resolve_url
 from durably.testing import Faults
+from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
+from durably.workflow.registry import Registry
 
 __all__ = ["App", "RunHandle"]
 
@@ -115,7 +118,7 @@ class App:
         names none; a level is a minute's head start in the claim order
         (durably.core.priority). Default: 0, or for a child run its parent's.
         `version`: what its runs are pinned to when they start (default: a hash of its code,
-        durably.versions); a worker claims only runs of the versions its code serves: its
+        durably.workflow.versions); a worker claims only runs of the versions its code serves: its
         own and the older ones listed in `versions` (changes made compatible with
         durably.patched).
         """
@@ -340,7 +343,7 @@ class App:
         """Start a run, or return the existing one if a run with this `id` exists already.
         `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
         runs that became due up to that many minutes before it (durably.core.priority).
-        `correlation_id`: recorded with the run and its children (durably.correlation)."""
+        `correlation_id`: recorded with the run and its children (durably.client.correlation)."""
         started = self.client.start(
             workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
         )

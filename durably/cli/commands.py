@@ -1,7 +1,7 @@
 """The `durably` command: run workers, start and inspect runs, act on parked ones, the demo.
 
 Every command finds its store the same way: --store, else the store of the app named by
---app, else $DURABLY_STORE, else ./durably.db. Every command goes through durably.client,
+--app, else $DURABLY_STORE, else ./durably.db. Every command goes through durably.client.client,
 the one client App uses too. Only `worker` and `start` may create a store; the others open
 one that exists or say where they looked. Errors are one line, `error: ...`: exit status 1
 when durably refused (an unknown run, an action the run's state does not allow), 2 when the
@@ -23,14 +23,14 @@ from durably.cli.output import AS_JSON, echo_json, retry_each
 from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
-from durably.timeline import describe_run, timeline
-from durably.web.models import (
+from durably.views.models import (
     ApprovalOut,
     DeadLetterOut,
     HistoryOut,
     RunOut,
     RunPageOut,
 )
+from durably.views.timeline import describe_run, timeline
 
 __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "worker"]
 

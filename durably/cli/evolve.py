@@ -9,12 +9,12 @@ import sys
 
 import click
 
-from durably.breakers import breakers as read_breakers
 from durably.cli.base import PRECEDENCE, cli, client_for, where
 from durably.cli.commands import runs
 from durably.cli.output import AS_JSON, echo_json
-from durably.durations import parse_duration
-from durably.web.models import BreakerOut, WorkerOut
+from durably.core.durations import parse_duration
+from durably.views.breakers import breakers as read_breakers
+from durably.views.models import BreakerOut, WorkerOut
 
 __all__ = ["prune", "runs_export", "workers"]
 

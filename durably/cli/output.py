@@ -1,6 +1,6 @@
 """How read commands print: a table for people (status in colour, on a terminal only: click
 drops the colour when the output is piped), or with --json the same shapes the HTTP API
-answers with (durably.web.models), for scripts."""
+answers with (durably.views.models), for scripts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import click
 from pydantic import BaseModel, TypeAdapter
 
-from durably.client import Client
+from durably.client.client import Client
 from durably.errors import DurablyError
 
 __all__ = ["AS_JSON", "echo_json", "retry_each", "status"]

@@ -11,8 +11,8 @@ import click
 from durably.app import App
 from durably.cli.base import PRECEDENCE, cli, client_for, where
 from durably.cli.output import AS_JSON, echo_json
-from durably.scheduling import Schedules
-from durably.web.models import ScheduleOut
+from durably.runtime.schedules import Schedules
+from durably.views.models import ScheduleOut
 
 __all__ = ["schedules"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from durably import operations
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, where, worker_hint
 from durably.cli.commands import runs
-from durably.client import Client, Steered
+from durably.client.client import Client
+from durably.client.control import Steered
 
 __all__ = ["cancel", "pause", "release", "restart", "resume"]
 
@@ -62,8 +62,8 @@ def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
     the next worker to poll takes them over now instead of when they expire. Safe if it was
     alive after all: its later writes are refused, and the runs go on elsewhere."""
     with client_for(app_target, store_url) as client:
-        owner, count = operations.release(client.store, run_id, now=client.clock.now())
-        click.echo(f"released {count} run(s) held by worker {owner}")
+        released = client.release(run_id)
+        click.echo(f"released {released.count} run(s) held by worker {released.worker}")
         click.echo(worker_hint(app_target, client, "to take them over"))
 
 

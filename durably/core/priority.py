@@ -8,7 +8,7 @@ can be kept out of for good (no starvation). A run is never claimed before it is
 
 Priorities run from 0 (the default) to MAX_PRIORITY. None is negative: a run's rank is then
 never later than its due time, which is what lets a claim stop reading the index at `now`
-(durably.stores.schema.CLAIM_RANK).
+(durably.stores.sql.schema.CLAIM_RANK).
 """
 
 from __future__ import annotations

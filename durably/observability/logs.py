@@ -15,7 +15,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from durably.runtime.context import current_execution, current_step
+from durably.workflow.context import current_execution, current_step
 
 __all__ = ["JsonFormatter", "RunContext", "configure"]
 

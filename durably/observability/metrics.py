@@ -29,10 +29,10 @@ from durably.clock import Clock, SystemClock
 from durably.core.history import Event
 from durably.core.states import time_in_states
 from durably.core.status import FINAL, PARKED, RunStatus
-from durably.explaining import root_error
-from durably.hooks import Hooks
 from durably.resilience.gates import GateState
-from durably.stores.base import Store
+from durably.runtime.hooks import Hooks
+from durably.stores.protocol import Store
+from durably.views.explaining import root_error
 
 __all__ = ["Metrics", "store_registry"]
 

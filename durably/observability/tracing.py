@@ -36,8 +36,8 @@ except ImportError as missing:  # pragma: no cover - the message is the point
 from durably.core.children import lineage
 from durably.core.history import Event
 from durably.core.status import PARKED
-from durably.hooks import Hooks
-from durably.runtime.context import current_execution
+from durably.runtime.hooks import Hooks
+from durably.workflow.context import current_execution
 
 __all__ = ["Tracing"]
 

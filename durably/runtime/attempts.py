@@ -13,21 +13,21 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from durably.clock import Clock
-from durably.codec import decode, encode
+from durably.codec.encoding import decode, encode
 from durably.core import payloads
 from durably.core.control import Request, cancel_error
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import StepRecord
+from durably.core.retry import GiveUp, Retry, classify, decide
 from durably.errors import Escalated, PayloadError, StepFailed, StepTimeout
-from durably.hooks import Hooks
-from durably.retry import GiveUp, Retry, classify, decide
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope, _step, at_frontier
 from durably.runtime.flow import Cancelling, Suspend
+from durably.runtime.hooks import Hooks
 from durably.runtime.threads import in_daemon_thread
+from durably.workflow.context import StepScope, _step, at_frontier
 
 if TYPE_CHECKING:
-    from durably.definitions import Step
+    from durably.workflow.definitions import Step
 
 __all__ = [
     "call_user",

@@ -30,11 +30,11 @@ from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Command, RunFailed, RunParked, encode_payload
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
-from durably.hooks import Hooks
-from durably.lineage import parent_notice
 from durably.runtime.committer import Committer
 from durably.runtime.flow import CheckpointFailed
-from durably.stores.base import Checkpoint, Claim, Delivery, Message, NewRun
+from durably.runtime.hooks import Hooks
+from durably.runtime.lineage import parent_notice
+from durably.stores.protocol import Checkpoint, Claim, Delivery, Message, NewRun
 
 __all__ = ["HistoryWriter"]
 

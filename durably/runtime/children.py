@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from durably.codec import decode, encode_call
+from durably.codec.encoding import decode, encode_call
 from durably.core.children import CHILD, ChildEnded, child_name
 from durably.core.history import EventKind
 from durably.core.payloads import (
@@ -34,14 +34,14 @@ from durably.core.payloads import (
 from durably.core.replay import StepRecord
 from durably.core.status import RunStatus
 from durably.errors import ChildFailed, DurablyError, PayloadError
-from durably.lineage import cancel_children
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import Suspend
-from durably.stores.base import NewRun
+from durably.runtime.lineage import cancel_children
+from durably.stores.protocol import NewRun
 
 if TYPE_CHECKING:
-    from durably.definitions import Workflow
-    from durably.registry import Registry
+    from durably.workflow.definitions import Workflow
+    from durably.workflow.registry import Registry
 
 __all__ = ["Children"]
 

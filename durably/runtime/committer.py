@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 from durably.clock import Clock
 from durably.errors import StoreUnavailable
-from durably.hooks import Hooks
+from durably.runtime.hooks import Hooks
 from durably.runtime.threads import Outcome, settle_all_threadsafe, settle_threadsafe
-from durably.stores.base import Checkpoint, Store
+from durably.stores.protocol import Checkpoint, Store
 
 __all__ = ["Committer"]
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
-from durably.codec import decode, decode_call, encode
+from durably.codec.encoding import decode, decode_call, encode
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import (
     Compensating,
@@ -24,18 +24,18 @@ from durably.core.payloads import (
     read_payload,
 )
 from durably.core.replay import StepRecord, fold_run, owed_undos
+from durably.core.retry import GiveUp, classify, decide
 from durably.core.status import RunStatus
 from durably.errors import MissingCompensation, PayloadError
-from durably.lineage import cancel_children
-from durably.retry import GiveUp, classify, decide
 from durably.runtime.attempts import call_user
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope
 from durably.runtime.engine import Engine
 from durably.runtime.flow import Suspend
+from durably.runtime.lineage import cancel_children
+from durably.workflow.context import StepScope
 
 if TYPE_CHECKING:
-    from durably.definitions import Step
+    from durably.workflow.definitions import Step
 
 __all__ = ["Compensation"]
 

@@ -9,10 +9,10 @@ from datetime import timedelta
 from typing import Protocol
 
 from durably.clock import Clock
-from durably.hooks import Hooks
-from durably.registry import Registry
-from durably.retry import Retry
-from durably.stores.base import Store
+from durably.core.retry import Retry
+from durably.runtime.hooks import Hooks
+from durably.stores.protocol import Store
+from durably.workflow.registry import Registry
 
 __all__ = ["Engine", "Host", "Settings"]
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from durably.codec import decode_call, encode, encode_call
+from durably.codec.encoding import decode_call, encode, encode_call
 from durably.core import payloads
 from durably.core.children import lineage
 from durably.core.control import Control, Request, cancel_error, fold_control
@@ -39,6 +39,7 @@ from durably.core.replay import (
     next_wait,
     progressed,
 )
+from durably.core.retry import classify
 from durably.core.status import RunStatus
 from durably.errors import (
     DeadlineExceeded,
@@ -49,9 +50,9 @@ from durably.errors import (
     StepFailed,
     UnsafeConcurrency,
 )
-from durably.retry import classify
 from durably.runtime import body, fanout, generations, takeovers, transactions
-from durably.runtime.approving import ApprovalCall, await_approval
+from durably.runtime.admission import Gates
+from durably.runtime.approvals import ApprovalCall, await_approval
 from durably.runtime.attempts import (
     call_user,
     observed,
@@ -64,13 +65,6 @@ from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.children import Children
 from durably.runtime.committer import Committer
 from durably.runtime.compensation import Compensation
-from durably.runtime.context import (
-    ReplayFrontier,
-    StepScope,
-    _execution,
-    call_scope,
-    step_key,
-)
 from durably.runtime.engine import Engine
 from durably.runtime.flow import (
     Abandoned,
@@ -81,15 +75,21 @@ from durably.runtime.flow import (
     Suspend,
     WaitForPerson,
 )
-from durably.runtime.gating import Gates
 from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.interrupts import AttemptCancelled, Interrupts
 from durably.runtime.patches import Patches
 from durably.runtime.waits import Waits
-from durably.stores.base import Claim, Delivery
+from durably.stores.protocol import Claim, Delivery
+from durably.workflow.context import (
+    ReplayFrontier,
+    StepScope,
+    _execution,
+    call_scope,
+    step_key,
+)
 
 if TYPE_CHECKING:
-    from durably.definitions import Step
+    from durably.workflow.definitions import Step
 
 __all__ = ["RunExecution"]
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
-from durably.codec import encode_call
+from durably.codec.encoding import encode_call
 from durably.core.children import CHILD, lineage
 from durably.core.control import CONTROL_KINDS
 from durably.core.history import Event, EventKind
@@ -32,11 +32,11 @@ from durably.core.payloads import (
 )
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, PayloadError
-from durably.lineage import cancel_children
 from durably.runtime.checkpoints import HistoryWriter
+from durably.runtime.lineage import cancel_children
 
 if TYPE_CHECKING:
-    from durably.definitions import Workflow
+    from durably.workflow.definitions import Workflow
 
 __all__ = ["continue_as_new", "generation", "next_input", "unused_messages"]
 

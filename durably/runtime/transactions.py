@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
-from durably.codec import decode, encode
+from durably.codec.encoding import decode, encode
 from durably.core.history import Event, EventKind
 from durably.errors import (
     ConfigError,
@@ -30,16 +30,16 @@ from durably.errors import (
     TransactionEnded,
     UnsafeConcurrency,
 )
-from durably.hooks import Hooks
 from durably.runtime.attempts import observed
 from durably.runtime.checkpoints import HistoryWriter
-from durably.runtime.context import StepScope, _step, at_frontier
 from durably.runtime.flow import CheckpointFailed
+from durably.runtime.hooks import Hooks
 from durably.runtime.threads import in_daemon_thread
-from durably.stores.base import Checkpoint, Lease, Store
+from durably.stores.protocol import Checkpoint, Lease, Store
+from durably.workflow.context import StepScope, _step, at_frontier
 
 if TYPE_CHECKING:
-    from durably.definitions import Step
+    from durably.workflow.definitions import Step
 
 __all__ = ["TransactionConnection", "check_alone", "transact"]
 

@@ -17,17 +17,17 @@ import uuid
 from collections import deque
 from datetime import datetime, timedelta
 
-from durably import scheduling
 from durably.clock import Clock
+from durably.core.durations import Duration, parse_duration
 from durably.core.replay import WorkerDeaths, fold_deaths
 from durably.core.schedules import State
-from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError, StoreUnavailable
+from durably.runtime import schedules
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
 from durably.runtime.takeovers import first_claim, taken_over_from
-from durably.stores.base import Claim, Lease, Store, WorkerBeat
+from durably.stores.protocol import Claim, Lease, Store, WorkerBeat
 
 __all__ = ["Worker"]
 
@@ -245,26 +245,26 @@ class Worker:
         return claims
 
     async def _run_schedules(self, committer: Committer) -> None:
-        """Start the due ticks of the app's schedules (durably.scheduling), when one is due:
+        """Start the due ticks of the app's schedules (durably.runtime.schedules), when one is due:
         between ticks this costs a comparison of times, and one read a minute."""
-        schedules = self.app.registry.schedules
+        defined = self.app.registry.schedules
         now = self._clock.now()
-        if not schedules or (self._schedules_at is not None and now < self._schedules_at):
+        if not defined or (self._schedules_at is not None and now < self._schedules_at):
             return
         assert self._engine is not None
         store = self._engine.store
         states = await committer.call(store.schedules)
         check = now + _SCHEDULES_EVERY
-        for name, schedule in schedules.items():
+        for name, schedule in defined.items():
             state = State.from_json(states[name]) if name in states else None
             if state is None or state.spec != schedule.spec:  # new, or changed in code
                 state = await committer.call(
-                    functools.partial(scheduling.register, store, schedule, now=now)
+                    functools.partial(schedules.register, store, schedule, now=now)
                 )
             upcoming = state.next_fire(name)
             if state.pending or state.held or (upcoming is not None and upcoming <= now):
                 state = await committer.call(
-                    functools.partial(scheduling.fire, store, schedule, state, now=now)
+                    functools.partial(schedules.fire, store, schedule, state, now=now)
                 )
                 upcoming = now + self.poll * 5 if state.held else state.next_fire(name)
             check = check if upcoming is None else min(check, upcoming)

@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from durably.errors import ConfigError
-from durably.stores.base import (
+from durably.stores.protocol import (
     Checkpoint,
     Claim,
     Delivery,
@@ -58,7 +58,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     url = resolve_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme in ("postgres", "postgresql"):
-        from durably.stores.postgres import PostgresStore
+        from durably.stores.postgres.store import PostgresStore
 
         return PostgresStore(url, create=create)
     if scheme in ("sqlite", ""):
@@ -70,7 +70,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
 
 
 def _open_sqlite(url: str, *, create: bool) -> Store:
-    from durably.stores.sqlite import SQLiteStore
+    from durably.stores.sqlite.store import SQLiteStore
 
     if "://" not in url:
         return SQLiteStore(Path(url), create=create)

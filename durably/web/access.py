@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from durably.app import App
-from durably.client import Client
+from durably.client.client import Client
 from durably.web.auth import ENV, Identity, Tokens
 from durably.web.sessions import Sessions
 

@@ -1,5 +1,5 @@
 """The HTTP API: everything a person or another service does with runs, under /api. Every
-route goes through the app's client (durably.client), like the CLI and the app's own code:
+route goes through the app's client (durably.client.client), like the CLI and the app's own code:
 the same checks, the same records in the run's history, with the token's name as who acted.
 
 Reads need a token of either role unless the server opened them (`--open-reads`); actions
@@ -15,14 +15,10 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import Body as FastBody
 
-from durably import operations
-from durably.breakers import breakers
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
-from durably.web.access import Reader, Served, Writer, served
-from durably.web.auth import Identity
-from durably.web.errors import ERROR_RESPONSES
-from durably.web.models import (
+from durably.views.breakers import breakers
+from durably.views.models import (
     ActionOut,
     ApprovalOut,
     BreakerOut,
@@ -45,6 +41,9 @@ from durably.web.models import (
     StatusOut,
     WorkerOut,
 )
+from durably.web.access import Reader, Served, Writer, served
+from durably.web.auth import Identity
+from durably.web.errors import ERROR_RESPONSES
 
 __all__ = ["router"]
 
@@ -220,9 +219,8 @@ def restart(run_id: RunId, body: RestartIn, state: State, who: Writer) -> RunOut
 @router.post("/runs/{run_id}/release", tags=["steer"])
 def release(run_id: RunId, state: State, who: Writer) -> ReleaseOut:
     """The run's worker is dead: end the leases it holds now, for others to take them over."""
-    client = state.client
-    owner, count = operations.release(client.store, run_id, now=client.clock.now())
-    return ReleaseOut(run=run_id, worker=owner, released=count)
+    released = state.client.release(run_id)
+    return ReleaseOut(run=run_id, worker=released.worker, released=released.count)
 
 
 # -- lists --------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from durably.clock import Clock
 from durably.errors import DurablyError
-from durably.stores.base import Ended, RunStats, Store
+from durably.stores.protocol import Ended, RunStats, Store
 
 __all__ = ["Chart", "Sample", "Sampler", "chart", "per_minute"]
 

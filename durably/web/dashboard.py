@@ -20,17 +20,16 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from durably import operations
-from durably.breakers import breakers
 from durably.core.approvals import fold_approvals
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, PayloadError, RunNotFound
-from durably.explaining import explain, root_cause
-from durably.timeline import describe_run, timeline
+from durably.views.breakers import breakers
+from durably.views.explaining import explain, root_cause
+from durably.views.gantt import gantt
+from durably.views.timeline import describe_run, timeline
 from durably.web.access import Served, served
 from durably.web.auth import Identity
 from durably.web.charts import chart, per_minute
-from durably.web.gantt import gantt
 from durably.web.sessions import COOKIE
 
 __all__ = ["router"]
@@ -317,8 +316,9 @@ def _resume(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> 
 
 
 def _release(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    owner, count = operations.release(state.client.store, run_id, now=state.client.clock.now())
-    return f"released {count} run(s) of worker {owner}: the next worker to poll takes them over"
+    released = state.client.release(run_id)
+    took = f"released {released.count} run(s) of worker {released.worker}"
+    return f"{took}: the next worker to poll takes them over"
 
 
 def _signal(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:

@@ -23,7 +23,7 @@ from durably.errors import (
     UnknownSchedule,
     UnknownWorkflow,
 )
-from durably.web.models import ErrorOut
+from durably.views.models import ErrorOut
 
 __all__ = ["ERROR_RESPONSES", "install"]
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import durably
-from durably.runtime.context import current_execution
 from durably.runtime.execution import RunExecution
+from durably.workflow.context import current_execution
 
 __all__ = ["UNDO_SECONDS", "app", "build", "journal"]
 

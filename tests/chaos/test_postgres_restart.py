@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 import durably
+from durably.client.handles import RunHandle
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
 from durably.errors import StoreUnavailable
-from durably.handles import RunHandle
 from durably.stores import Claim, Store, open_store
 from durably.testing import FakeClock
 from tests.contract.support import checkpoint, new_run, step_events

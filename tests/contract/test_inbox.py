@@ -13,7 +13,7 @@ import pytest
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import Message, SentOutcome, Store, open_store
-from durably.stores.schema import LATEST_VERSION, migrations
+from durably.stores.sql.schema import LATEST_VERSION, migrations
 from durably.testing import FakeClock
 
 from .support import LEASE, WORKFLOW, checkpoint, claim_only, execute_sql, new_run, step_events

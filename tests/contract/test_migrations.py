@@ -13,7 +13,7 @@ import pytest
 
 from durably.errors import SchemaTooNew, StoreUnavailable
 from durably.stores import Store, open_store
-from durably.stores.schema import LATEST_VERSION
+from durably.stores.sql.schema import LATEST_VERSION
 from durably.testing import FakeClock
 
 from .support import execute_sql, in_threads, new_run

@@ -10,7 +10,7 @@ import pytest
 
 from durably.errors import ConfigError, SchemaTooNew
 from durably.stores import Store, open_store
-from durably.stores.schema import LATEST_VERSION
+from durably.stores.sql.schema import LATEST_VERSION
 from durably.testing import FakeClock
 
 from .support import execute_sql, new_run

@@ -14,7 +14,7 @@ from durably.core.history import Event, EventKind
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.stores import Checkpoint, NewRun, Store, open_store
-from durably.stores.schema import migrations
+from durably.stores.sql.schema import migrations
 from durably.testing import FakeClock
 
 from .support import LEASE, WORKFLOW, checkpoint, new_run

@@ -22,7 +22,7 @@ import durably
 from durably import RunStatus
 from durably.core.history import EventKind
 from durably.core.status import FINAL
-from durably.runtime.context import step_key
+from durably.workflow.context import step_key
 
 from .chaos_app import Ledger, build_app
 from .conftest import data, events

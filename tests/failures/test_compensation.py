@@ -14,9 +14,9 @@ import pytest
 import durably
 from durably import Retry, RunStatus, Terminal
 from durably.core.history import Event, EventKind
-from durably.runtime.context import step_key
 from durably.stores import Store
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import DEAD_LEASE, data, dying_worker, events, settle
 

@@ -16,9 +16,9 @@ import pytest
 import durably
 from durably import DurablyError, Retry, RunNotFound, RunStatus
 from durably.core.history import EventKind
-from durably.runtime.context import step_key
 from durably.stores import Store
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import DEAD_LEASE, data, dying_worker, events, settle
 

@@ -14,9 +14,9 @@ import pytest
 import durably
 from durably import Retry, RunStatus, Terminal, Throttled
 from durably.core.history import EventKind
-from durably.retry import NEVER_RETRIED
-from durably.runtime.context import step_key
+from durably.core.retry import NEVER_RETRIED
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import data, events, keys_started, retry_delays, settle, step_events
 

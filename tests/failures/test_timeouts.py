@@ -17,8 +17,8 @@ import pytest
 import durably
 from durably import Retry, RunStatus
 from durably.core.history import EventKind
-from durably.runtime.context import step_key
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import data, events, keys_started, let_abandoned_threads_end, settle, step_events
 

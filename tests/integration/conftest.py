@@ -13,9 +13,9 @@ import pytest
 
 import durably
 from durably.core.history import Event, EventKind
-from durably.runtime.context import step_key
 from durably.stores import Checkpoint, Claim, Store
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .processes import processes  # noqa: F401  (a fixture)
 

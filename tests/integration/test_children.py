@@ -323,7 +323,7 @@ def test_a_restart_past_a_child_reuses_its_outcome_and_starts_the_later_ones_ane
 
 
 def test_runs_show_names_the_parent_and_the_children(app: durably.App) -> None:
-    from durably.timeline import describe_run
+    from durably.views.timeline import describe_run
 
     family_app(app, [])
 

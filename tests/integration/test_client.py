@@ -11,9 +11,9 @@ import pytest
 
 import durably
 from durably import RunStatus
-from durably.client import Client
+from durably.client.client import Client
 from durably.core.history import EventKind
-from durably.retry import Retry
+from durably.core.retry import Retry
 from durably.stores import open_store
 from durably.testing import FakeClock
 

@@ -12,7 +12,7 @@ from durably import RunStatus
 from durably.core.history import EventKind
 from durably.runtime.generations import generation
 from durably.testing import FakeClock
-from durably.timeline import describe_run
+from durably.views.timeline import describe_run
 
 
 def looping_app(app: durably.App, done: list[int]) -> None:

@@ -29,9 +29,9 @@ from durably.core.payloads import (
     read_payload,
 )
 from durably.errors import DurablyError, NotInWorkflow, RunNotFound, WorkflowFailed
-from durably.runtime.context import current_execution
 from durably.runtime.execution import RunExecution
 from durably.testing import FakeClock
+from durably.workflow.context import current_execution
 
 from .conftest import DEAD_LEASE, dead_worker, kinds
 

@@ -7,9 +7,9 @@ import contextlib
 from datetime import timedelta
 
 import durably
-from durably.explaining import explain
-from durably.stores.base import NewRun, WorkerBeat
+from durably.stores.protocol import NewRun, WorkerBeat
 from durably.testing import FakeClock
+from durably.views.explaining import explain
 
 from .conftest import DEAD_LEASE, dead_worker
 

@@ -18,7 +18,7 @@ from durably.core.history import EventKind
 from durably.core.payloads import AttemptFailed, read_payload
 from durably.errors import NotInWorkflow
 from durably.testing import FakeClock
-from durably.timeline import describe_run
+from durably.views.timeline import describe_run
 
 NO_WAIT = Retry(attempts=3, initial="0s", jitter="none")
 

@@ -9,7 +9,7 @@ import pytest
 
 import durably
 from durably import Retry, Terminal
-from durably.hooks import HookChain, Hooks, chain
+from durably.runtime.hooks import HookChain, Hooks, chain
 from durably.testing import FakeClock, Faults
 
 from .conftest import DEAD_LEASE, dead_worker

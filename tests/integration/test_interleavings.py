@@ -50,10 +50,10 @@ from durably.core.control import fold_control
 from durably.core.history import Event, EventKind
 from durably.core.status import FINAL, PARKED, TRANSITIONS, RunStatus
 from durably.errors import DurablyError
-from durably.hooks import Hooks
-from durably.runtime.context import current_step
+from durably.runtime.hooks import Hooks
 from durably.stores import Store, open_store
 from durably.testing import FakeClock
+from durably.workflow.context import current_step
 from tests.conftest import POSTGRES_URL, require_postgres
 
 from .conftest import DEAD_LEASE, dead_worker

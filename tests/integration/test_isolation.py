@@ -10,9 +10,9 @@ from datetime import timedelta
 import durably
 from durably.core.history import Event, EventKind
 from durably.core.payloads import RunningAlone, payload_of
-from durably.runtime.context import step_key
 from durably.stores import Checkpoint
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import DEAD_LEASE
 

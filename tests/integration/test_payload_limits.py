@@ -10,7 +10,7 @@ import pytest
 
 import durably
 from durably import ConfigError, PayloadError, RunStatus
-from durably.codec import DEFAULT_MAX_PAYLOAD
+from durably.codec.encoding import DEFAULT_MAX_PAYLOAD
 from durably.testing import FakeClock
 
 BIG = "x" * (DEFAULT_MAX_PAYLOAD + 1)

@@ -11,9 +11,9 @@ import pytest
 
 import durably
 from durably.core.history import Event, EventKind
-from durably.runtime.context import step_key
 from durably.stores import Checkpoint, Store
 from durably.testing import FakeClock
+from durably.workflow.context import step_key
 
 from .conftest import DEAD_LEASE, dead_worker, kinds, started_key, step_events
 

@@ -17,7 +17,7 @@ from durably.core.history import EventKind
 from durably.core.payloads import Restarted, RunStarted, read_payload
 from durably.errors import DurablyError, RunConflict, RunNotFound
 from durably.testing import FakeClock
-from durably.timeline import describe_run
+from durably.views.timeline import describe_run
 
 from .conftest import started_key
 

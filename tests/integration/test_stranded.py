@@ -13,9 +13,9 @@ import pytest
 import durably
 from durably import DurablyError, RunStatus, operations
 from durably.core.history import EventKind
-from durably.stores.base import WorkerBeat
+from durably.stores.protocol import WorkerBeat
 from durably.testing import FakeClock
-from durably.timeline import describe_run
+from durably.views.timeline import describe_run
 
 from .conftest import DEAD_LEASE, dead_worker
 from .test_cli import durably_cli

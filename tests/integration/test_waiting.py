@@ -20,7 +20,7 @@ import pytest
 import durably
 from durably import RunStatus
 from durably.stores import Store
-from durably.stores.wakeups import LocalWakeups
+from durably.stores.sqlite.wakeups import LocalWakeups
 from durably.testing import FakeClock
 
 from .processes import start_worker, wait_for_step_start

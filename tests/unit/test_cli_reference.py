@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from durably.cli import cli, main
-from durably.cli.reference import BEGIN, END, PAGE, Block, blocks, problems, rewrite
-from durably.cli.reference import main as reference_main
 from durably.stores import open_store
+from tools.docs.cli import BEGIN, END, PAGE, Block, blocks, problems, rewrite
+from tools.docs.cli import main as reference_main
 
 PAGE_TEXT = PAGE.read_text(encoding="utf-8")
 

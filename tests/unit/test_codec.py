@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import pydantic
 import pytest
 
-from durably.codec import NO_HINT, decode, decode_call, encode, encode_call, return_hint
+from durably.codec.encoding import NO_HINT, decode, decode_call, encode, encode_call, return_hint
 from durably.errors import PayloadError
 
 
@@ -437,7 +437,7 @@ def test_plain_json_is_not_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_read(text: str, hint: Any) -> Any:
         raise AssertionError("the fast path decoded")
 
-    monkeypatch.setattr("durably.codec._read", no_read)
+    monkeypatch.setattr("durably.codec.encoding._read", no_read)
     assert encode({"a": [1, 2.5, None, True, "x"]}, what="v") == '{"a":[1,2.5,null,true,"x"]}'
     assert encode(3, int, what="v") == "3"
     with pytest.raises(PayloadError, match="the fast path decoded"):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durably.codec import NO_HINT, decode_given, decode_given_call, encode_call
+from durably.codec.encoding import NO_HINT, decode_given, decode_given_call, encode_call
 from durably.errors import PayloadError
 
 

@@ -13,7 +13,8 @@ import pytest
 from durably.app import App
 from durably.web.access import Reader, Writer
 from durably.web.auth import Tokens
-from durably.web.reference import (
+from durably.web.server import create_app
+from tools.docs.http_api import (
     BEGIN,
     END,
     PAGE,
@@ -23,7 +24,6 @@ from durably.web.reference import (
     published,
     rewrite,
 )
-from durably.web.server import create_app
 
 PAGE_TEXT = PAGE.read_text(encoding="utf-8")
 

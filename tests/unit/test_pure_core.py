@@ -1,6 +1,6 @@
 """The pure core imports no I/O: no database driver, no event loop, no threads, no clock.
 
-The core is `durably/core/` and the other pure logic: the retry math (`durably/retry.py`)
+The core is `durably/core/` and the other pure logic: the retry math (`durably/core/retry.py`)
 and the breaker and limit arithmetic (`durably/resilience/gates.py`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import durably.core
 CORE = Path(durably.core.__file__).parent
 CORE_MODULES = sorted(
     [f"durably.core.{path.stem}" for path in CORE.glob("*.py") if path.stem != "__init__"]
-    + ["durably.retry", "durably.resilience.gates"]
+    + ["durably.core.retry", "durably.resilience.gates"]
 )
 FORBIDDEN = ("sqlite3", "psycopg", "asyncio", "threading", "time", "durably.stores")
 
@@ -42,7 +42,7 @@ def test_there_is_a_core_to_check() -> None:
         "durably.core.payloads",
         "durably.core.replay",
         "durably.core.status",
-        "durably.retry",
+        "durably.core.retry",
         "durably.resilience.gates",
     } <= set(CORE_MODULES)
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from durably.core.retry import Classification, GiveUp, Retry, RetryAt, classify, decide
 from durably.errors import PayloadError, Terminal, Throttled
-from durably.retry import Classification, GiveUp, Retry, RetryAt, classify, decide
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from durably.client.starts import Created, Starter
 from durably.core.status import RunStatus
-from durably.starting import Created, Starter
 from durably.stores import NewRun, RunRecord
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from durably.core.history import Event, EventKind
-from durably.timeline import timeline
+from durably.views.timeline import timeline
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 WAIT = '{"waiting": "rate limit", "dependency": "dhl", "until": "2026-01-01T00:00:30+00:00"}'

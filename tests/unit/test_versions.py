@@ -7,8 +7,8 @@ import textwrap
 from typing import Any
 
 import durably
-from durably.definitions import Step, Workflow
-from durably.versions import code_version
+from durably.workflow.definitions import Step, Workflow
+from durably.workflow.versions import code_version
 
 
 def _named(thing: object) -> str | None:

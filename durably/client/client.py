@@ -1,0 +1,585 @@
+"""One client for every caller: App, the CLI and the HTTP API start runs, read them and act on
+them through it, so that validation, wake-ups and the audit trail happen in one place.
+
+A client is a store plus what it needs to know of the app: its workflows and steps (whose
+type hints check inputs and a skipped step's result) and its clock. Without the app it can
+still read runs and act on them; only starting a run needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol
+
+from durably.client import approvals, control, dead_letters, exports, pages, restarts
+from durably.client.approvals import PendingApproval
+from durably.client.control import Steered
+from durably.client.correlation import correlation_of, trace_parent
+from durably.client.dead_letters import DeadLetter
+from durably.client.ids import new_run_id
+from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
+from durably.client.pages import RunPage
+from durably.client.starts import Start, Started, Starter, check_same_start
+from durably.clock import Clock, SystemClock
+from durably.codec.encoding import (
+    NO_HINT,
+    decode,
+    decode_given,
+    decode_given_call,
+    encode,
+    encode_call,
+)
+from durably.core.approvals import ESCALATION
+from durably.core.control import CONTROL_KINDS
+from durably.core.durations import Duration
+from durably.core.history import Event
+from durably.core.payloads import Decision, RunStarted, encode_payload
+from durably.core.priority import DEFAULT_PRIORITY, check_priority
+from durably.core.status import RunStatus
+from durably.errors import (
+    ConfigError,
+    DurablyError,
+    RunConflict,
+    RunNotFound,
+    UnknownWorkflow,
+    WorkflowFailed,
+)
+from durably.runtime.waits import SIGNAL_KIND, check_signal_name
+from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
+from durably.stores.protocol import WorkerBeat
+from durably.workflow.definitions import Step, Workflow
+
+__all__ = ["Client", "Definitions", "Delivered", "Released"]
+
+_SKIPPED = "the result given for the skipped step"
+
+
+class Definitions(Protocol):
+    """What the client needs of an app (an App has both): its workflows and steps."""
+
+    def workflow_named(self, name: str) -> Workflow: ...
+
+    def step_named(self, name: str) -> Step | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What `Client.release` did: the dead worker named and how many leases of its ended."""
+
+    worker: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A message in a run's inbox: its id there, and False if a message with the same
+    dedupe_key was there already (this one was not stored again)."""
+
+    message_id: int
+    stored: bool
+
+
+class Client:
+    """Start runs, read them, and act on parked ones, on one store.
+
+    `store` is a Store, or a call that returns one (App's: it opens the store on first use
+    and reopens it after close). `registry` knows the app's workflows and steps; `clock`
+    stamps what the client writes (default: the system's)."""
+
+    def __init__(
+        self,
+        store: Store | Callable[[], Store],
+        *,
+        registry: Definitions | None = None,
+        clock: Clock | None = None,
+        max_payload: int | None = None,
+    ) -> None:
+        self._store = store
+        self.max_payload = max_payload  # bytes an input or a message may take as JSON
+        self.registry = registry
+        self.clock: Clock = clock or SystemClock()
+        self._listeners: list[Callable[[], None]] = []
+        self._listeners_lock = threading.Lock()
+        # Concurrent starts share a commit; a lone one goes straight to create_run.
+        self._starter = Starter(
+            lambda runs: self.store.create_runs(runs, now=self.clock.now()),
+            lambda run: self.store.create_run(run, now=self.clock.now()),
+        )
+        self._finishes = Finishes(lambda: self.store)  # listens from the first wait on
+
+    @property
+    def store(self) -> Store:
+        return self._store() if callable(self._store) else self._store
+
+    # -- starting -----------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Workflow | str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        id: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+    ) -> Started:
+        """Start a run (with a random id if none is given), or find the run with this `id`.
+
+        The arguments are checked against the workflow's parameters: PayloadError if they do
+        not fit or would not read back unchanged. RunConflict if the id is taken by a run of
+        another workflow or with another input. `priority`: 0 to 1,000 (default: the
+        workflow's, else 0); a start that finds its run keeps the run's priority.
+        `correlation_id`: recorded with the run (and its children), shown everywhere and
+        searched by; default: the caller's OpenTelemetry trace id, if it has one."""
+        new = self._new_run(Start(workflow, args, kwargs, id, priority, correlation_id))
+        return self._create(new)
+
+    def start_many(self, starts: Sequence[Start]) -> list[Started]:
+        """`start` for each, in one transaction; the answers in order.
+
+        Every input is checked before anything is written (PayloadError: nothing started).
+        RunConflict if an id is taken by a run of another workflow or with another input:
+        the other runs of the batch are started all the same (starting them again is safe)."""
+        new = [self._new_run(item) for item in starts]
+        outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
+        if any(created for _, created in outcomes):
+            self._notify()
+        conflicts: list[RunConflict] = []
+        for run, (record, created) in zip(new, outcomes, strict=True):
+            if not created:
+                try:
+                    check_same_start(record, run.workflow, run.input)
+                except RunConflict as conflict:
+                    conflicts.append(conflict)
+        if conflicts:
+            raise conflicts[0]
+        return [Started(record, created) for record, created in outcomes]
+
+    async def start_async(
+        self,
+        workflow: Workflow | str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        id: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+    ) -> Started:
+        """`start` from an event loop: the store call runs in a thread (in the caller's
+        context, so its trace id is the default correlation id there too)."""
+        start = partial(self.start, id=id, priority=priority, correlation_id=correlation_id)
+        return await asyncio.to_thread(start, workflow, args, kwargs)
+
+    async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
+        """`start_many` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(self.start_many, starts)
+
+    def start_json(
+        self,
+        workflow: str,
+        input: str,
+        *,
+        id: str | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+    ) -> Started:
+        """`start` with the input as JSON a person wrote: a list (the arguments by position)
+        or an object (by name), each read strictly through its parameter's type hint (an
+        object for a dataclass, a string for a datetime; "5" is no int)."""
+        definition = self._workflow(workflow)
+        what = f"workflow {definition.name!r}"
+        args, kwargs = decode_given_call(input, definition.fn, what=what)
+        start = Start(definition, args, kwargs, id, priority, correlation_id)
+        return self._create(self._new_run(start))
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run's current state; RunNotFound if no run has this id."""
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        return record
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        patch: str | None = None,
+        correlation_id: str | None = None,
+    ) -> RunPage:
+        """A page of runs, most recently updated first (ties by id); `cursor` is the previous
+        page's next_cursor. A run that stays put is listed exactly once; one updated between
+        two pages moves to the front, ahead of the cursor: later pages do not show it (again).
+        `patch`: only the runs still on the old side of that patch (not ended): those that
+        keep it from being retired. `correlation_id`: only the runs started with it."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
+        wanted = None if status is None else pages.status_of(status)
+        after = None if cursor is None else pages.after(cursor)
+        # One more than asked: whether there is a next page, without a last empty one.
+        found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after,
+                                patch=patch, correlation_id=correlation_id)  # fmt: skip
+        page = found[:limit]
+        return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)
+
+    def wait(
+        self, run_id: str, *, timeout: Duration | None = None, poll: Duration = DEFAULT_POLL
+    ) -> RunRecord:
+        """The run's record once it has ended (completed, failed, timed out, cancelled).
+
+        Woken by the store when the run ends (durably.client.outcomes), and reads it again every
+        `poll` in case that word is lost. A store outage is waited out; TimeoutError at
+        `timeout` names the status last seen, or the last store error."""
+        return wait_for_end(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    async def wait_async(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (wait()'s own, on the loop too)
+        poll: Duration = DEFAULT_POLL,
+    ) -> RunRecord:
+        """`wait` from an event loop: reads run in a thread, the wait is on the loop."""
+        return await wait_for_end_async(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    def close(self) -> None:
+        """Stop listening for runs that end (until the next `wait`); the store is not
+        closed: it is the caller's."""
+        self._finishes.close()
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """The run and its whole history as JSON-ready data (`durably runs export`), for a
+        replay test (durably.testing.replay); RunNotFound if no run has this id."""
+        run = self.get(run_id)
+        return exports.export_run(run, self.store.history(run_id))
+
+    def workers(self) -> list[WorkerBeat]:
+        """The workers that said lately they are alive (and the dead ones not yet dropped),
+        with the versions of each workflow they run."""
+        return self.store.workers()
+
+    def history(self, run_id: str) -> list[Event]:
+        """The run's events in order; RunNotFound if no run has this id."""
+        self.get(run_id)
+        return self.store.history(run_id)
+
+    def outcome(self, record: RunRecord) -> Any:
+        """The result of a completed run, read through its workflow's return type hint;
+        WorkflowFailed for a run that ended otherwise."""
+        if record.status is RunStatus.COMPLETED:
+            assert record.result is not None
+            what = f"the result of run {record.id!r}"
+            return decode(record.result, self._return_hint(record.workflow), what=what)
+        error = record.error
+        raise WorkflowFailed(
+            record.id,
+            record.status,
+            error.error_class if error else "unknown",
+            error.message if error else "",
+        )
+
+    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
+        return dead_letters.dead_letters(self.store, limit=limit)
+
+    # -- a person's actions on parked runs ----------------------------------------------
+    # Each is recorded in the run's history with who did it (`by`), and wakes local workers.
+
+    def retry(self, run_id: str, *, by: str, from_step: int | None = None) -> None:
+        """Fresh attempts for a parked run, with the same idempotency keys (or every step
+        from `from_step`, none of which may have completed)."""
+        dead_letters.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
+        self._notify()
+
+    def skip_step(self, run_id: str, *, by: str, result: Any = None) -> None:
+        """Record `result` for the failed step (or answer an escalation); the run goes on.
+        It is checked against the step's return type hint like the step's own result."""
+        hint = self._skipped_hint(run_id)
+        self._skip(run_id, encode(result, hint, what=_SKIPPED), by)
+
+    def skip_step_json(self, run_id: str, result: str, *, by: str) -> None:
+        """`skip_step` with the result as JSON a person wrote. With the app's registry it is
+        read strictly through the step's return type hint (PayloadError if it does not fit);
+        without one, it is recorded as given (it must be JSON)."""
+        if self.registry is None:
+            self._skip(run_id, result, by)
+            return
+        hint = self._skipped_hint(run_id)
+        value = decode_given(result, hint, what=_SKIPPED)
+        self._skip(run_id, encode(value, hint, what=_SKIPPED), by)
+
+    def fail(self, run_id: str, *, by: str, reason: str = "failed by a person") -> None:
+        """Give up on a parked run: its completed steps are compensated, then it fails."""
+        dead_letters.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+
+    def release(self, run_id: str) -> Released:
+        """The run's worker is dead: end the leases it holds, this run's and its others', so
+        that the next worker to poll takes them over now."""
+        worker, count = dead_letters.release(self.store, run_id, now=self.clock.now())
+        self._notify()
+        return Released(worker, count)
+
+    # -- steering a run: cancel, pause, resume --------------------------------------------
+
+    def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+        """Cancel the run, wherever it is (running, waiting, paused, parked): its async step
+        in flight is cancelled, its completed steps are compensated in reverse order, and it
+        ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
+        that has finished otherwise."""
+        steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+        return steered
+
+    def pause(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+        """Pause a pending or running run: it starts no new step or undo (one in flight
+        finishes and is recorded), and timers that come due wait, until it is resumed."""
+        steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        self._notify()
+        return steered
+
+    def resume(self, run_id: str, *, by: str) -> Steered:
+        """Resume a paused run from where it stopped."""
+        steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
+        self._notify()
+        return steered
+
+    def restart(
+        self, run_id: str, *, from_step: int | str, by: str, id: str | None = None
+    ) -> RunRecord:
+        """Restart an ended run from a step (its position, or the name of its first call):
+        a new run (`id`, default `<run>.restart-<n>`) that reuses the recorded outcomes
+        before that step and runs for real from there, with fresh idempotency keys. Both
+        histories link to each other."""
+        run = restarts.restart(
+            self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
+        )
+        self._notify()
+        return run
+
+    # -- approvals (durably.approval) and escalations -----------------------------------
+
+    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
+        """Approvals and escalations waiting for a person, oldest request first."""
+        return approvals.pending_approvals(self.store, limit=limit)
+
+    def decide(
+        self, run_id: str, name: str, *, approved: bool, by: str, comment: str | None = None
+    ) -> Decision:
+        """Approve or reject the pending approval `name` of a run, as an operator (no token).
+        An escalation (`name` "durably.escalate") is answered True or False."""
+        if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
+            approvals.check_escalation(self.store, run_id)
+            self._skip(run_id, json.dumps(approved), by)
+            return Decision(approved, by, self.clock.now(), comment)
+        decision = approvals.decide(
+            self.store,
+            run_id,
+            name,
+            approved=approved,
+            by=by,
+            now=self.clock.now(),
+            comment=comment,
+        )
+        self._notify()
+        return decision
+
+    def decide_with_token(
+        self, token: str, *, approved: bool, by: str, comment: str | None = None
+    ) -> Decision:
+        """Approve or reject the approval `token` was made for: once, whoever holds it."""
+        decision = approvals.decide_with_token(
+            self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
+        )
+        self._notify()
+        return decision
+
+    # -- commands from outside a run ----------------------------------------------------
+
+    def send(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        by: str,
+        name: str | None = None,
+        data: Any = None,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Put a message in the run's inbox: its lease holder folds it into the history
+        (a `message_received` event) exactly once. A waiting run is woken to do so; a running
+        one folds it once it hands itself back to wait (due at once then) or at its next
+        claim; a parked one keeps it until a person acts.
+
+        `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
+        message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
+        id; DurablyError if the run has ended."""
+        if kind in CONTROL_KINDS:
+            raise DurablyError(
+                f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
+                "that the run's state is checked and the command reaches it wherever it is"
+            )
+        what = f"the data of the {kind!r} message"
+        encoded = None if data is None else encode(data, what=what, limit=self.max_payload)
+        # Always a key: a send tried again after its answer was lost is then found, not doubled.
+        key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
+        message = Message(run_id, kind, by, name, encoded, key)
+        sent = self.store.send(message, now=self.clock.now())
+        if sent.outcome is SentOutcome.NO_RUN:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        if sent.outcome is SentOutcome.ENDED:
+            what = f"the {kind} {name!r}" if name else f"the {kind!r} message"
+            raise DurablyError(
+                f"run {run_id!r} has finished ({sent.status}), so {what} cannot reach it: "
+                "a message reaches only a run that has not ended"
+            )
+        assert sent.message_id is not None
+        if sent.outcome is SentOutcome.STORED:
+            self._notify()  # a local worker may claim the woken run at once
+        return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
+
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """Send the signal `name` to the run: its oldest durably.wait_for_signal(name) that
+        has none yet takes it (woken if it waits), or the next one it makes; signals of one
+        name queue up in the order they were sent. `payload` must be JSON (PayloadError
+        otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
+        run; DurablyError, naming its status, for a run that has finished."""
+        check_signal_name(name)
+        return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
+
+    def signal_json(self, run_id: str, name: str, payload: str, *, by: str) -> Delivered:
+        """`signal` with the payload as JSON text a person wrote (`durably signal`)."""
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            raise DurablyError(f"the signal's --data is not JSON: {exc}") from None
+        return self.signal(run_id, name, value, by=by)
+
+    async def signal_async(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        by: str,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """`signal` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(
+            self.signal, run_id, name, payload, by=by, dedupe_key=dedupe_key
+        )
+
+    async def send_async(
+        self,
+        run_id: str,
+        kind: str,
+        *,
+        by: str,
+        name: str | None = None,
+        data: Any = None,
+        dedupe_key: str | None = None,
+    ) -> Delivered:
+        """`send` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(
+            self.send, run_id, kind, by=by, name=name, data=data, dedupe_key=dedupe_key
+        )
+
+    # -- local workers ------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener` after every run this client starts and every action it takes (so
+        a worker in this process wakes at once); returns the unsubscribe call. A start that
+        finds its run already there makes nothing new due, and calls nobody."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._listeners_lock:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _workflow(self, workflow: Workflow | str) -> Workflow:
+        if self.registry is None:
+            raise ConfigError(
+                "starting a run needs the app that defines its workflow, to check the input "
+                "against its parameters: give the client the app's registry (the CLI: "
+                "--app module:attribute)"
+            )
+        return self.registry.workflow_named(
+            workflow if isinstance(workflow, str) else workflow.name
+        )
+
+    def _new_run(self, item: Start) -> NewRun:
+        """The run to create: the input checked and encoded for its workflow, its priority."""
+        definition = self._workflow(item.workflow)
+        what = f"workflow {definition.name!r}"
+        args, kwargs, limit = item.args, item.kwargs or {}, self.max_payload
+        payload = encode_call(args, kwargs, definition.fn, what=what, limit=limit)
+        priority = item.priority if item.priority is not None else definition.priority
+        priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
+        correlation, trace = correlation_of(item.correlation_id), trace_parent()
+        started = RunStarted(correlation_id=correlation, trace_parent=trace)
+        data = None if started == RunStarted() else encode_payload(started)
+        return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority,
+                      version=definition.version, correlation_id=correlation,
+                      started=data)  # fmt: skip
+
+    def _create(self, new: NewRun) -> Started:
+        record, created = self._starter.create(new)
+        if not created:
+            check_same_start(record, new.workflow, new.input)
+        else:
+            self._notify()
+        return Started(record, created)
+
+    def _skip(self, run_id: str, result_json: str, by: str) -> None:
+        dead_letters.skip_step(
+            self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
+        )
+        self._notify()
+
+    def _skipped_hint(self, run_id: str) -> Any:
+        """The return type hint of the step a parked run failed at (none if the app does
+        not define it, or the client knows no app)."""
+        name = dead_letters.failed_step(self.store, run_id)
+        step = None if name is None or self.registry is None else self.registry.step_named(name)
+        return NO_HINT if step is None else step.return_hint
+
+    def _return_hint(self, workflow: str) -> Any:
+        if self.registry is None:
+            return NO_HINT
+        try:
+            return self.registry.workflow_named(workflow).return_hint
+        except UnknownWorkflow:  # another app's run, or a workflow since removed
+            return NO_HINT

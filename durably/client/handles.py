@@ -1,0 +1,58 @@
+"""A handle on one run, as `App.start` returns it: its status and, once it ends, its result."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from durably.client.client import Client
+from durably.client.outcomes import DEFAULT_POLL
+from durably.core.durations import Duration
+from durably.core.status import RunStatus
+
+__all__ = ["Owner", "RunHandle"]
+
+
+class Owner(Protocol):
+    """What a handle needs of the app that made it: its client."""
+
+    client: Client
+
+
+class RunHandle:
+    """A run, seen from outside: its status and, once it ends, its result."""
+
+    def __init__(self, app: Owner, run_id: str) -> None:
+        self.app = app
+        self.id = run_id
+
+    def status(self) -> RunStatus:
+        return self.app.client.get(self.id).status
+
+    async def status_async(self) -> RunStatus:
+        """`status` from an event loop: the store call runs in a thread."""
+        return (await asyncio.to_thread(self.app.client.get, self.id)).status
+
+    def result(self, timeout: Duration | None = None, *, poll: Duration = DEFAULT_POLL) -> Any:
+        """Wait for the run to end and return its result; raise WorkflowFailed if it failed.
+
+        The store says when the run ends (LISTEN/NOTIFY on PostgreSQL, a local socket on
+        SQLite); the run is also read again every `poll` in case that word is lost. A store
+        outage is waited out like a run still in progress: with a timeout, the TimeoutError
+        names the last store error; with none, it keeps waiting."""
+        record = self.app.client.wait(self.id, timeout=timeout, poll=poll)
+        return self.app.client.outcome(record)
+
+    async def result_async(
+        self,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (result()'s own, on the loop too)
+        *,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """`result` from an event loop, without blocking it: the store calls run in a
+        thread, and the wait for the run's end is on the loop."""
+        record = await self.app.client.wait_async(self.id, timeout=timeout, poll=poll)
+        return self.app.client.outcome(record)
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.id!r}>"

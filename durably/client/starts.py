@@ -1,0 +1,130 @@
+"""Starts that share a commit: threads calling `start` at once create their runs in one
+transaction, the way a worker's checkpoints share one (runtime/committer.py).
+
+Leader and followers, without a thread of its own: a caller that finds nobody committing
+commits what is queued, its own run first; callers that come meanwhile queue and wait, and
+when the commit is done the first of them leads the next one. A lone caller commits at once
+on its own thread, so it pays no hand-off.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from durably.errors import RunConflict
+from durably.stores import NewRun, RunRecord
+from durably.workflow.definitions import Workflow
+
+__all__ = ["Start", "Started", "Starter", "check_same_start"]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """One run of a batch for `start_many`: what `start` takes."""
+
+    workflow: Workflow | str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    id: str | None = None
+    priority: int | None = None  # None: the workflow's
+    correlation_id: str | None = None  # None: the caller's trace id, if it has one
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    run: RunRecord
+    created: bool  # False: a run with this id existed already, same workflow and input
+
+
+Created = tuple[RunRecord, bool]
+
+
+class _Queued:
+    __slots__ = ("done", "error", "leads", "outcome", "run")
+
+    def __init__(self, run: NewRun) -> None:
+        self.run = run
+        # Set when `outcome` or `error` is in, or it leads; a leader needs none (it costs a
+        # few microseconds, which a lone caller would pay on every start).
+        self.done: threading.Event | None = None
+        self.leads = False
+        self.outcome: Created | None = None
+        self.error: BaseException | None = None
+
+
+class Starter:
+    """`create(run)`: alone, through `create_one` (the store's `create_run`); with others
+    queued, through `create_runs` (the store's, one transaction for the batch)."""
+
+    def __init__(
+        self,
+        create_runs: Callable[[Sequence[NewRun]], list[Created]],
+        create_one: Callable[[NewRun], Created],
+    ) -> None:
+        self._create_runs = create_runs
+        self._create_one = create_one
+        self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+        self._leading = False
+
+    def create(self, run: NewRun) -> Created:
+        """Create the run (or find it, as `Store.create_run`), maybe in a shared commit."""
+        mine = _Queued(run)
+        with self._lock:
+            self._queue.append(mine)
+            leads = not self._leading
+            self._leading = True
+            if not leads:
+                mine.done = threading.Event()
+        if mine.done is not None:
+            mine.done.wait()
+            leads = mine.leads
+        if leads:
+            self._lead()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.outcome is not None
+        return mine.outcome
+
+    def _lead(self) -> None:
+        with self._lock:
+            batch, self._queue = self._queue, []
+        try:
+            if len(batch) == 1:  # the usual case: the store's one-run call, as without us
+                outcomes = [self._create_one(batch[0].run)]
+            else:
+                outcomes = self._create_runs([queued.run for queued in batch])
+        except BaseException as exc:  # the commit failed for everyone in it
+            for queued in batch:
+                queued.error = exc
+        else:
+            for queued, outcome in zip(batch, outcomes, strict=True):
+                queued.outcome = outcome
+        finally:
+            with self._lock:
+                if self._queue:  # came while we committed: the first of them leads next
+                    self._queue[0].leads = True
+                    assert self._queue[0].done is not None
+                    self._queue[0].done.set()
+                else:
+                    self._leading = False
+            for queued in batch:
+                if queued.done is not None:
+                    queued.done.set()
+
+
+def check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
+    """A start that found its id taken: RunConflict unless it is the same start again."""
+    same_input = record.input == payload or json.loads(record.input) == json.loads(payload)
+    if record.workflow != workflow or not same_input:
+        what = "workflow" if record.workflow != workflow else "input"
+        raise RunConflict(
+            f"a run with id {record.id!r} already exists with a different {what} "
+            f"(workflow {record.workflow!r}, input {record.input}); starting it again with "
+            f"workflow {workflow!r} and input {payload} would create a second run. Use another "
+            "id, or app.handle(id) to follow the existing run."
+        )

@@ -1,0 +1,83 @@
+"""PostgreSQL wake-ups: LISTEN on a connection and a thread of its own, for the channels on
+which commits NOTIFY (runs due now; runs that ended)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+
+import psycopg
+
+from durably.errors import StoreUnavailable
+from durably.stores.postgres.connections import redact
+
+__all__ = ["Listener"]
+
+log = logging.getLogger("durably.store")
+
+
+class Listener:
+    """LISTEN on a channel on a connection of its own, in a thread of its own; `wake` gets
+    each notification's payload, and None after the connection was lost and is back.
+
+    If the connection drops, it reconnects with backoff; meanwhile (and for any NOTIFY that
+    is missed) the worker's poll finds due runs, and a waiting handle's poll its run's end.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        shown_url: str,
+        channel: str,
+        wake: Callable[[str | None], None],
+        poke: Callable[[], None],
+    ) -> None:
+        self._url, self._shown_url, self._wake, self._poke = url, shown_url, wake, poke
+        self._channel = channel
+        self._name = f"{channel} pid {os.getpid()}"
+        self._stopping = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="durably-listen", daemon=True)
+        self._thread.start()
+        # Return once LISTEN is in effect, so that whatever the caller looks at next, nothing
+        # started afterwards goes unheard (unless the server is slow to answer: then polling).
+        self._listening.wait(timeout=5)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with suppress(StoreUnavailable, psycopg.Error):
+            self._poke()  # out of its wait now, not at its timeout
+        self._thread.join(timeout=5)
+
+    def _listen(self) -> None:
+        pause, interrupted = 0.1, False
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(
+                    self._url,
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name=self._name,  # which process listens, in pg_stat_activity
+                ) as db:
+                    db.execute(f"LISTEN {self._channel}")
+                    self._listening.set()
+                    pause = 0.1
+                    if interrupted:  # anything that happened while not listening
+                        self._wake(None)
+                        interrupted = False
+                    while not self._stopping.is_set():
+                        for notice in db.notifies(timeout=0.5, stop_after=1):
+                            if not self._stopping.is_set():
+                                self._wake(notice.payload)
+            except psycopg.Error as exc:
+                log.warning(
+                    "wake-ups from %s interrupted (%s); polling until they are back",
+                    self._shown_url,
+                    redact(str(exc).strip()),
+                )
+                interrupted = True
+                self._stopping.wait(pause)
+                pause = min(pause * 2, 5.0)

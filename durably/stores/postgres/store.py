@@ -1,0 +1,578 @@
+"""The PostgreSQL store: many workers on many machines share one database.
+
+Claims lock candidate rows with FOR UPDATE SKIP LOCKED, so concurrent workers never wait
+for each other's picks. A batch of checkpoints, like starting a run, is one statement: one
+round trip and one transaction. Workers hear of new runs by LISTEN/NOTIFY. A connection that
+died with the server is replaced, and the call tried again on a fresh one (pg_connections);
+commits are idempotent, and a claim whose answer was lost is found again by re-reading.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from durably.core.history import Event, EventKind
+from durably.core.status import RunStatus
+from durably.errors import ConfigError, StoreUnavailable
+from durably.stores.postgres import claims
+from durably.stores.postgres.commit import WAKE_CHANNEL, Batch
+from durably.stores.postgres.connections import Connections, redact
+from durably.stores.postgres.listen import Listener
+from durably.stores.protocol import (
+    Checkpoint,
+    Claim,
+    Delivery,
+    Ended,
+    Lease,
+    Message,
+    NewRun,
+    RunRecord,
+    RunStats,
+    Sent,
+    SentOutcome,
+    Serves,
+    WorkerBeat,
+)
+from durably.stores.sql import (
+    effects,
+    forking,
+    inbox,
+    pruning,
+    reads,
+    transactions,
+    waking,
+    workers,
+)
+from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
+from durably.stores.sql.schema import check_schema, migrate
+from durably.stores.sql.stats import activity, run_stats
+
+__all__ = ["PostgresStore", "redact"]
+
+T = TypeVar("T")
+log = logging.getLogger("durably.store")
+
+_SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
+
+_INSERT_EVENT = (
+    "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_CREATE = """
+WITH created AS (
+    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
+        event_count, priority, version, correlation_id)
+    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s,
+        %(version)s, %(correlation_id)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+), started AS (
+    INSERT INTO durably_events (run_id, seq, kind, at, data)
+    SELECT id, 1, %(kind)s, %(at)s, %(started)s FROM created
+), woken AS (
+    SELECT pg_notify('durably_due', %(workflow)s) FROM created
+)
+SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
+"""
+_CREATE_MANY = """
+WITH v AS (
+    SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
+        %(priority)s::int[], %(version)s::text[], %(correlation_id)s::text[],
+        %(started)s::text[])
+        WITH ORDINALITY AS v(id, workflow, input, priority, version, correlation_id, started, n)
+), created AS (
+    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
+        event_count, priority, version, correlation_id)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority, version,
+        correlation_id
+    FROM v ORDER BY n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, workflow
+), started AS (
+    INSERT INTO durably_events (run_id, seq, kind, at, data)
+    SELECT DISTINCT ON (v.id) v.id, 1, %(kind)s, %(at)s, v.started
+    FROM created JOIN v ON v.id = created.id ORDER BY v.id, v.n  -- an id given twice: its first
+), woken AS (
+    SELECT pg_notify('durably_due', workflow) FROM (SELECT DISTINCT workflow FROM created) AS w
+)
+SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
+"""
+# A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
+# NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
+_WAKE_CHANNEL = WAKE_CHANNEL
+_DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
+_DEADLOCK_TRIES = 5
+_MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
+
+
+class PostgresStore:
+    """A PostgreSQL database reached through a psycopg connection pool.
+
+    `create=False` opens only a durably store that exists: its tables are not created, nor
+    migrated."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 4,
+        connect_timeout: timedelta = timedelta(seconds=10),
+        synchronous_commit: str | None = None,
+        create: bool = True,
+    ) -> None:
+        url, from_url = _without_option(url, "synchronous_commit")
+        synchronous_commit = synchronous_commit or from_url
+        if synchronous_commit is not None and synchronous_commit not in _SYNCHRONOUS_COMMIT:
+            raise ConfigError(
+                f"synchronous_commit={synchronous_commit!r} is not a PostgreSQL setting: use one "
+                f"of {', '.join(_SYNCHRONOUS_COMMIT)} (on, the default, is the durable one)"
+            )
+        self.url = redact(url)
+        self.synchronous_commit = synchronous_commit
+        self._url = url
+        self._pool_size, self._connect_timeout = pool_size, connect_timeout
+        self._transaction_pool: Connections | None = None
+        self._transactions_lock = threading.Lock()
+        self._db = Connections(
+            url,
+            self.url,
+            size=pool_size,
+            connect_timeout=connect_timeout,
+            configure=self._configure,
+        )
+        try:
+            if not create:  # the CLI's commands: a wrong database is an error, not a new store
+                self._db.run(lambda db: check_schema(db, "postgres", self.url))
+            # an older store is brought up to date, so that this durably can read it
+            self._db.run(self._migrate, transaction=True)
+        except BaseException:
+            self._db.close()  # nobody else can: the caller gets no store to close
+            raise
+
+    def _configure(self, db: psycopg.Connection[Any]) -> None:
+        if self.synchronous_commit is not None:
+            db.execute(
+                sql.SQL("SET synchronous_commit = {}").format(sql.Literal(self.synchronous_commit))
+            )
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
+        at = ts(now)
+        params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
+        # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
+        # connection is found on the second try as an existing run: (run, False).
+        row = self._db.run(lambda db: db.execute(_CREATE, params).fetchone())
+        if row is not None and row[0] == 1:
+            return created_record(run, now), True
+        existing = self.get_run(run.id)
+        assert existing is not None
+        return existing, False
+
+    def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
+        if not runs:
+            return []
+        params = {
+            "id": [run.id for run in runs],
+            "workflow": [run.workflow for run in runs],
+            "input": [run.input for run in runs],
+            "priority": [run.priority for run in runs],
+            "version": [run.version for run in runs],
+            "correlation_id": [run.correlation_id for run in runs],
+            "started": [run.started for run in runs],
+            "at": ts(now),
+            "kind": str(EventKind.RUN_STARTED),
+        }
+        # Safe to repeat, like create_run: a second try finds the first's runs as existing.
+        made = self._db.run(lambda db: {row[0] for row in db.execute(_CREATE_MANY, params)})
+        others = list(dict.fromkeys(run.id for run in runs if run.id not in made))
+        existing: dict[str, RunRecord] = {}
+        if others:  # read after the insert: a run another transaction created is visible now
+            existing = self._db.run(lambda db: _runs_by_id(db, others))
+        outcomes: list[tuple[RunRecord, bool]] = []
+        for run in runs:
+            if run.id in made:
+                made.discard(run.id)  # its first occurrence created it; a repeat found it
+                existing[run.id] = created_record(run, now)
+                outcomes.append((existing[run.id], True))
+            else:
+                outcomes.append((existing[run.id], False))
+        return outcomes
+
+    def claim(
+        self,
+        owner: str,
+        workflows: Serves,
+        *,
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+    ) -> list[Claim]:
+        if not workflows or limit <= 0:
+            return []
+        params = {
+            "now": ts(now),
+            "expires": ts(now + lease),
+            "workflows": list(workflows),
+            "pinned": workers.keys(workflows),
+            "separator": workers.SEPARATOR,
+            "limit": limit,
+            "owner": owner,
+        }
+        return claims.lease_once(
+            self._db, claims.PICK_DUE, "r.workflow = ANY(%(workflows)s)", params
+        )
+
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        params = {
+            "now": ts(now),
+            "expires": ts(now + lease),
+            "run_id": run_id,
+            "statuses": [str(status) for status in statuses],
+            "owner": owner,
+        }
+        taken = claims.lease_once(self._db, claims.PICK_ONE, "r.id = %(run_id)s", params)
+        return taken[0] if taken else None
+
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        def fork(db: psycopg.Connection[Any]) -> bool:
+            forked = forking.fork(
+                db, reads.POSTGRES, run, events, source=source, note=note, now=now
+            )
+            if forked:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return forked
+
+        # A fork whose answer was lost with its connection answers False on a second try (its
+        # id is taken): the caller reads the run to tell that from a real refusal.
+        return self._db.run(fork, transaction=True)
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        def insert(db: psycopg.Connection[Any]) -> bool:
+            created = effects.insert_run(db, reads.POSTGRES, run, events, now=now)
+            if created:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return created
+
+        return self._db.run(insert, transaction=True)
+
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        def send(db: psycopg.Connection[Any]) -> Sent:
+            sent = inbox.send(db, reads.POSTGRES, message, now=now)
+            if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return sent
+
+        # Safe to repeat with a dedupe_key (the client always gives one): a send whose answer
+        # was lost with its connection is found on the second try as a DUPLICATE.
+        return self._db.run(send, transaction=True)
+
+    def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
+        if not leases:
+            return set()
+        params = (
+            ts(now + lease),
+            [item.run_id for item in leases],
+            [item.epoch for item in leases],
+        )
+        rows = self._db.run(  # safe to repeat: the same expiry for the same epochs
+            lambda db: db.execute(
+                "UPDATE durably_runs AS r SET available_at = %s"
+                " FROM unnest(%s::text[], %s::bigint[]) AS v(id, epoch)"
+                " WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'"
+                " RETURNING r.id",
+                params,
+            ).fetchall()
+        )
+        return {row[0] for row in rows}
+
+    def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
+        ids = list(run_ids)
+        return self._db.run(lambda db: inbox.mail(db, reads.POSTGRES, ids))
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        if not checkpoints:
+            return []
+        batch = Batch(checkpoints, now)
+        first, many = batch.apply, batch.many
+        # safe to repeat: a checkpoint already applied is reported, not written again
+        again = functools.partial(batch.apply, again=True)
+
+        def commit_all() -> set[str]:
+            try:
+                return self._db.run(first, after_loss=again, transaction=many)
+            except psycopg.errors.UniqueViolation:  # a try whose answer was lost did commit
+                return self._db.run(again, transaction=many)
+
+        fenced_in = _despite_deadlocks(commit_all) if many else commit_all()
+        if len(fenced_in) < len({checkpoint.run_id for checkpoint in checkpoints}):
+            # Refused: a stale epoch, or (when this is a retry) a run an earlier try already
+            # moved on, to its end or a wait. Rare; ask again, telling the two apart.
+            fenced_in = self._db.run(again, transaction=many)
+        return [checkpoint.run_id in fenced_in for checkpoint in checkpoints]
+
+    def transact(
+        self,
+        lease: Lease,
+        work: Callable[[Any], Checkpoint],
+        *,
+        now: datetime,
+        committing: Callable[[], None] | None = None,
+    ) -> bool:
+        began = False
+
+        def transact(db: psycopg.Connection[Any]) -> bool:
+            nonlocal began
+            if not transactions.holds(db, reads.POSTGRES, lease):
+                return False
+            began = True
+            checkpoint = transactions.work_in(work, db, lambda: _left(db))
+            if lease.run_id not in Batch([checkpoint], now).apply(db):
+                raise transactions.Refused
+            if committing is not None:
+                committing()
+            return True
+
+        def after_loss(db: psycopg.Connection[Any]) -> bool:
+            if not began:  # a dead pooled connection, found out before any work: try again
+                return transact(db)
+            raise StoreUnavailable(
+                f"the connection to {self.url} was lost while a transactional step of run "
+                f"{lease.run_id!r} committed: whether it did is in the run's history"
+            )
+
+        try:
+            with transactions.user_errors():
+                return self._transactions().run(transact, transaction=True, after_loss=after_loss)
+        except transactions.Refused:
+            return False
+
+    def expire_leases(self, owner: str, *, now: datetime) -> int:
+        # Safe to repeat; only the count (which is for a log line) may read 0 the second time.
+        return self._db.run(
+            lambda db: (
+                db.execute(
+                    "UPDATE durably_runs SET available_at = %s"
+                    " WHERE lease_owner = %s AND status = 'running' AND available_at > %s",
+                    (ts(now), owner, ts(now)),
+                ).rowcount
+            )
+        )
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        poke = functools.partial(self._notify, _WAKE_CHANNEL)
+        return Listener(self._url, self.url, _WAKE_CHANNEL, lambda _: wake(), poke).stop
+
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        def heard(payload: str | None) -> None:
+            # one notification a batch: the ids of the runs it ended, a line each ("": a
+            # poke, or too many to name: any run may have ended)
+            for run_id in (payload or "").split("\n") if payload else [None]:
+                wake(run_id)
+
+        poke = functools.partial(self._notify, _DONE_CHANNEL)
+        return Listener(self._url, self.url, _DONE_CHANNEL, heard, poke).stop
+
+    def _notify(self, channel: str) -> None:
+        self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        # Run again on a lost connection. If it died before the transaction began, that is
+        # plainly safe. If it died during COMMIT, the first change may have been applied, and
+        # it is applied twice: at worst a rate-limit token is spent twice, or a concurrency
+        # slot is held until its hold ends. Conservative, never unsafe.
+        return self._update_state("durably_gates", name, change)
+
+    def gates(self) -> dict[str, str]:
+        return self._db.run(lambda db: reads.states(db, "durably_gates"))
+
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        # Twice, on a lost connection: a tick planned twice starts once (its run's id).
+        return self._update_state("durably_schedules", name, change)
+
+    def schedules(self) -> dict[str, str]:
+        return self._db.run(lambda db: reads.states(db, "durably_schedules"))
+
+    def _update_state(
+        self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
+    ) -> T:
+        def read_modify_write(db: psycopg.Connection[Any]) -> T:
+            db.execute(
+                f"INSERT INTO {table} (name, state) VALUES (%s, '') ON CONFLICT DO NOTHING",
+                (name,),
+            )
+            row = db.execute(
+                f"SELECT state FROM {table} WHERE name = %s FOR UPDATE",
+                (name,),
+            ).fetchone()
+            state, answer = change(row[0] if row and row[0] else None)
+            db.execute(f"UPDATE {table} SET state = %s WHERE name = %s", (state, name))
+            return answer
+
+        return self._db.run(read_modify_write, transaction=True)
+
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        if not run_ids:
+            return
+
+        def wake(db: psycopg.Connection[Any]) -> None:
+            if waking.wake(db, reads.POSTGRES, run_ids, now=now):
+                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+
+        self._db.run(wake, transaction=True)  # safe to repeat: a run due now stays due now
+
+    # -- reading (each safe to repeat on a fresh connection) ----------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        return self._db.run(lambda db: reads.get_run(db, reads.POSTGRES, run_id))
+
+    def history(self, run_id: str) -> list[Event]:
+        return self._db.run(
+            lambda db: reads.histories(db, reads.POSTGRES, [run_id]).get(run_id, [])
+        )
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
+        correlation_id: str | None = None,
+    ) -> list[RunRecord]:
+        return self._db.run(
+            lambda db: reads.runs(
+                db,
+                reads.POSTGRES,
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                after=after,
+                patch=patch,
+                correlation_id=correlation_id,
+            )
+        )
+
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        return self._db.run(lambda db: workers.unserved(db, reads.POSTGRES, serves, now=now))
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        return self._db.run(  # safe to repeat: a second try deletes what is left
+            lambda db: pruning.prune(db, reads.POSTGRES, before, limit=limit), transaction=True
+        )
+
+    def prunable(self, before: datetime) -> int:
+        return self._db.run(lambda db: pruning.prunable(db, reads.POSTGRES, before))
+
+    def stats(self, *, now: datetime) -> RunStats:
+        return self._db.run(lambda db: run_stats(db, reads.POSTGRES, now=now))
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        return self._db.run(lambda db: activity(db, reads.POSTGRES, since=since))
+
+    def beat(self, worker: WorkerBeat) -> None:
+        self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)
+
+    def forget_worker(self, name: str) -> None:
+        self._db.run(lambda db: workers.forget(db, reads.POSTGRES, name))
+
+    def workers(self) -> list[WorkerBeat]:
+        return self._db.run(workers.listed)
+
+    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
+        return self._db.run(lambda db: reads.unclaimable(db, reads.POSTGRES, known, now=now))
+
+    def close(self) -> None:
+        self._db.close()
+        with self._transactions_lock:
+            if self._transaction_pool is not None:
+                self._transaction_pool.close()
+                self._transaction_pool = None
+
+    def _transactions(self) -> Connections:
+        """The connections transactional steps run on: a pool of their own, made on first
+        use, so that bodies holding connections never keep the worker from committing."""
+        with self._transactions_lock:
+            if self._transaction_pool is None:
+                self._transaction_pool = Connections(
+                    self._url, self.url, size=self._pool_size,
+                    connect_timeout=self._connect_timeout, configure=self._configure,
+                )  # fmt: skip
+            return self._transaction_pool
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _migrate(self, db: psycopg.Connection[Any]) -> None:
+        """In one transaction, under a lock: safe to repeat, it reads the version first."""
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        migrate(db, "postgres", self.url)
+
+
+def _despite_deadlocks(work: Callable[[], T]) -> T:
+    """`work()`, tried again when PostgreSQL broke a deadlock by rolling it back: a parent
+    and its child that end at once each lock the other's row (a cancel one way, an end the
+    other), in commits of their own."""
+    for tries in itertools.count(1):
+        try:
+            return work()
+        except psycopg.errors.DeadlockDetected:
+            if tries >= _DEADLOCK_TRIES:
+                raise
+            time.sleep(random.uniform(0, 0.01 * tries))
+    raise AssertionError("unreachable")
+
+
+def _left(db: psycopg.Connection[Any]) -> str:
+    """How a transactional step's work left the transaction: "open", "aborted" or "ended"."""
+    status = db.info.transaction_status
+    if status == psycopg.pq.TransactionStatus.INTRANS:
+        return "open"
+    return "aborted" if status == psycopg.pq.TransactionStatus.INERROR else "ended"
+
+
+def _without_option(url: str, name: str) -> tuple[str, str | None]:
+    """The URL without the query option `name` (which libpq would refuse), and its value.
+
+    The other options are kept byte for byte: libpq decodes them itself."""
+    parts = urlsplit(url)
+    kept, value = [], None
+    for pair in parts.query.split("&") if parts.query else []:
+        key, _, raw = pair.partition("=")
+        if unquote(key) == name:
+            value = unquote(raw)
+        else:
+            kept.append(pair)
+    return urlunsplit(parts._replace(query="&".join(kept))), value
+
+
+def _runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, RunRecord]:
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ANY(%s)", (list(ids),)
+    ).fetchall()
+    return {record.id: record for record in map(run_of, rows)}

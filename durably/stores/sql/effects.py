@@ -1,0 +1,109 @@
+"""What a checkpoint does besides appending events and moving its run, in its own
+transaction, one implementation for both stores: it creates the child runs its parent started
+(`Checkpoint.starts`), sends the messages its run sends (`Checkpoint.messages`: a child's end
+to its parent, a parent's cancel to its children), and begins a new generation of a run that
+continues as new (`Checkpoint.input`). The stores call `apply` only for a checkpoint their
+commit fenced in, never for one a retried commit found applied already, so each is done
+once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from durably.core.children import CHILD, ChildEnded
+from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.status import RunStatus
+from durably.errors import ChildIdTaken
+from durably.stores.protocol import Checkpoint, Message, NewRun, SentOutcome
+from durably.stores.sql import inbox
+from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.rows import event_row, ts
+
+__all__ = ["apply", "insert_event", "insert_run"]
+
+_TAKEN = (
+    "the id {!r} is taken by another run, so no child was started; give durably.start_child "
+    "another id (or none: durably derives one from the parent's id)"
+)
+
+
+def apply(db: Connection, dialect: Dialect, checkpoint: Checkpoint, *, now: datetime) -> bool:
+    """Inside the caller's write transaction, after the checkpoint's own writes: create its
+    children and send its messages. True if that made a run due now (wake the workers)."""
+    woken = False
+    if checkpoint.input is not None:
+        _begin_generation(db, dialect, checkpoint)
+    for run in checkpoint.starts:
+        started = Event(1, EventKind.RUN_STARTED, now, data=run.started)
+        if insert_run(db, dialect, run, [started], now=now):
+            woken = True
+            continue
+        error = ErrorInfo.of(ChildIdTaken(_TAKEN.format(run.id)))
+        ended = ChildEnded(run.id, RunStatus.FAILED, error=error)
+        taken = Message(checkpoint.run_id, CHILD, "durably", run.id, ended.to_json())
+        woken |= _send(db, dialect, taken, now=now)
+    for message in checkpoint.messages:
+        woken |= _send(db, dialect, message, now=now)
+    return woken
+
+
+def insert_run(
+    db: Connection, dialect: Dialect, run: NewRun, events: Sequence[Event], *, now: datetime
+) -> bool:
+    """Create `run`, pending and due now, with `events` as its whole history (seq from 1);
+    False, writing nothing, if its id is taken."""
+    mark, at = dialect.mark, ts(now)
+    created = db.execute(
+        "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
+        f" available_at, event_count, parent, priority, version, correlation_id) VALUES ({mark},"
+        f" {mark}, 'pending', {', '.join([mark] * 9)}) ON CONFLICT (id) DO NOTHING RETURNING id",
+        (
+            run.id,
+            run.workflow,
+            run.input,
+            at,
+            at,
+            at,
+            len(events),
+            run.parent,
+            run.priority,
+            run.version,
+            run.correlation_id,
+        ),
+    ).fetchone()
+    if created is None:
+        return False
+    for event in events:
+        insert_event(db, dialect, run.id, event)
+    return True
+
+
+def insert_event(db: Connection, dialect: Dialect, run_id: str, event: Event) -> None:
+    marks = ", ".join([dialect.mark] * 8)
+    db.execute(
+        "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
+        f" VALUES ({marks})",
+        event_row(run_id, event),
+    )
+
+
+def _begin_generation(db: Connection, dialect: Dialect, checkpoint: Checkpoint) -> None:
+    """The run continues as new: its new input and version (the code that began the new
+    generation's), and none of its events before this checkpoint's (the new generation's
+    history begins with them)."""
+    mark, run_id = dialect.mark, checkpoint.run_id
+    db.execute(
+        f"UPDATE durably_runs SET input = {mark}, version = coalesce({mark}, version)"
+        f" WHERE id = {mark}",
+        (checkpoint.input, checkpoint.version, run_id),
+    )
+    db.execute(
+        f"DELETE FROM durably_events WHERE run_id = {mark} AND seq < {mark}",
+        (run_id, checkpoint.events[0].seq),
+    )
+
+
+def _send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -> bool:
+    sent = inbox.send(db, dialect, message, now=now)
+    return sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING

@@ -1,0 +1,151 @@
+"""The read queries, one implementation for both stores.
+
+SQLite and PostgreSQL differ here only in how a parameter is written (`?`, `%s`) and how a
+list of values is passed (one parameter each, or one array): a `Dialect` says which. Each
+function runs on a connection the store hands it, inside the store's own transaction and
+retry handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from durably.core.history import Event
+from durably.core.status import FINAL, RunStatus
+from durably.stores.protocol import RunRecord
+from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
+from durably.stores.sql.schema import CLAIM_RANK
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Dialect",
+    "get_run",
+    "histories",
+    "runs",
+    "states",
+    "unclaimable",
+]
+
+
+class Connection(Protocol):
+    """What the reads need of a connection: sqlite3's and psycopg's both have it."""
+
+    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    mark: str  # how a parameter is written
+    arrays: bool  # whether a list of values is one array parameter (PostgreSQL)
+    whole: str  # the whole part of a positive number, `{}` for it (SQLite may lack floor())
+
+    def one_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
+        """`column` is one of `values` (none: false), with its parameters."""
+        if self.arrays:
+            return f"{column} = ANY({self.mark})", [list(values)]
+        return f"{column} IN ({', '.join(self.mark * len(values))})", list(values)
+
+
+SQLITE = Dialect("?", arrays=False, whole="CAST({} AS INTEGER)")  # `IN ()` matches nothing
+POSTGRES = Dialect("%s", arrays=True, whole="floor({})")
+
+
+def get_run(db: Connection, dialect: Dialect, run_id: str) -> RunRecord | None:
+    row = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = {dialect.mark}", (run_id,)
+    ).fetchone()
+    return None if row is None else run_of(row)
+
+
+def histories(db: Connection, dialect: Dialect, run_ids: Sequence[str]) -> dict[str, list[Event]]:
+    """The events of each of these runs, in order (a run without events is left out)."""
+    found: dict[str, list[Event]] = {}
+    if not run_ids:
+        return found
+    which, params = dialect.one_of("run_id", run_ids)
+    rows = db.execute(
+        f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq",
+        params,
+    )
+    for run_id, *event in rows:
+        found.setdefault(run_id, []).append(event_of(event))
+    return found
+
+
+def runs(
+    db: Connection,
+    dialect: Dialect,
+    *,
+    status: RunStatus | None,
+    workflow: str | None,
+    limit: int,
+    after: tuple[datetime, str] | None,
+    patch: str | None = None,
+    correlation_id: str | None = None,
+) -> list[RunRecord]:
+    """Most recently updated first, ties by id (descending); only those after `after`.
+
+    Only the filters given are written into the query, so the planner sees `status = ?`
+    and can walk the (status, updated_at) index instead of testing every row."""
+    mark = dialect.mark
+    where: list[str] = []
+    params: list[object] = []
+    if status is not None:
+        where.append(f"status = {mark}")
+        params.append(str(status))
+    if workflow is not None:
+        where.append(f"workflow = {mark}")
+        params.append(workflow)
+    if correlation_id is not None:
+        where.append(f"correlation_id = {mark}")
+        params.append(correlation_id)
+    if patch is not None:
+        ended, more = dialect.one_of("status", sorted(FINAL))
+        where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")
+        params += [*more, patch, patch]
+    if after is not None:
+        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
+        # ties on updated_at (every run of one batch commit shares it) by id.
+        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
+        at = ts(after[0])
+        params += [at, at, after[1]]
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
+        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+# The runs that may be on a patch's old side (through the index of patch decisions): of the
+# workflows whose runs met the patch, every run but those that took its new side. A run that
+# has not met it yet may have a history past its point (it started on older code): it counts.
+_OLD_SIDE = """workflow IN (SELECT r.workflow FROM durably_runs AS r
+        JOIN durably_events AS e ON e.run_id = r.id
+        WHERE e.kind = 'patch_decided' AND e.name = {mark})
+    AND id NOT IN (SELECT run_id FROM durably_events
+        WHERE kind = 'patch_decided' AND name = {mark} AND data = 'true')"""
+
+
+def unclaimable(
+    db: Connection, dialect: Dialect, known: Collection[str], *, now: datetime
+) -> dict[str, int]:
+    """Due runs whose workflow is not in `known`: name -> count."""
+    which, params = dialect.one_of("workflow", list(known))
+    rows = db.execute(
+        "SELECT workflow, count(*) FROM durably_runs"
+        f" WHERE {CLAIM_RANK} <= {dialect.mark} AND available_at <= {dialect.mark}"
+        f" AND NOT ({which}) GROUP BY workflow",
+        [ts(now), ts(now), *params],
+    ).fetchall()
+    return {name: count for name, count in rows}
+
+
+def states(db: Connection, table: str) -> dict[str, str]:
+    """Every state in a table of shared states (durably_gates, durably_schedules), by name."""
+    return dict(db.execute(f"SELECT name, state FROM {table}").fetchall())

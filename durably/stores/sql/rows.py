@@ -1,0 +1,151 @@
+"""Rows to records and back, the same for both stores (the column orders live here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
+from durably.core.payloads import Claimed, encode_payload
+from durably.core.status import RunStatus
+from durably.errors import SchemaTooNew
+from durably.stores.protocol import Checkpoint, NewRun, RunRecord
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "RUN_COLUMNS",
+    "check_version",
+    "checkpoint_params",
+    "claimed_data",
+    "created_record",
+    "event_of",
+    "event_row",
+    "from_ts",
+    "run_of",
+    "ts",
+]
+
+RUN_COLUMNS = (
+    "id, workflow, status, input, result, error_class, error_message, created_at, "
+    "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version, "
+    "correlation_id"
+)
+EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
+_EPOCH = datetime.fromtimestamp(0, UTC)  # the time of an event whose row cannot be read
+
+
+def ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def from_ts(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def run_of(row: Sequence[Any]) -> RunRecord:
+    (id_, workflow, status, input_, result, error_class, error_message, created_at,
+     updated_at, available_at, lease_owner, lease_epoch, event_count, parent,
+     priority, version, correlation_id) = row  # fmt: skip
+    return RunRecord(
+        id=id_,
+        workflow=workflow,
+        status=RunStatus(status),
+        input=input_,
+        result=result,
+        error=None if error_class is None else ErrorInfo(error_class, error_message or ""),
+        created_at=from_ts(created_at),
+        updated_at=from_ts(updated_at),
+        available_at=None if available_at is None else from_ts(available_at),
+        lease_owner=lease_owner,
+        lease_epoch=lease_epoch,
+        event_count=event_count,
+        parent=parent,
+        priority=priority,
+        version=version,
+        correlation_id=correlation_id,
+    )
+
+
+def event_of(row: Sequence[Any]) -> Event:
+    """The event of a stored row; for a row that cannot be read (a corrupted one), an event
+    of the kind UNREADABLE_ROW saying why, so that one bad row parks its run (the worker
+    checks) instead of failing the read of every run claimed with it."""
+    seq, kind, at, position, name, attempt, data = row
+    try:
+        return Event(seq, EventKind(kind), from_ts(at), position, name, attempt, data)
+    except (TypeError, ValueError, OverflowError, OSError) as exc:
+        why = f"its kind {kind!r} and time {at!r} do not read ({type(exc).__name__}: {exc})"
+        return Event(seq, EventKind(UNREADABLE_ROW), _EPOCH, position, name, attempt, why)
+
+
+def event_row(run_id: str, event: Event) -> tuple[Any, ...]:
+    """Values for an INSERT into durably_events, in _INSERT_EVENT's column order."""
+    return (
+        run_id,
+        event.seq,
+        str(event.kind),
+        ts(event.at),
+        event.position,
+        event.name,
+        event.attempt,
+        event.data,
+    )
+
+
+def claimed_data(owner: str, epoch: int, previous_status: str, previous_owner: str | None) -> str:
+    # claimed while still running: the previous owner's lease had expired
+    expired = previous_owner if previous_status == RunStatus.RUNNING and previous_owner else None
+    return encode_payload(Claimed(owner, epoch, took_over_from=expired))
+
+
+def check_version(found: int, latest: int, url: str) -> None:
+    if found > latest:
+        raise SchemaTooNew(
+            f"the durably schema in {url} is at version {found}, but this durably knows only "
+            f"up to version {latest}; upgrade durably (pip install -U durably) before using it"
+        )
+
+
+def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
+    """Named values of a checkpoint for the fenced UPDATE of durably_runs."""
+    error = checkpoint.error
+    return {
+        "now": at,
+        "id": checkpoint.run_id,
+        "epoch": checkpoint.epoch,
+        # What identifies the checkpoint, so that a retried commit is not applied twice.
+        "first_seq": checkpoint.events[0].seq if checkpoint.events else None,
+        "event_count": checkpoint.events[-1].seq if checkpoint.events else None,
+        "status": None if checkpoint.status is None else str(checkpoint.status),
+        "result": checkpoint.result,
+        "error_class": None if error is None else error.error_class,
+        "error_message": None if error is None else error.message,
+        "available_at": None if checkpoint.available_at is None else ts(checkpoint.available_at),
+        # Inbox messages folded into the events: the run's count of undelivered ones drops by
+        # as many (only the lease holder deletes them, so each of them is still there).
+        "consumed": len(checkpoint.consumed),
+    }
+
+
+def created_record(run: NewRun, now: datetime) -> RunRecord:
+    """The record of `run` as its create at `now` wrote it, without reading it back."""
+    at = from_ts(ts(now))  # as it reads back
+    return RunRecord(
+        id=run.id,
+        workflow=run.workflow,
+        status=RunStatus.PENDING,
+        input=run.input,
+        result=None,
+        error=None,
+        created_at=at,
+        updated_at=at,
+        available_at=at,
+        lease_owner=None,
+        lease_epoch=0,
+        event_count=1,
+        parent=run.parent,
+        priority=run.priority,
+        version=run.version,
+        correlation_id=run.correlation_id,
+    )

@@ -1,0 +1,208 @@
+"""The schema, one definition for both databases, and its versions.
+
+Times are stored as UTC seconds since the epoch (float) in both stores, so that due-time
+queries compare numbers the engine passed in, never the database's own clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from durably.core.priority import MAX_PRIORITY, PRIORITY_STEP_SECONDS
+from durably.errors import ConfigError
+from durably.stores.sql.rows import check_version
+
+__all__ = ["CLAIM_RANK", "CREATE_META", "LATEST_VERSION", "check_schema", "migrate", "migrations"]
+
+CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+_V1 = [
+    """CREATE TABLE durably_runs (
+        id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        status TEXT NOT NULL,
+        input TEXT NOT NULL,
+        result TEXT,
+        error_class TEXT,
+        error_message TEXT,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        available_at {real},
+        lease_owner TEXT,
+        lease_epoch BIGINT NOT NULL DEFAULT 0,
+        event_count INTEGER NOT NULL DEFAULT 0
+    )""",
+    # Only runs a worker could claim (pending or running, and a parked run of a workflow
+    # with a deadline, which wakes at it) have available_at; finished runs leave the index,
+    # so claiming stays flat however many runs the store holds.
+    "CREATE INDEX durably_runs_claimable ON durably_runs (available_at)"
+    " WHERE available_at IS NOT NULL",
+    "CREATE INDEX durably_runs_by_status ON durably_runs (status, updated_at)",
+    """CREATE TABLE durably_events (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        position INTEGER,
+        name TEXT,
+        attempt INTEGER,
+        data TEXT,
+        at {real} NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ){without_rowid}""",
+    # A second writer of the same step's outcome is refused by the database itself.
+    "CREATE UNIQUE INDEX durably_events_one_outcome ON durably_events (run_id, position)"
+    " WHERE kind = 'step_completed'",
+]
+
+_V2 = [
+    # Shared state of circuit breakers and limits, one JSON document per dependency,
+    # changed under the row's lock (see durably.resilience).
+    "CREATE TABLE durably_gates (name TEXT PRIMARY KEY, state TEXT NOT NULL)",
+]
+
+_V3 = [
+    # Commands from outside a run (signals, cancel, approvals...): any process writes them
+    # here; the lease holder folds them into the history and deletes them in the same fenced
+    # commit (durably.stores.sql.inbox).
+    """CREATE TABLE durably_inbox (
+        id {identity},
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT,
+        data TEXT,
+        sender TEXT NOT NULL,
+        dedupe_key TEXT,
+        sent_at {real} NOT NULL
+    )""",
+    "CREATE INDEX durably_inbox_by_run ON durably_inbox (run_id, id)",
+    "CREATE UNIQUE INDEX durably_inbox_once ON durably_inbox (run_id, dedupe_key)"
+    " WHERE dedupe_key IS NOT NULL",
+    # Undelivered messages per run: a claim reads the inbox only of runs that have mail, so
+    # claiming a run without any costs no extra query.
+    "ALTER TABLE durably_runs ADD COLUMN inbox INTEGER NOT NULL DEFAULT 0",
+]
+
+_V4 = [
+    # The run that started this one as its child (durably.start_child): a parent's cancel is
+    # delivered only to its own children.
+    "ALTER TABLE durably_runs ADD COLUMN parent TEXT",
+    "CREATE INDEX durably_runs_by_parent ON durably_runs (parent) WHERE parent IS NOT NULL",
+]
+
+# The order in which due runs are claimed (durably.core.priority): the due time, less a
+# minute per level of priority. Indexed as it is written here: a query that filters or sorts
+# by this text uses the index (both databases match an index's expression by its text).
+CLAIM_RANK = f"(available_at - priority * {PRIORITY_STEP_SECONDS})"
+
+_V5 = [
+    # durably.start(..., priority=N): claimed ahead of runs that became due less than N
+    # minutes before it. Claims scan this index from the lowest rank; a run's rank is never
+    # after its due time (priorities are not negative), so `rank <= now` bounds the scan.
+    "ALTER TABLE durably_runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"
+    f" CHECK (priority BETWEEN 0 AND {MAX_PRIORITY})",
+    "DROP INDEX durably_runs_claimable",
+    f"CREATE INDEX durably_runs_claim_rank ON durably_runs ({CLAIM_RANK})"
+    " WHERE available_at IS NOT NULL",
+]
+
+_V6 = [
+    # The version of its workflow a run was started on (durably.workflow.versions): only
+    # workers that serve it claim it. NULL for runs started before versions were recorded:
+    # any worker may.
+    "ALTER TABLE durably_runs ADD COLUMN version TEXT",
+    # Live workers, each beating every third of its lease: what `durably workers` lists, and
+    # whom `runs show` names as able to run a run's version.
+    """CREATE TABLE durably_workers (
+        name TEXT PRIMARY KEY,
+        started_at {real} NOT NULL,
+        seen_at {real} NOT NULL,
+        beat_seconds {real} NOT NULL,
+        serves TEXT NOT NULL
+    )""",
+    # Schedules' state (durably.core.schedules), one JSON document each, changed under the
+    # row's lock like a gate's.
+    "CREATE TABLE durably_schedules (name TEXT PRIMARY KEY, state TEXT NOT NULL)",
+    # durably.patched decisions, found by patch without reading every history.
+    "CREATE INDEX durably_events_patches ON durably_events (name, run_id)"
+    " WHERE kind = 'patch_decided'",
+]
+
+_V7 = [
+    # The correlation id given to start() (or the caller's trace id): searched for by people
+    # and tools that know the request, not the run. Children inherit it.
+    "ALTER TABLE durably_runs ADD COLUMN correlation_id TEXT",
+    "CREATE INDEX durably_runs_correlation ON durably_runs (correlation_id)"
+    " WHERE correlation_id IS NOT NULL",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+LATEST_VERSION = len(_VERSIONS)
+
+# Whether the version table exists, asked without failing (and so aborting the transaction).
+_HAS_META = {
+    "sqlite": "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'durably_meta'",
+    "postgres": "SELECT count(*) WHERE to_regclass('durably_meta') IS NOT NULL",
+}
+
+_DIALECTS = {
+    "sqlite": {
+        "real": "REAL",
+        "without_rowid": " WITHOUT ROWID",
+        "identity": "INTEGER PRIMARY KEY AUTOINCREMENT",  # ids never reused: order is sending
+    },
+    "postgres": {
+        "real": "DOUBLE PRECISION",
+        "without_rowid": "",
+        "identity": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    },
+}
+
+
+def migrations(dialect: str, current: int) -> list[tuple[int, list[str]]]:
+    """The statements that bring a database at version `current` to the latest."""
+    words = _DIALECTS[dialect]
+    return [
+        (version, [statement.format(**words) for statement in statements])
+        for version, statements in enumerate(_VERSIONS, start=1)
+        if version > current
+    ]
+
+
+class _Connection(Protocol):
+    """What `migrate` needs of a connection: sqlite3's and psycopg's both have it."""
+
+    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+def migrate(db: _Connection, dialect: str, url: str) -> None:
+    """Bring the schema up to date, inside the caller's transaction: read the version, refuse
+    one newer than this durably knows, apply the migrations it lacks and record the version."""
+    mark = "?" if dialect == "sqlite" else "%s"
+    db.execute(CREATE_META)
+    row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+    current = int(row[0]) if row else 0
+    check_version(current, LATEST_VERSION, url)
+    for version, statements in migrations(dialect, current):
+        for statement in statements:
+            db.execute(statement)
+        db.execute(
+            f"INSERT INTO durably_meta (key, value) VALUES ('schema_version', {mark})"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(version),),
+        )
+
+
+def check_schema(db: _Connection, dialect: str, url: str) -> None:
+    """Refuse, without changing anything, a database that holds no durably store or one that a
+    newer durably migrated. (An older one is migrated by its opener: this durably reads the
+    columns of its own version.)"""
+    current = 0
+    if db.execute(_HAS_META[dialect]).fetchone()[0]:
+        row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+        current = int(row[0]) if row else 0
+    if current == 0:
+        raise ConfigError(
+            f"{url} is not a durably store: it has no durably tables. Check the URL; a worker "
+            "or a started run creates them"
+        )
+    check_version(current, LATEST_VERSION, url)

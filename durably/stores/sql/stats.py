@@ -1,0 +1,46 @@
+"""What a metrics scrape asks of a store, in one query for both stores: runs by status, the
+creation time of the oldest run not ended, and the due runs waiting to be claimed; and what
+the dashboard's chart of the last hour asks: runs ended per minute."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from durably.core.status import FINAL, PARKED
+from durably.stores.protocol import Ended, RunStats
+from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.rows import from_ts, ts
+
+__all__ = ["activity", "run_stats"]
+
+
+def run_stats(db: Connection, dialect: Dialect, *, now: datetime) -> RunStats:
+    mark, at = dialect.mark, ts(now)
+    rows = db.execute(
+        "SELECT status, count(*), min(created_at),"
+        f" sum(CASE WHEN status = 'pending' AND available_at <= {mark} THEN 1 ELSE 0 END),"
+        f" min(CASE WHEN status = 'pending' AND available_at <= {mark} THEN available_at END),"
+        f" sum(CASE WHEN status = 'running' AND available_at <= {mark} THEN 1 ELSE 0 END)"
+        " FROM durably_runs GROUP BY status",
+        (at, at, at),
+    ).fetchall()
+    by_status = {str(status): int(count) for status, count, *_ in rows}
+    open_since = [created for status, _, created, *_ in rows if status not in FINAL]
+    due = sum(int(row[3] or 0) for row in rows)
+    oldest = [row[4] for row in rows if row[4] is not None]
+    expired = sum(int(row[5] or 0) for row in rows)
+    return RunStats(by_status, from_ts(min(open_since)) if open_since else None, due,
+                    from_ts(min(oldest)) if oldest else None, expired)  # fmt: skip
+
+
+def activity(db: Connection, dialect: Dialect, *, since: datetime) -> list[Ended]:
+    """How many runs ended (or were parked) in each minute since `since`, by status: one
+    query over the (status, updated_at) index."""
+    statuses, params = dialect.one_of("status", sorted(str(s) for s in FINAL | PARKED))
+    minute = dialect.whole.format("updated_at / 60")
+    rows = db.execute(
+        f"SELECT {minute} AS minute, status, count(*) FROM durably_runs"
+        f" WHERE {statuses} AND updated_at >= {dialect.mark} GROUP BY minute, status",
+        [*params, ts(since)],
+    ).fetchall()
+    return sorted(Ended(from_ts(int(row[0]) * 60), str(row[1]), int(row[2])) for row in rows)

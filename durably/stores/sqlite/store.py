@@ -1,0 +1,580 @@
+"""The embedded store: one SQLite file in WAL mode, shared by worker processes on one machine.
+
+Writers take the lock up front (BEGIN IMMEDIATE) so that a transaction never has to upgrade
+a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from durably.core.history import Event, EventKind
+from durably.core.status import FINAL, PARKED, RunStatus
+from durably.errors import ConfigError, StoreUnavailable
+from durably.stores.protocol import (
+    Checkpoint,
+    Claim,
+    Delivery,
+    Ended,
+    Lease,
+    Message,
+    NewRun,
+    RunRecord,
+    RunStats,
+    Sent,
+    SentOutcome,
+    Serves,
+    WorkerBeat,
+)
+from durably.stores.sql import (
+    effects,
+    forking,
+    inbox,
+    pruning,
+    reads,
+    transactions,
+    waking,
+    workers,
+)
+from durably.stores.sql.rows import (
+    RUN_COLUMNS,
+    claimed_data,
+    run_of,
+    ts,
+)
+from durably.stores.sql.schema import CLAIM_RANK, check_schema, migrate
+from durably.stores.sql.stats import activity, run_stats
+from durably.stores.sqlite import commit
+from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_IDS_PER_READ = 500  # under SQLite's limit on a statement's parameters
+_INSERT_EVENT = (
+    "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CREATE = (
+    "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,"
+    " event_count, priority, version, correlation_id)"
+    " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?, ?)"
+    " ON CONFLICT (id) DO NOTHING"
+)
+
+
+class SQLiteStore:
+    """A SQLite file; each thread gets its own connection.
+
+    `create=False` opens only a durably store that exists: the file is not created, nor the
+    schema migrated (what the CLI's commands do, so that a wrong path is an error rather
+    than a new, empty store)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: timedelta = timedelta(seconds=30),
+        create: bool = True,
+    ) -> None:
+        if synchronous.upper() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        if not create and not Path(path).is_file():
+            raise ConfigError(_no_file(Path(path)))
+        self.path = str(path)
+        self.url = f"sqlite:///{Path(path).absolute()}"  # the same from any directory
+        self._synchronous = synchronous.upper()
+        self._busy_timeout = busy_timeout
+        self._create = create
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._wakeups = LocalWakeups(self.path)
+        self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
+        if create:
+            self._migrate()
+        else:
+            self._check_schema()  # a durably store, not newer than this durably:
+            self._migrate()  # brought up to date, as any version of durably can read it
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
+        at = ts(now)
+        with self._write() as db:
+            created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
+            if created:
+                db.execute(_INSERT_EVENT, _started_row(run, at))
+            row = db.execute(
+                f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
+            ).fetchone()
+        if created:
+            self._wakeups.notify()
+        return run_of(row), created
+
+    def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
+        at = ts(now)
+        created: list[bool] = []
+        rows: dict[str, tuple[object, ...]] = {}
+        with self._write() as db:
+            for run in runs:
+                made = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
+                if made:
+                    db.execute(_INSERT_EVENT, _started_row(run, at))
+                created.append(made)
+            ids = list(dict.fromkeys(run.id for run in runs))
+            for first in range(0, len(ids), _IDS_PER_READ):
+                chunk = ids[first : first + _IDS_PER_READ]
+                found = db.execute(
+                    f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id IN ({_marks(chunk)})", chunk
+                )
+                rows.update((row[0], row) for row in found)
+        if any(created):
+            self._wakeups.notify()
+        return [(run_of(rows[run.id]), made) for run, made in zip(runs, created, strict=True)]
+
+    def claim(
+        self,
+        owner: str,
+        workflows: Serves,
+        *,
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+    ) -> list[Claim]:
+        if not workflows or limit <= 0:
+            return []
+        at, expires = ts(now), ts(now + lease)
+        which, params = workers.served(reads.SQLITE, workflows)
+        with self._write() as db:
+            picked = db.execute(
+                "SELECT id, status, lease_owner FROM durably_runs"
+                f" WHERE {CLAIM_RANK} <= ? AND available_at <= ? AND {which}"
+                f" ORDER BY {CLAIM_RANK} LIMIT ?",
+                (at, at, *params, limit),
+            ).fetchall()
+            taken = [
+                self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
+                for run_id, previous_status, previous_owner in picked
+            ]
+            return inbox.claims(db, reads.SQLITE, taken)
+
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        at, expires = ts(now), ts(now + lease)
+        wanted = [str(status) for status in statuses]
+        with self._write() as db:
+            row = db.execute(
+                "SELECT status, lease_owner FROM durably_runs"
+                f" WHERE id = ? AND status IN ({_marks(wanted)})"
+                " AND (status <> 'running' OR available_at <= ?)",
+                (run_id, *wanted, at),
+            ).fetchone()
+            if row is None:
+                return None
+            taken = self._lease(db, run_id, row[0], row[1], owner, at, expires)
+            [claim] = inbox.claims(db, reads.SQLITE, [taken])
+        return claim
+
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        with self._write() as db:
+            forked = forking.fork(db, reads.SQLITE, run, events, source=source, note=note, now=now)
+        if forked:
+            self._wakeups.notify()
+        return forked
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        with self._write() as db:
+            created = effects.insert_run(db, reads.SQLITE, run, events, now=now)
+        if created:
+            self._wakeups.notify()
+        return created
+
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        with self._write() as db:
+            sent = inbox.send(db, reads.SQLITE, message, now=now)
+        if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
+            self._wakeups.notify()
+        return sent
+
+    def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
+        expires = ts(now + lease)
+        held: set[str] = set()
+        with self._write() as db:
+            for item in leases:
+                cursor = db.execute(
+                    "UPDATE durably_runs SET available_at = ? WHERE id = ? AND lease_epoch = ?"
+                    " AND status = 'running'",
+                    (expires, item.run_id, item.epoch),
+                )
+                if cursor.rowcount == 1:
+                    held.add(item.run_id)
+        return held
+
+    def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
+        with self._read() as db:
+            return inbox.mail(db, reads.SQLITE, list(run_ids))
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        # Looking for each checkpoint's first event up front costs ~20% of a batch, so the
+        # look-up runs only where the answer may be wrong: for a refused checkpoint (stale,
+        # or applied by an earlier try of this commit), and for the whole batch again when
+        # its events collide with ones written already (an earlier try did commit).
+        at = ts(now)
+        try:
+            with self._write() as db:
+                results, due_now = commit.apply(db, checkpoints, at, look_first=False)
+        except sqlite3.IntegrityError:
+            with self._write() as db:
+                results, due_now = commit.apply(db, checkpoints, at, look_first=True)
+        self._tell(checkpoints, results, due_now)
+        return results
+
+    def transact(
+        self,
+        lease: Lease,
+        work: Callable[[Any], Checkpoint],
+        *,
+        now: datetime,
+        committing: Callable[[], None] | None = None,
+    ) -> bool:
+        at = ts(now)
+        try:
+            with transactions.user_errors(), self._write() as db:
+                if not transactions.holds(db, reads.SQLITE, lease):
+                    return False
+                checkpoint = transactions.work_in(work, db, lambda: _left(db))
+                [fenced_in], due_now = commit.apply(db, [checkpoint], at, look_first=False)
+                if not fenced_in:
+                    raise transactions.Refused
+                if committing is not None:
+                    committing()
+        except transactions.Refused:
+            return False
+        finally:
+            self._release_connection()  # a transactional step's thread ends after this
+        self._tell([checkpoint], [True], due_now)
+        return True
+
+    def _tell(self, checkpoints: Sequence[Checkpoint], results: list[bool], due_now: bool) -> None:
+        """Wake workers for runs made due, and waiting handles for runs that ended."""
+        if due_now:
+            self._wakeups.notify()
+        ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
+        if ended:
+            self._finishes.notify(run_messages(ended))
+
+    def expire_leases(self, owner: str, *, now: datetime) -> int:
+        at = ts(now)
+        with self._write() as db:
+            return db.execute(
+                "UPDATE durably_runs SET available_at = ?"
+                " WHERE lease_owner = ? AND status = 'running' AND available_at > ?",
+                (at, owner, at),
+            ).rowcount
+
+    def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self._wakeups.watch(lambda _message: wake())
+
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        def heard(message: bytes) -> None:
+            if not message:  # any run
+                wake(None)
+            for run_id in message.decode().splitlines():
+                wake(run_id)
+
+        return self._finishes.watch(heard)
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        return self._update_state("durably_gates", name, change)
+
+    def gates(self) -> dict[str, str]:
+        with self._read() as db:
+            return reads.states(db, "durably_gates")
+
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        return self._update_state("durably_schedules", name, change)
+
+    def schedules(self) -> dict[str, str]:
+        with self._read() as db:
+            return reads.states(db, "durably_schedules")
+
+    def _update_state(
+        self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
+    ) -> T:
+        with self._write() as db:
+            row = db.execute(f"SELECT state FROM {table} WHERE name = ?", (name,)).fetchone()
+            state, answer = change(None if row is None else row[0])
+            db.execute(
+                f"INSERT INTO {table} (name, state) VALUES (?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET state = excluded.state",
+                (name, state),
+            )
+        return answer
+
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        if not run_ids:
+            return
+        with self._write() as db:
+            woken = waking.wake(db, reads.SQLITE, run_ids, now=now)
+        if woken:
+            self._wakeups.notify()
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._read() as db:
+            return reads.get_run(db, reads.SQLITE, run_id)
+
+    def history(self, run_id: str) -> list[Event]:
+        with self._read() as db:
+            return reads.histories(db, reads.SQLITE, [run_id]).get(run_id, [])
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
+        correlation_id: str | None = None,
+    ) -> list[RunRecord]:
+        with self._read() as db:
+            return reads.runs(db, reads.SQLITE, status=status, workflow=workflow, limit=limit,
+                              after=after, patch=patch, correlation_id=correlation_id)  # fmt: skip
+
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        with self._read() as db:
+            return workers.unserved(db, reads.SQLITE, serves, now=now)
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        with self._write() as db:
+            return pruning.prune(db, reads.SQLITE, before, limit=limit)
+
+    def prunable(self, before: datetime) -> int:
+        with self._read() as db:
+            return pruning.prunable(db, reads.SQLITE, before)
+
+    def stats(self, *, now: datetime) -> RunStats:
+        with self._read() as db:
+            return run_stats(db, reads.SQLITE, now=now)
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        with self._read() as db:
+            return activity(db, reads.SQLITE, since=since)
+
+    def beat(self, worker: WorkerBeat) -> None:
+        with self._write() as db:
+            workers.beat(db, reads.SQLITE, worker)
+
+    def forget_worker(self, name: str) -> None:
+        with self._write() as db:
+            workers.forget(db, reads.SQLITE, name)
+
+    def workers(self) -> list[WorkerBeat]:
+        with self._read() as db:
+            return workers.listed(db)
+
+    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
+        with self._read() as db:
+            return reads.unclaimable(db, reads.SQLITE, known, now=now)
+
+    def close(self) -> None:
+        with self._lock:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+        self._wakeups.close()
+        self._finishes.close()
+
+    # -- connections and transactions ---------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = self._connect()
+            self._local.db = db
+            with self._lock:
+                self._connections.append(db)
+        return db
+
+    def _release_connection(self) -> None:
+        """Close this thread's connection (the next call here opens another)."""
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            return
+        self._local.db = None
+        with self._lock:
+            if db in self._connections:
+                self._connections.remove(db)
+        db.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        # mode=rw: a file that does not exist is an error, never created (create=False)
+        target = self.path if self._create else f"{Path(self.path).absolute().as_uri()}?mode=rw"
+        try:
+            db = sqlite3.connect(
+                target,
+                timeout=self._busy_timeout.total_seconds(),
+                isolation_level=None,  # transactions are begun explicitly
+                check_same_thread=False,  # only so close() can close every thread's one
+                uri=not self._create,
+            )
+            if self._create:  # a durably store is in WAL mode already (it persists)
+                self._enable_wal(db)
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            db.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(
+                f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
+            ) from exc
+        return db
+
+    def _enable_wal(self, db: sqlite3.Connection) -> None:
+        """Switch to WAL. SQLite answers "locked" at once, without its busy handler, while
+        another connection writes to a file not yet in WAL mode: wait like the handler would."""
+        deadline = time.monotonic() + self._busy_timeout.total_seconds()
+        pause = 0.001
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN IMMEDIATE") as db:
+            yield db
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN") as db:
+            yield db
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        try:
+            db.execute(begin)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(
+                f"the SQLite store {self.path!r} is unavailable: {exc}{_hint(self.path, exc)}"
+            ) from exc
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreUnavailable(
+                    f"the SQLite store {self.path!r} failed: {exc}{_hint(self.path, exc)}"
+                ) from exc
+            raise
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            migrate(db, "sqlite", self.url)
+
+    def _check_schema(self) -> None:
+        with self._read() as db:
+            check_schema(db, "sqlite", self.url)
+
+    @staticmethod
+    def _lease(
+        db: sqlite3.Connection,
+        run_id: str,
+        previous_status: str,
+        previous_owner: str | None,
+        owner: str,
+        at: float,
+        expires: float,
+    ) -> tuple[str, str, str, int, int, int]:
+        """Give the run a new lease epoch and record the claim in its history; the claim's row
+        (run id, workflow, input, epoch, inbox count, priority)."""
+        workflow, input_, epoch, count, mail, priority = db.execute(
+            "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
+            " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
+            " event_count = event_count + 1 WHERE id = ?"
+            " RETURNING workflow, input, lease_epoch, event_count, inbox, priority",
+            (owner, expires, at, run_id),
+        ).fetchone()
+        data = claimed_data(owner, epoch, previous_status, previous_owner)
+        db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
+        return run_id, workflow, input_, epoch, mail, priority
+
+
+def _left(db: sqlite3.Connection) -> str:
+    """How a transactional step's work left the transaction: "open", or "ended"."""
+    return "open" if db.in_transaction else "ended"
+
+
+def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
+    """The parameters of _CREATE for `run`, created at `at`."""
+    return (run.id, run.workflow, run.input, at, at, at, run.priority, run.version,
+            run.correlation_id)  # fmt: skip
+
+
+def _started_row(run: NewRun, at: float) -> tuple[object, ...]:
+    """The parameters of _INSERT_EVENT for `run`'s run_started event."""
+    return (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, run.started)
+
+
+def _ends(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint ends its run (for now, if parked): handles waiting hear of it."""
+    return checkpoint.status in FINAL or checkpoint.status in PARKED
+
+
+def _no_file(path: Path) -> str:
+    return (
+        f"there is no durably store at {path.absolute()} (no such file). A URL "
+        f"sqlite:///relative.db is relative to the current directory ({Path.cwd()}); "
+        "sqlite:////abs/path.db is absolute"
+    )
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values)) or "NULL"
+
+
+def _hint(path: str, error: sqlite3.Error) -> str:
+    """What to do about an error of the database's file system, said after SQLite's words."""
+    said = str(error).lower()
+    folder = Path(path).absolute().parent
+    if "disk is full" in said or "disk i/o error" in said:
+        return f" (free space on the file system that holds {folder}; durably waits for it)"
+    writable = os.access(folder, os.W_OK) and (not Path(path).exists() or os.access(path, os.W_OK))
+    if "readonly" in said or "read-only" in said or not writable:
+        return (
+            f" (the file or its folder {folder} is read-only: durably writes the file and its "
+            "-wal and -shm files beside it; make them writable by this process's user)"
+        )
+    return ""

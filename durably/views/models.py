@@ -1,0 +1,365 @@
+"""The API's request and response bodies (pydantic): what the OpenAPI schema publishes, and
+how records of the engine are turned into them. Stored JSON (a run's input, result, an event's
+data) is handed out parsed, as the JSON value it is."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durably.client.approvals import PendingApproval
+from durably.client.control import Steered
+from durably.client.correlation import MAX_LENGTH
+from durably.client.dead_letters import DeadLetter
+from durably.core.history import ErrorInfo, Event
+from durably.core.priority import MAX_PRIORITY
+from durably.runtime.schedules import ScheduleInfo
+from durably.stores.protocol import RunRecord, RunStats, WorkerBeat
+from durably.views.breakers import BreakerInfo
+from durably.views.explaining import explain
+from durably.views.timeline import timeline
+
+__all__ = [
+    "ActionOut",
+    "ApprovalOut",
+    "BreakerOut",
+    "DeadLetterOut",
+    "DecideIn",
+    "ErrorOut",
+    "EventOut",
+    "FailIn",
+    "HistoryOut",
+    "QueueOut",
+    "ReasonIn",
+    "ReleaseOut",
+    "RestartIn",
+    "RetryIn",
+    "RunOut",
+    "RunPageOut",
+    "ScheduleOut",
+    "SignalIn",
+    "SignalOut",
+    "SkipIn",
+    "StartIn",
+    "StatusOut",
+    "WorkerOut",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class StatusOut(BaseModel):
+    status: str = Field(description="ok (the server is up) or ready (the store answers)")
+
+
+class SignalOut(BaseModel):
+    run: str
+    signal: str
+    message: int = Field(description="The signal's id in the run's inbox")
+    stored: bool = Field(description="False: a signal with the same dedupe_key was there")
+
+
+class ReleaseOut(BaseModel):
+    run: str
+    worker: str = Field(description="The dead worker whose leases were ended")
+    released: int = Field(description="How many runs it held, now free to be taken over")
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="The kind of error: validation, not_found, conflict, ...")
+    message: str = Field(description="What is wrong and what to do")
+
+
+class StartIn(BaseModel):
+    model_config = _STRICT
+    workflow: str = Field(min_length=1, max_length=200, description="A workflow of the app")
+    input: list[Any] | dict[str, Any] = Field(
+        default_factory=list,
+        description="The arguments: a list (by position) or an object (by name), read "
+        "through the workflow's parameter types",
+    )
+    id: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="The run's id (default: a random one); starting an id again is idempotent",
+    )  # fmt: skip
+    priority: int | None = Field(
+        default=None, ge=0, le=MAX_PRIORITY,
+        description="0 to 1000: a minute's head start in the claim order per level "
+        "(default: the workflow's, else 0)",
+    )  # fmt: skip
+    correlation_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_LENGTH,
+        description="The request this run serves: recorded with it and its children, "
+        "searched by (default: the caller's trace id, if it has one)",
+    )  # fmt: skip
+
+
+class ErrorInfoOut(BaseModel):
+    error_class: str
+    message: str
+
+    @classmethod
+    def of(cls, error: ErrorInfo | None) -> ErrorInfoOut | None:
+        return None if error is None else cls(error_class=error.error_class, message=error.message)
+
+
+class RunOut(BaseModel):
+    id: str
+    workflow: str
+    status: str
+    input: Any
+    result: Any = None
+    error: ErrorInfoOut | None = None
+    created_at: datetime
+    updated_at: datetime
+    due_at: datetime | None = Field(description="Pending: when it is due; running: lease expiry")
+    lease_owner: str | None
+    priority: int
+    version: str | None
+    parent: str | None
+    correlation_id: str | None
+    now: str | None = Field(default=None, description="What the run is doing now")
+    next: str | None = Field(default=None, description="What happens next, or what to do")
+
+    @classmethod
+    def of(
+        cls,
+        run: RunRecord,
+        events: list[Event] | None = None,
+        workers: list[WorkerBeat] | None = None,
+        now: datetime | None = None,
+    ) -> RunOut:
+        said = None if events is None else explain(run, events, workers or [], now)
+        return cls(
+            id=run.id,
+            workflow=run.workflow,
+            status=str(run.status),
+            input=_parsed(run.input),
+            result=None if run.result is None else _parsed(run.result),
+            error=ErrorInfoOut.of(run.error),
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            due_at=run.available_at,
+            lease_owner=run.lease_owner,
+            priority=run.priority,
+            version=run.version,
+            parent=run.parent,
+            correlation_id=run.correlation_id,
+            now=None if said is None else said.now,
+            next=None if said is None else said.next,
+        )
+
+
+class RunPageOut(BaseModel):
+    runs: list[RunOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page")
+
+
+class EventOut(BaseModel):
+    seq: int
+    kind: str
+    at: datetime
+    position: int | None
+    name: str | None
+    attempt: int | None
+    data: Any = Field(description="The event's data as JSON (null: none)")
+    duration_ms: float | None = Field(description="An attempt's outcome: since it started")
+    detail: str = Field(description="The event in words")
+
+
+class HistoryOut(BaseModel):
+    run: str
+    events: list[EventOut]
+
+    @classmethod
+    def of(cls, run_id: str, events: list[Event]) -> HistoryOut:
+        rows = timeline(events)
+        return cls(
+            run=run_id,
+            events=[
+                EventOut(
+                    seq=e.seq,
+                    kind=str(e.kind),
+                    at=e.at,
+                    position=e.position,
+                    name=e.name,
+                    attempt=e.attempt,
+                    data=None if e.data is None else _parsed(e.data),
+                    duration_ms=row.duration_ms,
+                    detail=row.detail,
+                )
+                for e, row in zip(events, rows, strict=True)
+            ],
+        )
+
+
+class SignalIn(BaseModel):
+    model_config = _STRICT
+    data: Any = Field(default=None, description="The signal's payload, any JSON value")
+    dedupe_key: str | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="The same key twice stores the signal once",
+    )  # fmt: skip
+
+
+class DecideIn(BaseModel):
+    model_config = _STRICT
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class ReasonIn(BaseModel):
+    model_config = _STRICT
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class FailIn(BaseModel):
+    model_config = _STRICT
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class RetryIn(BaseModel):
+    model_config = _STRICT
+    from_step: int | None = Field(
+        default=None, ge=0, description="Run every step from this position again"
+    )
+
+
+class SkipIn(BaseModel):
+    model_config = _STRICT
+    result: Any = Field(default=None, description="The failed step's result, any JSON value")
+
+
+class RestartIn(BaseModel):
+    model_config = _STRICT
+    from_step: int | str = Field(description="A step's position, or its name")
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ActionOut(BaseModel):
+    run: str
+    action: str
+    changed: bool = True
+    note: str = ""
+
+    @classmethod
+    def of(cls, steered: Steered) -> ActionOut:
+        return cls(run=steered.run_id, action=steered.action, changed=steered.changed,
+                   note=steered.note)  # fmt: skip
+
+
+class DeadLetterOut(BaseModel):
+    run: str
+    workflow: str
+    status: str
+    step: str | None
+    attempts: int
+    reason: str | None
+    error: ErrorInfoOut | None = Field(description="The root cause, as the step raised it")
+    run_error: ErrorInfoOut | None
+    parked_at: datetime
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> DeadLetterOut:
+        return cls(run=letter.run_id, workflow=letter.workflow, status=str(letter.status),
+                   step=letter.step, attempts=letter.attempts, reason=letter.reason,
+                   error=ErrorInfoOut.of(letter.error), run_error=ErrorInfoOut.of(letter.run_error),
+                   parked_at=letter.parked_at)  # fmt: skip
+
+
+class ApprovalOut(BaseModel):
+    run: str
+    workflow: str
+    name: str
+    requested_at: datetime
+    until: datetime | None
+    on_timeout: str
+    details: Any
+    escalated: bool
+
+    @classmethod
+    def of(cls, approval: PendingApproval) -> ApprovalOut:
+        details = None if approval.details is None else _parsed(approval.details)
+        return cls(run=approval.run_id, workflow=approval.workflow, name=approval.name,
+                   requested_at=approval.requested_at, until=approval.until,
+                   on_timeout=approval.on_timeout, details=details,
+                   escalated=approval.escalated)  # fmt: skip
+
+
+class ScheduleOut(BaseModel):
+    name: str
+    workflow: str
+    when: str
+    overlap: str
+    catchup: str
+    paused: bool
+    last_tick: datetime | None
+    last_run: str | None
+    next_fire: datetime | None
+    fired: int
+    skipped: int
+    defined: bool
+
+    @classmethod
+    def of(cls, info: ScheduleInfo) -> ScheduleOut:
+        return cls(name=info.name, workflow=info.workflow, when=info.when, overlap=info.overlap,
+                   catchup=info.catchup, paused=info.paused, last_tick=info.last_tick,
+                   last_run=info.last_run, next_fire=info.next_fire, fired=info.fired,
+                   skipped=info.skipped, defined=info.defined)  # fmt: skip
+
+
+class BreakerOut(BaseModel):
+    dependency: str
+    breaker: str
+    failures: int
+    opened_at: datetime | None
+    in_flight: int
+    waiting: int
+    tokens: float | None
+
+    @classmethod
+    def of(cls, info: BreakerInfo) -> BreakerOut:
+        return cls(dependency=info.dependency, breaker=info.breaker, failures=info.failures,
+                   opened_at=info.opened_at, in_flight=info.in_flight, waiting=info.waiting,
+                   tokens=info.tokens)  # fmt: skip
+
+
+class WorkerOut(BaseModel):
+    name: str
+    live: bool
+    started_at: datetime
+    seen_at: datetime
+    serves: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, beat: WorkerBeat, now: datetime) -> WorkerOut:
+        return cls(name=beat.name, live=beat.alive(now), started_at=beat.started_at,
+                   seen_at=beat.seen_at,
+                   serves={name: list(v) for name, v in beat.serves.items()})  # fmt: skip
+
+
+class QueueOut(BaseModel):
+    by_status: dict[str, int]
+    due: int = Field(description="Runs due now, waiting for a worker")
+    oldest_due_age_seconds: float
+    oldest_in_flight_age_seconds: float
+
+    @classmethod
+    def of(cls, stats: RunStats, now: datetime) -> QueueOut:
+        return cls(by_status=stats.by_status, due=stats.due,
+                   oldest_due_age_seconds=_age(stats.oldest_due, now),
+                   oldest_in_flight_age_seconds=_age(stats.oldest_in_flight, now))  # fmt: skip
+
+
+def _age(since: datetime | None, now: datetime) -> float:
+    return 0.0 if since is None else max(0.0, (now - since).total_seconds())
+
+
+def _parsed(text: str) -> Any:
+    """Stored JSON as its value (text that is not JSON, which durably never writes, as is)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -1,0 +1,331 @@
+"""A run's history as a timeline a person can read: what ran, when, how long, with which key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from durably.core.approvals import fold_approvals
+from durably.core.children import ended_children, started_children, unfinished_children
+from durably.core.control import fold_control
+from durably.core.history import Event, EventKind
+from durably.core.payloads import (
+    ApprovalRequested,
+    ApprovalToken,
+    AttemptFailed,
+    ChildStarted,
+    Claimed,
+    Command,
+    Decision,
+    Failure,
+    MessageReceived,
+    Restarted,
+    RunRetried,
+    RunStarted,
+    SignalReceived,
+    StepStarted,
+    WaitStarted,
+    payload_of,
+)
+from durably.core.status import FINAL, RunStatus
+from durably.errors import PayloadError
+from durably.stores.protocol import RunRecord, WorkerBeat
+from durably.views.explaining import explain, root_cause, runners
+
+__all__ = ["TimelineRow", "describe_run", "timeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    at: datetime  # wall-clock time, as the store keeps it (UTC)
+    offset_ms: float  # since the run started
+    what: str
+    step: str
+    attempt: str
+    duration_ms: float | None
+    detail: str
+
+
+def timeline(events: Sequence[Event]) -> list[TimelineRow]:
+    """One row per event; a step's outcome carries the duration since its attempt started."""
+    if not events:
+        return []
+    origin = events[0].at
+    started: dict[tuple[int | None, int | None], datetime] = {}
+    rows = []
+    for event in events:
+        duration = None
+        if event.kind is EventKind.STEP_STARTED:
+            started[(event.position, event.attempt)] = event.at
+        elif event.kind in _OUTCOMES:
+            begun = started.get((event.position, event.attempt))
+            duration = None if begun is None else _ms(event.at - begun)
+        step = "" if event.name is None else f"#{event.position} {event.name}"
+        if event.position is None and event.name is not None:  # a patch: no position
+            step = event.name
+        rows.append(
+            TimelineRow(
+                at=event.at,
+                offset_ms=_ms(event.at - origin),
+                what=str(event.kind),
+                step=step,
+                attempt="" if event.attempt is None else str(event.attempt),
+                duration_ms=duration,
+                detail=_detail(event),
+            )
+        )
+    return rows
+
+
+# an attempt's outcome: its duration is measured from its step_started
+_OUTCOMES = frozenset(
+    {EventKind.STEP_COMPLETED, EventKind.STEP_FAILED, EventKind.STEP_ATTEMPT_FAILED}
+)
+
+
+def describe_run(
+    run: RunRecord,
+    events: Sequence[Event] = (),
+    workers: Sequence[WorkerBeat] = (),
+    now: datetime | None = None,
+) -> list[tuple[str, str]]:
+    """The run's current state as label/value pairs (with its history: the approvals it
+    waits for, and the last heartbeat any step recorded; with the workers and the time:
+    which live workers can run its version)."""
+    pairs = [
+        ("now", explain(run, events, workers, now).sentence),
+        ("run", run.id),
+        ("workflow", run.workflow),
+        ("status", str(run.status)),
+        ("created", run.created_at.isoformat(timespec="milliseconds")),
+        ("updated", run.updated_at.isoformat(timespec="milliseconds")),
+        ("input", _short(run.input, 200)),
+    ]
+    if run.correlation_id is not None:
+        pairs.append(("correlation", run.correlation_id))
+    if run.priority:
+        pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
+    if run.version is not None:
+        pairs.append(("version", _version(run, workers, now)))
+    if run.lease_owner:
+        pairs.append(("leased by", f"{run.lease_owner} (epoch {run.lease_epoch})"))
+    if run.available_at is not None and run.lease_owner and now and run.available_at <= now:
+        pairs.append(("lease", _lapsed(run, workers, now)))
+    elif run.available_at is not None:
+        label = "lease expires" if run.lease_owner else "due"
+        pairs.append((label, run.available_at.isoformat(timespec="milliseconds")))
+    elif run.status is RunStatus.PENDING:
+        waited = unfinished_children(events)
+        if waited:
+            pairs.append(("due", f"when its child run {waited[0]} ends (no timeout)"))
+        else:
+            pairs.append(("due", "when a signal comes (it waits with no timeout)"))
+    pairs += _waits_and_progress(run, events)
+    if run.result is not None:
+        pairs.append(("result", _short(run.result, 200)))
+    if run.error is not None:
+        pairs.append(("error", f"{run.error.error_class}: {run.error.message}"))
+        cause = root_cause(events)
+        if cause is not None and run.status is not RunStatus.CANCELLED:
+            pairs.append(("root cause", cause))
+    return pairs
+
+
+def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
+    pairs = _steering(run, events)
+    for approval in fold_approvals(events):
+        if approval.pending and run.status not in FINAL:
+            until = "no timeout" if approval.until is None else f"until {_time(approval.until)}"
+            then = "" if approval.until is None else f", then {approval.on_timeout}"
+            escalated = " (escalated)" if approval.escalated else ""
+            pairs.append(
+                ("approval", f"{approval.name!r} waits for a decision{escalated}, {until}{then}")
+            )
+    beats = [event for event in events if event.kind is EventKind.STEP_HEARTBEAT]
+    if beats:
+        last = beats[-1]
+        pairs.append(
+            (
+                "heartbeat",  # the last one any step recorded
+                f"{_time(last.at)} #{last.position} {last.name} "
+                f"attempt {last.attempt}: {_short(last.data or '', 120)}",
+            )
+        )
+    return pairs
+
+
+def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
+    """Where the run came from and went (restarts), and what people asked of it."""
+    pairs = []
+    for event in events:
+        payload = payload_of(event) if event.kind in _LINKS else None
+        if isinstance(payload, RunStarted):
+            pairs += _started(payload)
+        elif isinstance(payload, Restarted):
+            pairs.append(("restarted as", f"{payload.run} from step #{payload.from_step}, "
+                          f"by {payload.by} at {_time(event.at)}"))  # fmt: skip
+    pairs += _children(events)
+    if run.status in FINAL:
+        return pairs
+    control = fold_control(events)
+    if control.cancel is not None:
+        pairs.append(("cancel", f"asked by {control.cancel.by} at {_time(control.cancel.at)}: "
+                      "its completed steps are being compensated"))  # fmt: skip
+    if control.pause is not None and run.status is RunStatus.PAUSED:
+        why = f": {control.pause.reason}" if control.pause.reason else ""
+        pairs.append(("paused", f"by {control.pause.by} at {_time(control.pause.at)}{why}; "
+                      "durably resume goes on"))  # fmt: skip
+    return pairs
+
+
+_LINKS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_RESTARTED})
+_CHILDREN_SHOWN = 10
+
+
+def _children(events: Sequence[Event]) -> list[tuple[str, str]]:
+    """The child runs it started, each with how it ended (if it did, as far as it heard)."""
+    started = started_children(events)
+    ended = ended_children(events)
+    pairs = []
+    for child in started[:_CHILDREN_SHOWN]:
+        end = ended.get(child.run)
+        state = "not ended" if end is None else f"ended {end.status}"
+        detached = ", detached" if child.detached else ""
+        pairs.append(("child", f"{child.run} ({child.workflow}{detached}): {state}"))
+    if len(started) > _CHILDREN_SHOWN:
+        pairs.append(("child", f"... and {len(started) - _CHILDREN_SHOWN} more"))
+    return pairs
+
+
+def _started(started: RunStarted) -> list[tuple[str, str]]:
+    pairs = []
+    if started.restarted_from is not None:
+        pairs.append(("restart of", f"{started.restarted_from} at step "
+                      f"#{started.from_step}, by {started.by}"))  # fmt: skip
+    if started.parent is not None:
+        pairs.append(("parent", started.parent + _deadline(started)))
+    if started.generation is not None:
+        pairs.append(("generation", f"{started.generation}: it continued as new (the "
+                      "histories of earlier generations are gone)"))  # fmt: skip
+    return pairs
+
+
+def _deadline(started: RunStarted) -> str:
+    when = started.deadline
+    return "" if when is None else f" (its deadline, inherited: {_time(when)})"
+
+
+def _detail(event: Event) -> str:
+    if event.data is None:
+        return ""
+    if event.kind is EventKind.PATCH_DECIDED:
+        return "the new code" if event.data == "true" else "the old code (it got here before)"
+    try:
+        payload = payload_of(event)
+    except PayloadError:
+        return f"(unreadable: {_short(event.data, 80)})"
+    if isinstance(payload, StepStarted):
+        return f"key={payload.key} input={_short(json.dumps(payload.input), 80)}"
+    if isinstance(payload, AttemptFailed):
+        retry = f"; retry {payload.retry_at.isoformat(timespec='milliseconds')}"
+        of = "" if payload.of is None else f" (of {payload.of} attempts)"
+        by = "" if payload.dependency is None else f" [{payload.dependency}]"
+        error = f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
+        return f"{error}{by}{retry}{of}"
+    if isinstance(payload, Failure):
+        return f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
+    if isinstance(payload, Claimed):
+        taken = f", took over from {payload.took_over_from}" if payload.took_over_from else ""
+        return f"by {payload.owner} (epoch {payload.epoch}){taken}"
+    if isinstance(payload, WaitStarted):
+        return "no timeout" if payload.until is None else f"until {_time(payload.until)}"
+    if isinstance(payload, SignalReceived):
+        data = _short(payload.data or "null", 80)
+        return f"message {payload.message} from {payload.sender}: {data}"
+    if isinstance(payload, ApprovalRequested):
+        until = "no timeout" if payload.until is None else f"until {_time(payload.until)}"
+        then = "" if payload.until is None else f", then {payload.on_timeout}"
+        every = (
+            "" if payload.remind_after is None else f", reminders every {payload.remind_after:g}s"
+        )
+        details = "" if payload.details is None else f"; {_short(payload.details, 80)}"
+        return f"{until}{then}{every}{details}"
+    if isinstance(payload, ApprovalToken):
+        notice = "the request" if payload.notice == 0 else f"reminder {payload.notice}"
+        return f"a token for {notice} (its hash is kept)"
+    if isinstance(payload, Decision):
+        verdict = "approved" if payload.approved else "rejected"
+        comment = "" if payload.comment is None else f": {_short(payload.comment, 80)}"
+        return f"{verdict} by {payload.by} ({payload.via}){comment}"
+    if isinstance(payload, Command):
+        return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
+    if isinstance(payload, RunStarted):
+        pairs = _started(payload)
+        if payload.correlation_id is not None:
+            pairs.append(("correlation", payload.correlation_id))
+        if payload.trace_parent is not None:
+            pairs.append(("trace", payload.trace_parent))
+        return "; ".join(f"{label} {value}" for label, value in pairs)
+    if isinstance(payload, ChildStarted):
+        return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
+    if isinstance(payload, RunRetried):
+        where = "" if payload.from_step is None else f" from step #{payload.from_step}"
+        return f"fresh attempts{where}, asked by {payload.by}"
+    if isinstance(payload, Restarted):
+        return f"restarted as {payload.run} from step #{payload.from_step} by {payload.by}"
+    if isinstance(payload, MessageReceived):
+        what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
+        data = "" if payload.data is None else f": {_short(payload.data, 80)}"
+        return f"{what} from {payload.sender}{data}"
+    return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
+
+
+def _time(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds")
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _ms(delta: object) -> float:
+    from datetime import timedelta
+
+    assert isinstance(delta, timedelta)
+    return delta.total_seconds() * 1000
+
+
+def _version(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime | None) -> str:
+    """The run's version, and, while it has yet to end, which live workers can run it."""
+    if run.status in FINAL or now is None:
+        return str(run.version)
+    serving = [w.name for w in runners(run, workers, now)]  # a version is recorded here
+    if serving:
+        return f"{run.version} (run by: {', '.join(serving)})"
+    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
+    others = sorted({v for w in live for v in w.serves[run.workflow]})
+    if others:
+        return (
+            f"{run.version}: no live worker runs it; theirs: {', '.join(others)}. Start a "
+            "worker with the code it started on, or list it in @app.workflow(versions=...) "
+            "if this code runs it the same way"
+        )
+    return f"{run.version} (no live worker runs workflow {run.workflow!r})"
+
+
+def _lapsed(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str:
+    """A running run whose lease expired: its worker is presumed dead; who takes it over."""
+    assert run.available_at is not None
+    said = (
+        f"expired at {_time(run.available_at)}: worker {run.lease_owner} presumed dead (its "
+        "attempt in flight is lost)"
+    )
+    live = runners(run, workers, now)
+    if live:
+        return f"{said}; the next worker to poll takes it over ({', '.join(w.name for w in live)})"
+    return (
+        f"{said}; no live worker runs it: start one with its code (durably workers), or fail "
+        f"it (durably dlq fail {run.id})"
+    )

@@ -1,0 +1,1 @@
+"""Tools for the project itself, not shipped in the wheel."""
