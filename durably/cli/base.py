@@ -94,8 +94,9 @@ BY = click.option(
 )
 def cli(verbose: bool, log_format: str) -> None:
     """durably: durable workflows for Python."""
-    logs.configure(json_lines=log_format == "json",
-                   level=logging.DEBUG if verbose else logging.INFO)  # fmt: skip
+    logs.configure(
+        json_lines=log_format == "json", level=logging.DEBUG if verbose else logging.INFO
+    )
 
 
 # -- finding the app and the store ----------------------------------------------------------

@@ -49,8 +49,13 @@ __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "work
 @click.option(
     "--poll", default="200ms", show_default=True, type=DURATION, help="Idle poll interval."
 )
-@click.option("--stop-grace", default="10s", show_default=True, type=DURATION,
-              help="Time to finish on SIGTERM.")  # fmt: skip
+@click.option(
+    "--stop-grace",
+    default="10s",
+    show_default=True,
+    type=DURATION,
+    help="Time to finish on SIGTERM.",
+)
 @click.option(
     "--name",
     default=None,
@@ -64,8 +69,12 @@ __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "work
     default=None,
     help="Serve Prometheus metrics on this port (/metrics; needs durably[metrics]).",
 )
-@click.option("--metrics-host", default="127.0.0.1", show_default=True,
-              help="The address the metrics are served on (0.0.0.0: every interface).")  # fmt: skip
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address the metrics are served on (0.0.0.0: every interface).",
+)
 def worker(
     target: str,
     store_url: str | None,
@@ -177,8 +186,14 @@ def runs_list(
 ) -> None:
     """The most recently updated runs, a page at a time."""
     with client_for(app_target, store_url) as client:
-        page = client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor,
-                           patch=patch, correlation_id=correlation_id)  # fmt: skip
+        page = client.runs(
+            status=status,
+            workflow=workflow,
+            limit=limit,
+            cursor=cursor,
+            patch=patch,
+            correlation_id=correlation_id,
+        )
     if as_json:
         echo_json(RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
         return
@@ -262,8 +277,9 @@ def dlq_show(
     ctx: click.Context, app_target: str | None, store_url: str | None, run_id: str, as_json: bool
 ) -> None:
     """The parked run's state and timeline (same as `durably runs show`)."""
-    ctx.invoke(runs_show, app_target=app_target, store_url=store_url, run_id=run_id,
-               as_json=as_json)  # fmt: skip
+    ctx.invoke(
+        runs_show, app_target=app_target, store_url=store_url, run_id=run_id, as_json=as_json
+    )
 
 
 @dlq.command("retry", epilog=PRECEDENCE)
@@ -295,8 +311,11 @@ def dlq_retry(
             run_ids = tuple(x.run_id for x in letters if workflow in (None, x.workflow))
         refused = retry_each(client, run_ids, by=by, from_step=from_step)
         retried = len(run_ids) - len(refused)
-        click.echo(f"{retried} run(s) pending again" if len(run_ids) != 1 or refused
-                   else f"run {run_ids[0]} is pending again")  # fmt: skip
+        click.echo(
+            f"{retried} run(s) pending again"
+            if len(run_ids) != 1 or refused
+            else f"run {run_ids[0]} is pending again"
+        )
         if retried:
             them = "it" if retried == 1 else "them"
             click.echo(worker_hint(app_target, client, f"for {them} to move on"))
@@ -487,9 +506,13 @@ def bench(options: tuple[str, ...]) -> None:
 @click.argument("run_id")
 @click.argument("name")
 @click.option(
-    "--data", "data_json", default="null", show_default=True, metavar="JSON",
+    "--data",
+    "data_json",
+    default="null",
+    show_default=True,
+    metavar="JSON",
     help="The signal's payload, as JSON.",
-)  # fmt: skip
+)
 @BY
 def signal(
     app_target: str | None, store_url: str | None, run_id: str, name: str, data_json: str, by: str

@@ -68,16 +68,20 @@ def breakers(app_target: str | None, store_url: str | None, as_json: bool) -> No
     if as_json:
         echo_json([BreakerOut.of(gate) for gate in gates])
         return
-    click.echo(f"{'DEPENDENCY':<24} {'BREAKER':<10} {'FAILURES':>8} {'IN FLIGHT':>9} "
-               f"{'WAITING':>7} {'TOKENS':>7}  OPENED")  # fmt: skip
+    click.echo(
+        f"{'DEPENDENCY':<24} {'BREAKER':<10} {'FAILURES':>8} {'IN FLIGHT':>9} "
+        f"{'WAITING':>7} {'TOKENS':>7}  OPENED"
+    )
     for gate in gates:
         tokens = "full" if gate.tokens is None else f"{gate.tokens:g}"
         opened = "" if gate.opened_at is None else gate.opened_at.isoformat(timespec="seconds")
         shown = click.style(
             f"{gate.breaker:<10}", fg="green" if gate.breaker == "closed" else "red"
         )
-        click.echo(f"{gate.dependency:<24} {shown} {gate.failures:>8} {gate.in_flight:>9} "
-                   f"{gate.waiting:>7} {tokens:>7}  {opened}")  # fmt: skip
+        click.echo(
+            f"{gate.dependency:<24} {shown} {gate.failures:>8} {gate.in_flight:>9} "
+            f"{gate.waiting:>7} {tokens:>7}  {opened}"
+        )
     if not gates:
         click.echo("(no dependency has been called through a breaker or limit yet)")
 
@@ -91,8 +95,13 @@ def breakers(app_target: str | None, store_url: str | None, as_json: bool) -> No
     metavar="DURATION",
     help="Delete runs that ended longer ago than this (30d, 12h, ...).",
 )
-@click.option("--batch", default=1_000, show_default=True, type=click.IntRange(1, 10_000),
-              help="Runs deleted a transaction.")  # fmt: skip
+@click.option(
+    "--batch",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Runs deleted a transaction.",
+)
 def prune(app_target: str | None, store_url: str | None, older_than: str, batch: int) -> None:
     """Delete the runs that ended (completed, failed, timed out, cancelled) longer ago than
     --older-than, with their histories, a batch at a time. Parked, paused and unfinished runs
@@ -104,8 +113,9 @@ def prune(app_target: str | None, store_url: str | None, older_than: str, batch:
     with client_for(app_target, store_url) as client:
         store, before, total = client.store, client.clock.now() - age, 0
         on_screen = sys.stderr.isatty()  # a bar for a person; a line a batch for a log
-        with click.progressbar(length=store.prunable(before), label="deleting", file=sys.stderr,
-                               hidden=not on_screen) as bar:  # fmt: skip
+        with click.progressbar(
+            length=store.prunable(before), label="deleting", file=sys.stderr, hidden=not on_screen
+        ) as bar:
             while deleted := store.prune(before, limit=batch):
                 total += deleted
                 bar.update(deleted)

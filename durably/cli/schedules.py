@@ -90,8 +90,10 @@ def schedules_backfill(
     already are found, not started again (needs --app: the runs' input)."""
     with _acting(app_target, store_url) as acting:
         started = acting.backfill(name, _time(start, "--from"), _time(end, "--to"))
-    click.echo(f"{len(started)} tick(s) of {name} have their run: {', '.join(started[:3])}"
-               + (" ..." if len(started) > 3 else ""))  # fmt: skip
+    click.echo(
+        f"{len(started)} tick(s) of {name} have their run: {', '.join(started[:3])}"
+        + (" ..." if len(started) > 3 else "")
+    )
 
 
 @contextmanager

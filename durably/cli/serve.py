@@ -10,8 +10,14 @@ from durably.cli.base import cli, load_app
 __all__ = ["server", "token"]
 
 
-def _server(target: str, store_url: str | None, host: str, port: int, tokens_file: str | None,
-            open_reads: bool) -> None:  # fmt: skip
+def _server(
+    target: str,
+    store_url: str | None,
+    host: str,
+    port: int,
+    tokens_file: str | None,
+    open_reads: bool,
+) -> None:
     try:
         from durably.web.auth import Tokens
         from durably.web.server import create_app, serve
@@ -25,8 +31,10 @@ def _server(target: str, store_url: str | None, host: str, port: int, tokens_fil
     tokens = Tokens.load(tokens_file)
     if not tokens:
         click.echo(_NO_TOKENS, err=True)
-    click.echo(f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
-               f"schema /api/openapi.json, metrics /metrics), store {app.store.url}")  # fmt: skip
+    click.echo(
+        f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
+        f"schema /api/openapi.json, metrics /metrics), store {app.store.url}"
+    )
     serve(create_app(app, tokens=tokens, open_reads=open_reads), host=host, port=port)
 
 
@@ -37,20 +45,34 @@ _NO_TOKENS = (
 
 
 def _options(command: click.Command) -> click.Command:
-    for option in reversed([
-        click.argument("target"),
-        click.option("--store", "store_url", default=None, metavar="URL",
-                     help="Overrides the app's."),
-        click.option("--host", default="127.0.0.1", show_default=True,
-                     help="The address to listen on (0.0.0.0: every interface)."),
-        click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535)),
-        click.option("--tokens-file", default=None, metavar="PATH",
-                     help="Lines `NAME ROLE sha256:HEX` (durably token new); default: "
-                     "$DURABLY_API_TOKENS."),
-        click.option("--open-reads", is_flag=True,
-                     help="Let anybody read (runs, history, lists) without a token; acting "
-                     "still needs one."),
-    ]):  # fmt: skip
+    for option in reversed(
+        [
+            click.argument("target"),
+            click.option(
+                "--store", "store_url", default=None, metavar="URL", help="Overrides the app's."
+            ),
+            click.option(
+                "--host",
+                default="127.0.0.1",
+                show_default=True,
+                help="The address to listen on (0.0.0.0: every interface).",
+            ),
+            click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535)),
+            click.option(
+                "--tokens-file",
+                default=None,
+                metavar="PATH",
+                help="Lines `NAME ROLE sha256:HEX` (durably token new); default: "
+                "$DURABLY_API_TOKENS.",
+            ),
+            click.option(
+                "--open-reads",
+                is_flag=True,
+                help="Let anybody read (runs, history, lists) without a token; acting "
+                "still needs one.",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -79,8 +101,13 @@ def token() -> None:
 
 @token.command("new")
 @click.argument("name")
-@click.option("--role", type=click.Choice(["write", "read"]), default="write", show_default=True,
-              help="write: read and act; read: look only.")  # fmt: skip
+@click.option(
+    "--role",
+    type=click.Choice(["write", "read"]),
+    default="write",
+    show_default=True,
+    help="write: read and act; read: look only.",
+)
 def token_new(name: str, role: str) -> None:
     """Make a token for NAME (who acts, as recorded in runs' histories): prints the token
     once, and the line to add to the server's --tokens-file or $DURABLY_API_TOKENS."""

@@ -71,9 +71,12 @@ def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
 @where
 @click.argument("run_id")
 @click.option(
-    "--from-step", "from_step", required=True, metavar="N|NAME",
+    "--from-step",
+    "from_step",
+    required=True,
+    metavar="N|NAME",
     help="Where to run again from: a step's position (durably runs show) or its name.",
-)  # fmt: skip
+)
 @click.option("--id", "new_id", default=None, help="The new run's id (default RUN_ID.restart-N).")
 @BY
 def restart(

@@ -227,8 +227,14 @@ class Client:
         wanted = None if status is None else pages.status_of(status)
         after = None if cursor is None else pages.after(cursor)
         # One more than asked: whether there is a next page, without a last empty one.
-        found = self.store.runs(status=wanted, workflow=workflow, limit=limit + 1, after=after,
-                                patch=patch, correlation_id=correlation_id)  # fmt: skip
+        found = self.store.runs(
+            status=wanted,
+            workflow=workflow,
+            limit=limit + 1,
+            after=after,
+            patch=patch,
+            correlation_id=correlation_id,
+        )
         page = found[:limit]
         return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)
 
@@ -551,9 +557,15 @@ class Client:
         correlation, trace = correlation_of(item.correlation_id), trace_parent()
         started = RunStarted(correlation_id=correlation, trace_parent=trace)
         data = None if started == RunStarted() else encode_payload(started)
-        return NewRun(item.id or new_run_id(), definition.name, payload, priority=priority,
-                      version=definition.version, correlation_id=correlation,
-                      started=data)  # fmt: skip
+        return NewRun(
+            item.id or new_run_id(),
+            definition.name,
+            payload,
+            priority=priority,
+            version=definition.version,
+            correlation_id=correlation,
+            started=data,
+        )
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)

@@ -109,8 +109,12 @@ def resume(store: Store, run_id: str, *, now: datetime, by: str) -> Steered:
     )
     if run.status is not RunStatus.PAUSED and not on_its_way:
         return Steered(run_id, RESUME, False, run.status, f"it is not paused (it is {run.status})")
-    status = _sent(store.send(Message(run_id, RESUME, by, dedupe_key=_once()), now=now).outcome,
-                   run.status, run_id, "resume")  # fmt: skip
+    status = _sent(
+        store.send(Message(run_id, RESUME, by, dedupe_key=_once()), now=now).outcome,
+        run.status,
+        run_id,
+        "resume",
+    )
     if status is RunStatus.PAUSED:
         _hand_back(store, run_id, now=now, by=by, action="resume", statuses={status})
         return Steered(run_id, RESUME, True, status, "it goes on from where it stopped")

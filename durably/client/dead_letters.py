@@ -68,8 +68,9 @@ def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
     runs = [run for status in PARKED for run in store.runs(status=status, limit=limit)]
     runs.sort(key=lambda run: run.updated_at, reverse=True)
     histories = ((run, store.history(run.id)) for run in runs)
-    letters = [_dead_letter(run, events) for run, events in histories
-               if not awaiting_approval(events)]  # fmt: skip
+    letters = [
+        _dead_letter(run, events) for run, events in histories if not awaiting_approval(events)
+    ]
     return letters[:limit]
 
 
@@ -252,8 +253,16 @@ def hand_back(
     """Hand a run leased for a person's action back to the workers, due now, with `events`
     appended (and the inbox messages they fold in, `consumed`, taken out of the inbox; and
     `messages` sent to other runs, in the same transaction)."""
-    _commit(store, claim, now, *events, status=RunStatus.PENDING, available_at=now,
-            consumed=consumed, messages=messages)  # fmt: skip
+    _commit(
+        store,
+        claim,
+        now,
+        *events,
+        status=RunStatus.PENDING,
+        available_at=now,
+        consumed=consumed,
+        messages=messages,
+    )
 
 
 def _commit(
@@ -268,8 +277,17 @@ def _commit(
     messages: tuple[Message, ...] = (),
 ) -> None:
     check_transition(RunStatus.RUNNING, status)  # the person's action holds the run's lease
-    checkpoint = Checkpoint(claim.run_id, claim.epoch, events, status, None, error,
-                            available_at, consumed, messages=messages)  # fmt: skip
+    checkpoint = Checkpoint(
+        claim.run_id,
+        claim.epoch,
+        events,
+        status,
+        None,
+        error,
+        available_at,
+        consumed,
+        messages=messages,
+    )
     if not store.commit([checkpoint], now=now)[0]:
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")
 

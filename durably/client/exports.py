@@ -72,8 +72,14 @@ def read_export(source: str | Path | Mapping[str, Any]) -> Exported:
             raise ValueError(f"its format is {data.get('format')!r}, not {FORMAT!r}")
         run = data["run"]
         events = tuple(_event(item) for item in data["events"])
-        return Exported(str(run["id"]), str(run["workflow"]), run.get("version"),
-                        str(run["input"]), str(run["status"]), events)  # fmt: skip
+        return Exported(
+            str(run["id"]),
+            str(run["workflow"]),
+            run.get("version"),
+            str(run["input"]),
+            str(run["status"]),
+            events,
+        )
     except (ValueError, KeyError, TypeError, OSError) as exc:
         raise PayloadError(
             f"{_shown(source)} is not a run exported by `durably runs export` ({exc}); export "
@@ -97,8 +103,15 @@ def _event(item: Mapping[str, Any]) -> Event:
     at = datetime.fromisoformat(item["at"])
     if at.tzinfo is None:
         raise ValueError(f"event {item['seq']}'s time has no time zone")
-    return Event(int(item["seq"]), EventKind(item["kind"]), at, item.get("position"),
-                 item.get("name"), item.get("attempt"), item.get("data"))  # fmt: skip
+    return Event(
+        int(item["seq"]),
+        EventKind(item["kind"]),
+        at,
+        item.get("position"),
+        item.get("name"),
+        item.get("attempt"),
+        item.get("data"),
+    )
 
 
 def _shown(source: object) -> str:

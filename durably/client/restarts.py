@@ -65,8 +65,9 @@ def restart(
     ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
     new_id = new_id or f"{run_id}.restart-{restarts + 1}"
-    started = RunStarted(run_id, position, by, correlation_id=source.correlation_id,
-                         trace_parent=trace_parent())  # the restarter's trace, if any  # fmt: skip
+    started = RunStarted(
+        run_id, position, by, correlation_id=source.correlation_id, trace_parent=trace_parent()
+    )  # the restarter's trace, if any
     reused = [
         event
         for event in events
@@ -78,8 +79,14 @@ def restart(
     note = Event(
         0, EventKind.RUN_RESTARTED, now, data=encode_payload(Restarted(new_id, position, by))
     )
-    run = NewRun(new_id, source.workflow, source.input, priority=source.priority,
-                 version=source.version, correlation_id=source.correlation_id)  # fmt: skip
+    run = NewRun(
+        new_id,
+        source.workflow,
+        source.input,
+        priority=source.priority,
+        version=source.version,
+        correlation_id=source.correlation_id,
+    )
     if store.fork(run, history, source=run_id, note=note, now=now):
         forked = store.get_run(new_id)
         assert forked is not None

@@ -95,8 +95,9 @@ def lineage(events: Iterable[Event]) -> Lineage:
     for event in events:  # the first event is the run's start
         if event.kind is EventKind.RUN_STARTED and event.data is not None:
             started = read_payload(event, RunStarted)
-            return Lineage(started.parent, started.deadline, started.correlation_id,
-                           started.trace_parent)  # fmt: skip
+            return Lineage(
+                started.parent, started.deadline, started.correlation_id, started.trace_parent
+            )
         return Lineage()
     return Lineage()
 

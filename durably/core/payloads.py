@@ -159,12 +159,20 @@ def encode_payload(payload: Payload) -> str:
 def _fields(payload: Payload) -> dict[str, object]:
     """The JSON object of a payload, keys in the order the engine has always written them."""
     match payload:
-        case RunStarted(restarted_from, from_step, by, parent, deadline, generation, correlation,
-                        trace):  # fmt: skip
+        case RunStarted(
+            restarted_from, from_step, by, parent, deadline, generation, correlation, trace
+        ):
             time = None if deadline is None else deadline.isoformat()
-            named = {"restarted_from": restarted_from, "from_step": from_step, "by": by,
-                     "parent": parent, "deadline": time, "generation": generation,
-                     "correlation_id": correlation, "trace_parent": trace}  # fmt: skip
+            named = {
+                "restarted_from": restarted_from,
+                "from_step": from_step,
+                "by": by,
+                "parent": parent,
+                "deadline": time,
+                "generation": generation,
+                "correlation_id": correlation,
+                "trace_parent": trace,
+            }
             return {key: value for key, value in named.items() if value is not None}
         case ChildStarted(run, workflow, detached):
             return {"run": run, "workflow": workflow, **({"detached": True} if detached else {})}
@@ -214,22 +222,41 @@ def _fields(payload: Payload) -> dict[str, object]:
         case Released(reason) | RunningAlone(reason):
             return {"reason": reason}
         case MessageReceived(id_, kind, name, data, sender, sent_at):
-            return {"id": id_, "kind": kind, "name": name, "data": data, "sender": sender,
-                    "sent_at": sent_at.isoformat()}  # fmt: skip
+            return {
+                "id": id_,
+                "kind": kind,
+                "name": name,
+                "data": data,
+                "sender": sender,
+                "sent_at": sent_at.isoformat(),
+            }
         case WaitStarted(until):
             return {"until": None if until is None else until.isoformat()}
         case SignalReceived(message, data, sender, sent_at):
-            return {"message": message, "data": data, "sender": sender,
-                    "sent_at": sent_at.isoformat()}  # fmt: skip
+            return {
+                "message": message,
+                "data": data,
+                "sender": sender,
+                "sent_at": sent_at.isoformat(),
+            }
         case ApprovalRequested(until, on_timeout, remind_after, details):
             time = None if until is None else until.isoformat()
-            return {"until": time, "on_timeout": on_timeout, "remind_after": remind_after,
-                    "details": details}  # fmt: skip
+            return {
+                "until": time,
+                "on_timeout": on_timeout,
+                "remind_after": remind_after,
+                "details": details,
+            }
         case ApprovalToken(hash_, notice):
             return {"hash": hash_, "notice": notice}
         case Decision(approved, by, at, comment, via):
-            return {"approved": approved, "by": by, "at": at.isoformat(), "comment": comment,
-                    "via": via}  # fmt: skip
+            return {
+                "approved": approved,
+                "by": by,
+                "at": at.isoformat(),
+                "comment": comment,
+                "via": via,
+            }
     raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
 
 

@@ -366,8 +366,15 @@ def _apply(known: StepRecord, event: Event) -> StepRecord:
             not_before=None,
         )
     if kind in (EventKind.STEP_COMPLETED, EventKind.STEP_SKIPPED):
-        return replace(known, result=event.data, completed=True, error=None, in_flight=False,
-                       not_before=None, completed_seq=event.seq)  # fmt: skip
+        return replace(
+            known,
+            result=event.data,
+            completed=True,
+            error=None,
+            in_flight=False,
+            not_before=None,
+            completed_seq=event.seq,
+        )
     if kind is EventKind.STEP_FAILED:
         failed = read_payload(event, StepFailed)
         return replace(
@@ -402,12 +409,24 @@ def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
     kind = event.kind
     if kind in (EventKind.TIMER_SET, EventKind.SIGNAL_WAITING):
         until = read_payload(event, WaitStarted).until
-        return replace(known, attempts=1, first_started_at=event.at, started=event,
-                       not_before=until, waiting=True)  # fmt: skip
+        return replace(
+            known,
+            attempts=1,
+            first_started_at=event.at,
+            started=event,
+            not_before=until,
+            waiting=True,
+        )
     if kind is EventKind.APPROVAL_REQUESTED:
         until = read_payload(event, ApprovalRequested).until
-        return replace(known, attempts=1, first_started_at=event.at, started=event,
-                       not_before=until, waiting=True)  # fmt: skip
+        return replace(
+            known,
+            attempts=1,
+            first_started_at=event.at,
+            started=event,
+            not_before=until,
+            waiting=True,
+        )
     if kind is EventKind.APPROVAL_ESCALATED:
         return replace(known, not_before=None)  # from now on only a person ends the wait
     if kind is EventKind.APPROVAL_DECIDED:
@@ -418,8 +437,13 @@ def _apply_wait(known: StepRecord, event: Event) -> StepRecord:
         return replace(known, result="null", completed=True, waiting=False)
     if kind is EventKind.SIGNAL_RECEIVED:
         received = read_payload(event, SignalReceived)
-        return replace(known, result=received.data or "null", completed=True, waiting=False,
-                       message=received.message)  # fmt: skip
+        return replace(
+            known,
+            result=received.data or "null",
+            completed=True,
+            waiting=False,
+            message=received.message,
+        )
     if kind is EventKind.SIGNAL_TIMED_OUT:
         error = ErrorInfo("durably.errors.SignalTimeout", signal_timeout_message(known))
         return replace(known, error=error, failure_reason="timed out", waiting=False)

@@ -27,10 +27,16 @@ _ENTERS = {
 }
 # bookkeeping that does not move the run out of the state it is in
 _NEUTRAL = frozenset(
-    {EventKind.MESSAGE_RECEIVED, EventKind.APPROVAL_TOKEN, EventKind.STEP_HEARTBEAT,
-     EventKind.RUN_RESTARTED, EventKind.PATCH_DECIDED, EventKind.VALUE_RECORDED,
-     EventKind.CHILD_STARTED}
-)  # fmt: skip
+    {
+        EventKind.MESSAGE_RECEIVED,
+        EventKind.APPROVAL_TOKEN,
+        EventKind.STEP_HEARTBEAT,
+        EventKind.RUN_RESTARTED,
+        EventKind.PATCH_DECIDED,
+        EventKind.VALUE_RECORDED,
+        EventKind.CHILD_STARTED,
+    }
+)
 
 
 _HELD = frozenset({"paused", "needs_attention"})

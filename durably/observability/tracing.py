@@ -58,9 +58,11 @@ class Tracing(Hooks):
         execution = current_execution()
         parent = _parent(getattr(execution, "trace_parent", None), run_id)
         attributes: dict[str, str | int] = {
-            "durably.run_id": run_id, "durably.step": step, "durably.attempt": attempt,
+            "durably.run_id": run_id,
+            "durably.step": step,
+            "durably.attempt": attempt,
             "durably.workflow": getattr(execution, "workflow_name", None) or "",
-        }  # fmt: skip
+        }
         if dependency:
             attributes["durably.dependency"] = dependency
         correlation = getattr(execution, "correlation_id", None)
@@ -95,8 +97,11 @@ class Tracing(Hooks):
         if not events or status in _PARKED:  # one span a run: when it is over
             return
         family = lineage(events)
-        attributes: dict[str, str] = {"durably.run_id": run_id, "durably.workflow": workflow,
-                                      "durably.status": status}  # fmt: skip
+        attributes: dict[str, str] = {
+            "durably.run_id": run_id,
+            "durably.workflow": workflow,
+            "durably.status": status,
+        }
         if family.correlation_id:
             attributes["durably.correlation_id"] = family.correlation_id
         parent, began = _parent(family.trace_parent, run_id), _nanos(events[0])
@@ -116,8 +121,9 @@ def _parent(traceparent: str | None, run_id: str) -> otel_context.Context:
     digest = hashlib.sha256(run_id.encode()).digest()
     trace_id = int.from_bytes(digest[:16]) or 1
     span_id = int.from_bytes(digest[16:24]) or 1
-    root = trace.SpanContext(trace_id, span_id, is_remote=True,
-                             trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))  # fmt: skip
+    root = trace.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)
+    )
     return trace.set_span_in_context(trace.NonRecordingSpan(root))
 
 

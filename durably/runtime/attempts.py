@@ -171,8 +171,14 @@ def record_failure(
     if isinstance(error, Escalated):
         reason = "escalated"
     else:
-        decision = decide(policy, classify(error, policy), attempt=scope.attempt,
-                          first_attempt_at=first_started_at, now=clock.now(), rng=rng)  # fmt: skip
+        decision = decide(
+            policy,
+            classify(error, policy),
+            attempt=scope.attempt,
+            first_attempt_at=first_started_at,
+            now=clock.now(),
+            rng=rng,
+        )
         reason = decision.reason if isinstance(decision, GiveUp) else ""
     if reason:
         # a timed-out last attempt may have taken effect: an undo is owed if the run is undone

@@ -152,8 +152,20 @@ class HistoryWriter:
         outbox, self.outbox = self.outbox, ()
         new_input, self.input = self.input, None
         version, self.version = self.version, None
-        return Checkpoint(self.run_id, self.epoch, events, status, result, error, available_at,
-                          consumed, starts, outbox, new_input, version)  # fmt: skip
+        return Checkpoint(
+            self.run_id,
+            self.epoch,
+            events,
+            status,
+            result,
+            error,
+            available_at,
+            consumed,
+            starts,
+            outbox,
+            new_input,
+            version,
+        )
 
     def restore(self, draft: Checkpoint) -> None:
         """A draft that was not committed: pending again, ahead of what came since."""

@@ -131,15 +131,27 @@ class Children:
         except PayloadError as exc:
             raise DurablyError(str(exc)) from None
         correlation = self._run.correlation_id
-        started = RunStarted(parent=parent, deadline=self._deadline(), correlation_id=correlation,
-                             trace_parent=self._run.trace_parent)  # fmt: skip
+        started = RunStarted(
+            parent=parent,
+            deadline=self._deadline(),
+            correlation_id=correlation,
+            trace_parent=self._run.trace_parent,
+        )
         given = (p for p in (priority, workflow.priority) if p is not None)
-        new = NewRun(child, workflow.name, input_json, parent, encode_payload(started),
-                     priority=next(given, self._run.priority), version=workflow.version,
-                     correlation_id=correlation)  # fmt: skip
+        new = NewRun(
+            child,
+            workflow.name,
+            input_json,
+            parent,
+            encode_payload(started),
+            priority=next(given, self._run.priority),
+            version=workflow.version,
+            correlation_id=correlation,
+        )
         data = encode_payload(ChildStarted(child, workflow.name, detached))
-        self._writer.append(EventKind.CHILD_STARTED, position, child_name(workflow.name), None,
-                            data)  # fmt: skip
+        self._writer.append(
+            EventKind.CHILD_STARTED, position, child_name(workflow.name), None, data
+        )
         self._writer.starts += (new,)
         return child
 

@@ -180,8 +180,11 @@ class Committer:
                 continue
             if self._hooks is not None:
                 self._hooks.checkpoint_committed(len(group))
-            outcomes = [(future, ok, None) for item, ok in zip(group, results, strict=True)
-                        for future in item.futures]  # fmt: skip
+            outcomes = [
+                (future, ok, None)
+                for item, ok in zip(group, results, strict=True)
+                for future in item.futures
+            ]
             self._settle_all(outcomes)
 
     def _commit_now(self, checkpoints: list[Checkpoint]) -> list[bool]:

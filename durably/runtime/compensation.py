@@ -168,8 +168,14 @@ class Compensation:
         policy = step.options.retry or self._engine.settings.default_retry
         error = ErrorInfo.of(exc)
         now = self._clock.now()
-        decision = decide(policy, classify(exc, policy), attempt=attempt,
-                          first_attempt_at=now, now=now, rng=self._rng)  # fmt: skip
+        decision = decide(
+            policy,
+            classify(exc, policy),
+            attempt=attempt,
+            first_attempt_at=now,
+            now=now,
+            rng=self._rng,
+        )
         position, name = record.position, step.name
         if isinstance(decision, GiveUp):
             data = encode_payload(CompensationFailed(error, decision.reason, attempt))

@@ -267,8 +267,9 @@ class RunExecution:
             if control.pause is not None and control.cancel is None:  # a cancel wins
                 raise Pause(control.pause)
             limit = self._workflow.max_recoveries
-            takeovers.check_poison(phase, self._engine.settings.max_recoveries
-                                   if limit is None else limit)  # fmt: skip
+            takeovers.check_poison(
+                phase, self._engine.settings.max_recoveries if limit is None else limit
+            )
             takeovers.record_lost_attempts(self._writer, phase)
             if self.alone:
                 alone = payloads.RunningAlone(_ALONE_REASON, self._others)
@@ -286,8 +287,12 @@ class RunExecution:
             except ContinueAsNew as new:
                 self.check_control()  # a cancel or a pause comes first
                 self.wake_at = await generations.continue_as_new(
-                    self._writer, new.input, deadline=self.deadline, clock=self._clock,
-                    version=self._workflow.version)  # fmt: skip
+                    self._writer,
+                    new.input,
+                    deadline=self.deadline,
+                    clock=self._clock,
+                    version=self._workflow.version,
+                )
                 self.suspended = True
                 return
             if self.control.cancel is not None:  # the body let a cancel pass and returned
@@ -415,9 +420,15 @@ class RunExecution:
         key = str(key) if key is not None else step_key(self.call_scope, position, step.name)
         await self._before_new_work()
         await self._gates.enter(self._writer, step, position)
-        beats = Heartbeats(self._writer, self._loop, position=position, name=step.name,
-                           attempt=action.attempt, timeout=step.options.heartbeat_seconds,
-                           previous=action.heartbeat)  # fmt: skip
+        beats = Heartbeats(
+            self._writer,
+            self._loop,
+            position=position,
+            name=step.name,
+            attempt=action.attempt,
+            timeout=step.options.heartbeat_seconds,
+            previous=action.heartbeat,
+        )
         scope = StepScope(self.run_id, position, step.name, action.attempt, key, beats)
         data = payloads.step_started_data(key, input_json, undo=step.compensate_fn is not None)
         transactional = step.options.transactional
@@ -465,9 +476,18 @@ class RunExecution:
             if self.control.cancel is not None:  # it stopped for the cancel: no retry
                 raised, cut_off = ErrorInfo.of(exc), not transactional
                 self._cancelled(step, position, action.attempt, None, raised, cut_off=cut_off)
-            record_failure(self._writer, step, scope, exc, unknown=unknown,
-                           first_started_at=first_started_at, policy=policy,
-                           clock=self._clock, rng=self._rng, hide=hide)  # fmt: skip
+            record_failure(
+                self._writer,
+                step,
+                scope,
+                exc,
+                unknown=unknown,
+                first_started_at=first_started_at,
+                policy=policy,
+                clock=self._clock,
+                rng=self._rng,
+                hide=hide,
+            )
         finally:
             await beats.close(failed=False)
             await self._gates.leave(
@@ -498,9 +518,16 @@ class RunExecution:
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
     ) -> Any:
         if step.options.transactional:
-            return await transactions.transact(step, args, kwargs, scope, writer=self._writer,
-                                               store=self._engine.store, clock=self._clock,
-                                               hooks=self._hooks)  # fmt: skip
+            return await transactions.transact(
+                step,
+                args,
+                kwargs,
+                scope,
+                writer=self._writer,
+                store=self._engine.store,
+                clock=self._clock,
+                hooks=self._hooks,
+            )
         if self._hooks is None:  # the usual case: no hook to tell
             return await call_user(step.fn, args, kwargs, scope, step)
         with observed(self._hooks, scope, step.options.dependency):

@@ -125,10 +125,12 @@ async def _settle(interrupts: Interrupts, tasks: list[asyncio.Task[Any]], fail_f
         error = _failure(task) if fail_fast and not given_up else None
         if error is not None:
             given_up = True
-            why = ErrorInfo.of(BranchCancelled(
-                f"cancelled: another branch of the gather failed ({error.error_class}: "
-                f"{error.message})"
-            ))  # fmt: skip
+            why = ErrorInfo.of(
+                BranchCancelled(
+                    f"cancelled: another branch of the gather failed ({error.error_class}: "
+                    f"{error.message})"
+                )
+            )
             interrupts.cancel_branches([other for other in tasks if not other.done()], why)
         if remaining == 0 and not every.done():
             every.set_result(None)

@@ -82,8 +82,9 @@ class Heartbeats:
             "is taken as lost"
         )
         self._limit = asyncio.timeout(self._timeout)
-        return await within(call, self._timeout, lambda: HeartbeatTimeout(message),
-                            limit=self._limit)  # fmt: skip
+        return await within(
+            call, self._timeout, lambda: HeartbeatTimeout(message), limit=self._limit
+        )
 
     async def close(self, *, failed: bool) -> None:
         """The attempt ended: let a recording under way finish (it must not outlive the

@@ -107,8 +107,13 @@ def _start(store: Store, schedule: Schedule, pending: tuple[str, ...], *, now: d
 
 def _new_run(schedule: Schedule, tick: datetime) -> NewRun:
     workflow = schedule.workflow
-    return NewRun(run_id(schedule.name, tick), workflow.name, schedule.input(tick),
-                  priority=workflow.priority or 0, version=workflow.version)  # fmt: skip
+    return NewRun(
+        run_id(schedule.name, tick),
+        workflow.name,
+        schedule.input(tick),
+        priority=workflow.priority or 0,
+        version=workflow.version,
+    )
 
 
 class Schedules:
@@ -200,6 +205,17 @@ class Schedules:
 def _info(name: str, state: State, defined: bool) -> ScheduleInfo:
     spec = state.spec
     when = f"cron {spec.cron} ({spec.timezone})" if spec.cron else f"every {spec.every:g}s"
-    return ScheduleInfo(name, spec.workflow, when, spec.overlap, spec.catchup, state.paused,
-                        state.last_tick, state.last_run, state.next_fire(name), state.fired,
-                        state.skipped, defined)  # fmt: skip
+    return ScheduleInfo(
+        name,
+        spec.workflow,
+        when,
+        spec.overlap,
+        spec.catchup,
+        state.paused,
+        state.last_tick,
+        state.last_run,
+        state.next_fire(name),
+        state.fired,
+        state.skipped,
+        defined,
+    )

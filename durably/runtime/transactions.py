@@ -126,8 +126,17 @@ async def transact(
             raise
         finally:
             _step.reset(token)
-        made.append(Event(seq, EventKind.STEP_COMPLETED, clock.now(), scope.position,
-                          scope.name, scope.attempt, result))  # fmt: skip
+        made.append(
+            Event(
+                seq,
+                EventKind.STEP_COMPLETED,
+                clock.now(),
+                scope.position,
+                scope.name,
+                scope.attempt,
+                result,
+            )
+        )
         return replace(draft, events=(*draft.events, made[0]))
 
     def committing() -> None:

@@ -378,8 +378,9 @@ class Worker:
 
     async def _beat(self, committer: Committer) -> None:
         """Say this worker is alive, and what it serves (`durably workers`)."""
-        beat = WorkerBeat(self.name, self._started_at, self._clock.now(), self.lease / 3,
-                          self._serves)  # fmt: skip
+        beat = WorkerBeat(
+            self.name, self._started_at, self._clock.now(), self.lease / 3, self._serves
+        )
         await committer.call(functools.partial(self.app.store.beat, beat))
 
     async def _heartbeat(self, committer: Committer) -> None:

@@ -147,8 +147,7 @@ class Delivery:
 
     def received(self) -> MessageReceived:
         """The payload of the `message_received` event that folds it into the history."""
-        return MessageReceived(self.id, self.kind, self.name, self.data, self.sender,
-                               self.sent_at)  # fmt: skip
+        return MessageReceived(self.id, self.kind, self.name, self.data, self.sender, self.sent_at)
 
 
 class SentOutcome(StrEnum):

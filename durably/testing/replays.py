@@ -28,8 +28,12 @@ from durably.workflow.registry import Registry
 __all__ = ["Replayed", "replay"]
 
 # Where a run's replayable history ends: what follows is its end, not its workflow's calls.
-_ENDINGS = {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED,
-            EventKind.COMPENSATING}  # fmt: skip
+_ENDINGS = {
+    EventKind.RUN_COMPLETED,
+    EventKind.RUN_FAILED,
+    EventKind.RUN_CANCELLED,
+    EventKind.COMPENSATING,
+}
 _INCOMPATIBLE = ("NonDeterminismError", "UnsafeConcurrency")
 
 
@@ -68,8 +72,9 @@ def replay(app: App, source: str | Path | Mapping[str, Any]) -> Replayed:
         replayer = make(store, clock=clock, max_recoveries=1_000_000)
         replayer.registry = app.registry
         try:
-            store.import_run(NewRun(exported.run_id, exported.workflow, exported.input), events,
-                             now=clock.now())  # fmt: skip
+            store.import_run(
+                NewRun(exported.run_id, exported.workflow, exported.input), events, now=clock.now()
+            )
             with replay_only():
                 replayer.run_until_idle()
             run = store.get_run(exported.run_id)

@@ -307,15 +307,25 @@ def _last_event_of_step(events: Sequence[Event]) -> Event | None:
 
 
 _WAITS = frozenset(
-    {EventKind.STEP_ATTEMPT_FAILED, EventKind.STEP_WAITING, EventKind.TIMER_SET,
-     EventKind.SIGNAL_WAITING}
-)  # fmt: skip
+    {
+        EventKind.STEP_ATTEMPT_FAILED,
+        EventKind.STEP_WAITING,
+        EventKind.TIMER_SET,
+        EventKind.SIGNAL_WAITING,
+    }
+)
 # events after which the run is past its last wait
 _MOVES_ON = frozenset(
-    {EventKind.STEP_COMPLETED, EventKind.STEP_STARTED, EventKind.TIMER_FIRED,
-     EventKind.SIGNAL_RECEIVED, EventKind.SIGNAL_TIMED_OUT, EventKind.STEP_SKIPPED,
-     EventKind.RUN_RETRIED}
-)  # fmt: skip
+    {
+        EventKind.STEP_COMPLETED,
+        EventKind.STEP_STARTED,
+        EventKind.TIMER_FIRED,
+        EventKind.SIGNAL_RECEIVED,
+        EventKind.SIGNAL_TIMED_OUT,
+        EventKind.STEP_SKIPPED,
+        EventKind.RUN_RETRIED,
+    }
+)
 
 
 def _last_failed(events: Sequence[Event]) -> StepRecord | None:

@@ -82,19 +82,25 @@ class StartIn(BaseModel):
         "through the workflow's parameter types",
     )
     id: str | None = Field(
-        default=None, min_length=1, max_length=200,
+        default=None,
+        min_length=1,
+        max_length=200,
         description="The run's id (default: a random one); starting an id again is idempotent",
-    )  # fmt: skip
+    )
     priority: int | None = Field(
-        default=None, ge=0, le=MAX_PRIORITY,
+        default=None,
+        ge=0,
+        le=MAX_PRIORITY,
         description="0 to 1000: a minute's head start in the claim order per level "
         "(default: the workflow's, else 0)",
-    )  # fmt: skip
+    )
     correlation_id: str | None = Field(
-        default=None, min_length=1, max_length=MAX_LENGTH,
+        default=None,
+        min_length=1,
+        max_length=MAX_LENGTH,
         description="The request this run serves: recorded with it and its children, "
         "searched by (default: the caller's trace id, if it has one)",
-    )  # fmt: skip
+    )
 
 
 class ErrorInfoOut(BaseModel):
@@ -200,9 +206,11 @@ class SignalIn(BaseModel):
     model_config = _STRICT
     data: Any = Field(default=None, description="The signal's payload, any JSON value")
     dedupe_key: str | None = Field(
-        default=None, min_length=1, max_length=200,
+        default=None,
+        min_length=1,
+        max_length=200,
         description="The same key twice stores the signal once",
-    )  # fmt: skip
+    )
 
 
 class DecideIn(BaseModel):
@@ -246,8 +254,9 @@ class ActionOut(BaseModel):
 
     @classmethod
     def of(cls, steered: Steered) -> ActionOut:
-        return cls(run=steered.run_id, action=steered.action, changed=steered.changed,
-                   note=steered.note)  # fmt: skip
+        return cls(
+            run=steered.run_id, action=steered.action, changed=steered.changed, note=steered.note
+        )
 
 
 class DeadLetterOut(BaseModel):
@@ -263,10 +272,17 @@ class DeadLetterOut(BaseModel):
 
     @classmethod
     def of(cls, letter: DeadLetter) -> DeadLetterOut:
-        return cls(run=letter.run_id, workflow=letter.workflow, status=str(letter.status),
-                   step=letter.step, attempts=letter.attempts, reason=letter.reason,
-                   error=ErrorInfoOut.of(letter.error), run_error=ErrorInfoOut.of(letter.run_error),
-                   parked_at=letter.parked_at)  # fmt: skip
+        return cls(
+            run=letter.run_id,
+            workflow=letter.workflow,
+            status=str(letter.status),
+            step=letter.step,
+            attempts=letter.attempts,
+            reason=letter.reason,
+            error=ErrorInfoOut.of(letter.error),
+            run_error=ErrorInfoOut.of(letter.run_error),
+            parked_at=letter.parked_at,
+        )
 
 
 class ApprovalOut(BaseModel):
@@ -282,10 +298,16 @@ class ApprovalOut(BaseModel):
     @classmethod
     def of(cls, approval: PendingApproval) -> ApprovalOut:
         details = None if approval.details is None else _parsed(approval.details)
-        return cls(run=approval.run_id, workflow=approval.workflow, name=approval.name,
-                   requested_at=approval.requested_at, until=approval.until,
-                   on_timeout=approval.on_timeout, details=details,
-                   escalated=approval.escalated)  # fmt: skip
+        return cls(
+            run=approval.run_id,
+            workflow=approval.workflow,
+            name=approval.name,
+            requested_at=approval.requested_at,
+            until=approval.until,
+            on_timeout=approval.on_timeout,
+            details=details,
+            escalated=approval.escalated,
+        )
 
 
 class ScheduleOut(BaseModel):
@@ -304,10 +326,20 @@ class ScheduleOut(BaseModel):
 
     @classmethod
     def of(cls, info: ScheduleInfo) -> ScheduleOut:
-        return cls(name=info.name, workflow=info.workflow, when=info.when, overlap=info.overlap,
-                   catchup=info.catchup, paused=info.paused, last_tick=info.last_tick,
-                   last_run=info.last_run, next_fire=info.next_fire, fired=info.fired,
-                   skipped=info.skipped, defined=info.defined)  # fmt: skip
+        return cls(
+            name=info.name,
+            workflow=info.workflow,
+            when=info.when,
+            overlap=info.overlap,
+            catchup=info.catchup,
+            paused=info.paused,
+            last_tick=info.last_tick,
+            last_run=info.last_run,
+            next_fire=info.next_fire,
+            fired=info.fired,
+            skipped=info.skipped,
+            defined=info.defined,
+        )
 
 
 class BreakerOut(BaseModel):
@@ -321,9 +353,15 @@ class BreakerOut(BaseModel):
 
     @classmethod
     def of(cls, info: BreakerInfo) -> BreakerOut:
-        return cls(dependency=info.dependency, breaker=info.breaker, failures=info.failures,
-                   opened_at=info.opened_at, in_flight=info.in_flight, waiting=info.waiting,
-                   tokens=info.tokens)  # fmt: skip
+        return cls(
+            dependency=info.dependency,
+            breaker=info.breaker,
+            failures=info.failures,
+            opened_at=info.opened_at,
+            in_flight=info.in_flight,
+            waiting=info.waiting,
+            tokens=info.tokens,
+        )
 
 
 class WorkerOut(BaseModel):
@@ -335,9 +373,13 @@ class WorkerOut(BaseModel):
 
     @classmethod
     def of(cls, beat: WorkerBeat, now: datetime) -> WorkerOut:
-        return cls(name=beat.name, live=beat.alive(now), started_at=beat.started_at,
-                   seen_at=beat.seen_at,
-                   serves={name: list(v) for name, v in beat.serves.items()})  # fmt: skip
+        return cls(
+            name=beat.name,
+            live=beat.alive(now),
+            started_at=beat.started_at,
+            seen_at=beat.seen_at,
+            serves={name: list(v) for name, v in beat.serves.items()},
+        )
 
 
 class QueueOut(BaseModel):
@@ -348,9 +390,12 @@ class QueueOut(BaseModel):
 
     @classmethod
     def of(cls, stats: RunStats, now: datetime) -> QueueOut:
-        return cls(by_status=stats.by_status, due=stats.due,
-                   oldest_due_age_seconds=_age(stats.oldest_due, now),
-                   oldest_in_flight_age_seconds=_age(stats.oldest_in_flight, now))  # fmt: skip
+        return cls(
+            by_status=stats.by_status,
+            due=stats.due,
+            oldest_due_age_seconds=_age(stats.oldest_due, now),
+            oldest_in_flight_age_seconds=_age(stats.oldest_in_flight, now),
+        )
 
 
 def _age(since: datetime | None, now: datetime) -> float:

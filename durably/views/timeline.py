@@ -164,19 +164,33 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
         if isinstance(payload, RunStarted):
             pairs += _started(payload)
         elif isinstance(payload, Restarted):
-            pairs.append(("restarted as", f"{payload.run} from step #{payload.from_step}, "
-                          f"by {payload.by} at {_time(event.at)}"))  # fmt: skip
+            pairs.append(
+                (
+                    "restarted as",
+                    f"{payload.run} from step #{payload.from_step}, "
+                    f"by {payload.by} at {_time(event.at)}",
+                )
+            )
     pairs += _children(events)
     if run.status in FINAL:
         return pairs
     control = fold_control(events)
     if control.cancel is not None:
-        pairs.append(("cancel", f"asked by {control.cancel.by} at {_time(control.cancel.at)}: "
-                      "its completed steps are being compensated"))  # fmt: skip
+        pairs.append(
+            (
+                "cancel",
+                f"asked by {control.cancel.by} at {_time(control.cancel.at)}: "
+                "its completed steps are being compensated",
+            )
+        )
     if control.pause is not None and run.status is RunStatus.PAUSED:
         why = f": {control.pause.reason}" if control.pause.reason else ""
-        pairs.append(("paused", f"by {control.pause.by} at {_time(control.pause.at)}{why}; "
-                      "durably resume goes on"))  # fmt: skip
+        pairs.append(
+            (
+                "paused",
+                f"by {control.pause.by} at {_time(control.pause.at)}{why}; durably resume goes on",
+            )
+        )
     return pairs
 
 
@@ -202,13 +216,22 @@ def _children(events: Sequence[Event]) -> list[tuple[str, str]]:
 def _started(started: RunStarted) -> list[tuple[str, str]]:
     pairs = []
     if started.restarted_from is not None:
-        pairs.append(("restart of", f"{started.restarted_from} at step "
-                      f"#{started.from_step}, by {started.by}"))  # fmt: skip
+        pairs.append(
+            (
+                "restart of",
+                f"{started.restarted_from} at step #{started.from_step}, by {started.by}",
+            )
+        )
     if started.parent is not None:
         pairs.append(("parent", started.parent + _deadline(started)))
     if started.generation is not None:
-        pairs.append(("generation", f"{started.generation}: it continued as new (the "
-                      "histories of earlier generations are gone)"))  # fmt: skip
+        pairs.append(
+            (
+                "generation",
+                f"{started.generation}: it continued as new (the "
+                "histories of earlier generations are gone)",
+            )
+        )
     return pairs
 
 

@@ -73,8 +73,10 @@ def writer(request: Request, state: Annotated[Served, Depends(served)]) -> Ident
     if identity is None:
         raise _unauthorized(_MISSING)
     if not identity.can_write:
-        raise HTTPException(403, f"the token {identity.name!r} may only read; acting needs a "
-                            "token with the write role")  # fmt: skip
+        raise HTTPException(
+            403,
+            f"the token {identity.name!r} may only read; acting needs a token with the write role",
+        )
     return identity
 
 

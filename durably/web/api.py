@@ -75,9 +75,18 @@ def ready(state: State) -> StatusOut:
 # -- runs ---------------------------------------------------------------------------------
 
 
-@router.post("/runs", tags=["runs"], status_code=201, response_model=RunOut,
-             responses={200: {"model": RunOut, "description": "The run with this id existed "
-                              "already, with the same workflow and input"}})  # fmt: skip
+@router.post(
+    "/runs",
+    tags=["runs"],
+    status_code=201,
+    response_model=RunOut,
+    responses={
+        200: {
+            "model": RunOut,
+            "description": "The run with this id existed already, with the same workflow and input",
+        }
+    },
+)
 def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOut:
     """Start a run, idempotent on `id`: the same id with the same input answers the existing
     run (200); with a different workflow or input, 409."""
@@ -104,8 +113,9 @@ def list_runs(
     cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
 ) -> RunPageOut:
     """Runs, most recently updated first, a page at a time (pass `next_cursor` back)."""
-    page = state.client.runs(status=status, workflow=workflow, limit=limit, cursor=cursor,
-                             correlation_id=correlation_id)  # fmt: skip
+    page = state.client.runs(
+        status=status, workflow=workflow, limit=limit, cursor=cursor, correlation_id=correlation_id
+    )
     return RunPageOut(runs=[RunOut.of(run) for run in page.runs], next_cursor=page.next_cursor)
 
 

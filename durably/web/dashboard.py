@@ -67,10 +67,15 @@ def _page(
     return templates.TemplateResponse(
         request,
         template,
-        {"who": who, "csrf": csrf, "said": request.query_params.get("said"),
-         "refused": request.query_params.get("refused"), "page": template.split(".")[0],
-         **context},
-    )  # fmt: skip
+        {
+            "who": who,
+            "csrf": csrf,
+            "said": request.query_params.get("said"),
+            "refused": request.query_params.get("refused"),
+            "page": template.split(".")[0],
+            **context,
+        },
+    )
 
 
 # -- login ----------------------------------------------------------------------------------
@@ -98,8 +103,9 @@ def login(
         return RedirectResponse(f"/login?{said}", status_code=303)
     response = RedirectResponse(_local(next), status_code=303)
     secure = request.url.scheme == "https"  # behind a TLS proxy that says so (proxy headers)
-    response.set_cookie(COOKIE, state.sessions.issue(identity), httponly=True, samesite="strict",
-                        secure=secure)  # fmt: skip
+    response.set_cookie(
+        COOKIE, state.sessions.issue(identity), httponly=True, samesite="strict", secure=secure
+    )
     return response
 
 
@@ -148,9 +154,20 @@ def runs_page(
             found, next_cursor = page.runs, page.next_cursor
     except DurablyError as exc:
         refused = str(exc)
-    return _page(request, state, who, "runs.html", runs=found, counts=counts,
-                 statuses=_STATUSES, status=status, workflow=workflow or "", q=q or "",
-                 next_cursor=next_cursor, list_refused=refused)  # fmt: skip
+    return _page(
+        request,
+        state,
+        who,
+        "runs.html",
+        runs=found,
+        counts=counts,
+        statuses=_STATUSES,
+        status=status,
+        workflow=workflow or "",
+        q=q or "",
+        next_cursor=next_cursor,
+        list_refused=refused,
+    )
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -163,16 +180,26 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
     events, workers, now = client.history(run_id), client.workers(), client.clock.now()
     pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
     return _page(
-        request, state, who, "run.html", run=run, explanation=explain(run, events, workers, now),
-        cause=None if run.error is None or run.status is RunStatus.CANCELLED
+        request,
+        state,
+        who,
+        "run.html",
+        run=run,
+        explanation=explain(run, events, workers, now),
+        cause=None
+        if run.error is None or run.status is RunStatus.CANCELLED
         else root_cause(events),
         pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
-        rows=timeline(events), gantt=gantt(events, now), approvals=pending,
-        parked=run.status in PARKED, ended=run.status in FINAL,
+        rows=timeline(events),
+        gantt=gantt(events, now),
+        approvals=pending,
+        parked=run.status in PARKED,
+        ended=run.status in FINAL,
         paused=run.status is RunStatus.PAUSED,
-        stranded=run.status is RunStatus.RUNNING and run.available_at is not None
+        stranded=run.status is RunStatus.RUNNING
+        and run.available_at is not None
         and run.available_at <= now,
-    )  # fmt: skip
+    )
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)
@@ -256,8 +283,10 @@ def _form_action(run_action: Act) -> Callable[..., Any]:
         if who is None:
             return RedirectResponse(f"/login?next={quote(back)}", status_code=303)
         if not state.sessions.check_csrf(request.cookies.get(COOKIE), form.get("csrf")):
-            return _back(back, refused="the form's CSRF token is missing or stale: reload "
-                         "the page and try again")  # fmt: skip
+            return _back(
+                back,
+                refused="the form's CSRF token is missing or stale: reload the page and try again",
+            )
         if not who.can_write:
             return _back(back, refused=f"{who.name} may only read: acting needs a write token")
         try:
@@ -338,14 +367,22 @@ def _decide(approved: bool) -> Act:
 
 
 _RUN_ACTIONS: dict[str, Act] = {
-    "retry": _retry, "skip": _skip, "fail": _fail, "cancel": _cancel, "pause": _pause,
-    "resume": _resume, "release": _release, "signal": _signal, "approve": _decide(True),
+    "retry": _retry,
+    "skip": _skip,
+    "fail": _fail,
+    "cancel": _cancel,
+    "pause": _pause,
+    "resume": _resume,
+    "release": _release,
+    "signal": _signal,
+    "approve": _decide(True),
     "reject": _decide(False),
-}  # fmt: skip
+}
 
 for _name, _act in _RUN_ACTIONS.items():
-    router.add_api_route(f"/runs/{{target}}/{_name}", _form_action(_act), methods=["POST"],
-                         name=f"dashboard {_name}")  # fmt: skip
+    router.add_api_route(
+        f"/runs/{{target}}/{_name}", _form_action(_act), methods=["POST"], name=f"dashboard {_name}"
+    )
 
 
 def _schedule(verb: str) -> Act:
@@ -360,5 +397,9 @@ def _schedule(verb: str) -> Act:
 
 
 for _verb in ("pause", "resume", "trigger"):
-    router.add_api_route(f"/schedules/{{target}}/{_verb}", _form_action(_schedule(_verb)),
-                         methods=["POST"], name=f"dashboard schedule {_verb}")  # fmt: skip
+    router.add_api_route(
+        f"/schedules/{{target}}/{_verb}",
+        _form_action(_schedule(_verb)),
+        methods=["POST"],
+        name=f"dashboard schedule {_verb}",
+    )

@@ -233,8 +233,9 @@ def patched(patch_id: str) -> bool:
     run the new one. Decided the first time the run gets here, recorded, and the same on every
     replay. It takes no place in the history: no step after it moves."""
     check_name(patch_id)
-    side: bool = _call("patched", lambda execution: execution.patches.patched(patch_id),
-                       awaited=False)  # fmt: skip
+    side: bool = _call(
+        "patched", lambda execution: execution.patches.patched(patch_id), awaited=False
+    )
     return side
 
 
@@ -244,14 +245,16 @@ def deprecated_patch(patch_id: str) -> None:
     and is parked with NonDeterminismError; `durably runs list --patch ID` lists such runs
     before you deploy."""
     check_name(patch_id)
-    _call("deprecated_patch", lambda execution: execution.patches.retired(patch_id),
-          awaited=False)  # fmt: skip
+    _call("deprecated_patch", lambda execution: execution.patches.retired(patch_id), awaited=False)
 
 
 def now() -> datetime:
     """The current time (UTC), recorded on first execution and the same on every replay."""
-    return _value("now", lambda execution: json.dumps(execution.clock_now().isoformat()),
-                  datetime.fromisoformat)  # fmt: skip
+    return _value(
+        "now",
+        lambda execution: json.dumps(execution.clock_now().isoformat()),
+        datetime.fromisoformat,
+    )
 
 
 def uuid4() -> _uuid.UUID:

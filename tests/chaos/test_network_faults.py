@@ -69,8 +69,14 @@ def test_runs_survive_resets_latency_and_lost_answers(
                 if run_id in cancelled:
                     patiently(lambda r=run_id: faulty.cancel(r, by="chaos"))  # type: ignore[misc]
                 else:
-                    patiently(lambda r=run_id: faulty.signal(r, "go", by="chaos",  # type: ignore[misc]
-                                                             dedupe_key=f"go-{r}"))  # fmt: skip
+                    patiently(
+                        lambda r=run_id: faulty.signal(
+                            r,
+                            "go",
+                            by="chaos",  # type: ignore[misc]
+                            dedupe_key=f"go-{r}",
+                        )
+                    )
             if not pending and _all_final(direct, ids):
                 break
             time.sleep(0.05)
@@ -95,8 +101,11 @@ def test_runs_survive_resets_latency_and_lost_answers(
 
 def _check(client: durably.App, ids: list[str], cancelled: set[str], effects: Path) -> None:
     done = Counter(line.split()[1] for line in journal(effects) if line.startswith("effect"))
-    undone = {line.split()[1].removesuffix(":undo") for line in journal(effects)
-              if line.startswith("undo")}  # fmt: skip
+    undone = {
+        line.split()[1].removesuffix(":undo")
+        for line in journal(effects)
+        if line.startswith("undo")
+    }
     for n, run_id in enumerate(ids):
         run = client.get_run(run_id)
         history = client.history(run_id)
@@ -126,7 +135,10 @@ def _all_final(client: durably.App, ids: list[str]) -> bool:
 
 
 def _stranded(client: durably.App, ids: list[str], folder: Path) -> str:
-    lines = [f"{run_id}: {client.get_run(run_id).status}" for run_id in ids
-             if client.get_run(run_id).status not in FINAL]  # fmt: skip
+    lines = [
+        f"{run_id}: {client.get_run(run_id).status}"
+        for run_id in ids
+        if client.get_run(run_id).status not in FINAL
+    ]
     logs = "\n".join(log.read_text()[-3000:] for log in sorted(folder.glob("worker-*.log")))
     return "\n".join(lines) + "\n" + logs

@@ -74,8 +74,9 @@ def _supervise(
 
     def start() -> subprocess.Popen[bytes]:
         log = tmp_path / f"worker-{len(processes)}.log"
-        worker = start_worker(store_url, log, "--name", "supervised", "--poll", "50ms",
-                              target=TARGET)  # fmt: skip
+        worker = start_worker(
+            store_url, log, "--name", "supervised", "--poll", "50ms", target=TARGET
+        )
         processes.append(worker)
         return worker
 

@@ -125,10 +125,14 @@ def test_a_storm_of_kills_and_cancels_leaves_no_effect_of_a_cancelled_run_undone
                     )
                 )
                 history = client.history(run_id)
-                completed = {(e.position, e.name) for e in history
-                             if e.kind is EventKind.STEP_COMPLETED}  # fmt: skip
-                undos = {(e.position, e.name) for e in history
-                         if e.kind is EventKind.COMPENSATION_COMPLETED}  # fmt: skip
+                completed = {
+                    (e.position, e.name) for e in history if e.kind is EventKind.STEP_COMPLETED
+                }
+                undos = {
+                    (e.position, e.name)
+                    for e in history
+                    if e.kind is EventKind.COMPENSATION_COMPLETED
+                }
                 unknown_at_cancel += len(undos - completed)
             else:
                 assert status is RunStatus.COMPLETED, f"{run_id} ended {status}"

@@ -128,8 +128,9 @@ def test_a_zombie_stops_the_other_steps_of_a_gather_once_a_checkpoint_is_refused
             where = tmp_path / f"round-{round_}"
             where.mkdir()
             try:  # the scenario's own checks fail the test, not the expected way
-                stall = Stall.of(client, store_url, where, processes, "fan", [run_id],
-                                 [first, second])  # fmt: skip
+                stall = Stall.of(
+                    client, store_url, where, processes, "fan", [run_id], [first, second]
+                )
                 stall.wake(first)
             except AssertionError as exc:
                 pytest.fail(f"the stall went wrong: {exc}")
@@ -191,8 +192,9 @@ class Stall:
         )
         stalled_at = time.monotonic()
         expiry = stop_quietly(zombie, client, store_url, runs, zombie_log)
-        successor = start_worker(store_url, successor_log, *OPTIONS, "--name", SUCCESSOR,
-                                 target=TARGET)  # fmt: skip
+        successor = start_worker(
+            store_url, successor_log, *OPTIONS, "--name", SUCCESSOR, target=TARGET
+        )
         processes.append(successor)
         for key in keys:  # its attempts need not take a minute
             write(str(effects), hurry(key, successor.pid))
@@ -208,8 +210,17 @@ class Stall:
         settled = {run_id: client.history(run_id) for run_id in runs}
         for run_id in runs:
             check_taken_over(settled[run_id], expiry[run_id])
-        return cls(client, effects, zombie, successor, zombie_log, successor_log, expiry,
-                   stalled_at, settled)  # fmt: skip
+        return cls(
+            client,
+            effects,
+            zombie,
+            successor,
+            zombie_log,
+            successor_log,
+            expiry,
+            stalled_at,
+            settled,
+        )
 
     def wake(self, *hurried: str) -> None:
         """SIGCONT the zombie; the grinds with keys `hurried` end at their next tick there."""

@@ -30,8 +30,9 @@ def _child(run_id: str, parent: str) -> NewRun:
 def _started(claim: Claim, clock: FakeClock, child: str) -> tuple[Event, ...]:
     seq = claim.events[-1].seq + 1
     data = json.dumps({"run": child, "workflow": "child_flow"})
-    return (Event(seq, EventKind.CHILD_STARTED, clock.now(), 0, "durably.child:child_flow",
-                  None, data),)  # fmt: skip
+    return (
+        Event(seq, EventKind.CHILD_STARTED, clock.now(), 0, "durably.child:child_flow", None, data),
+    )
 
 
 def test_a_fenced_checkpoint_creates_its_children_with_their_lineage(
@@ -51,8 +52,9 @@ def test_a_fenced_checkpoint_creates_its_children_with_their_lineage(
     [first] = store.history("p1.0")
     assert first.kind is EventKind.RUN_STARTED
     assert json.loads(first.data or "") == {"parent": "p1"}
-    [claimed] = store.claim("w", ["child_flow"], now=clock.now(), lease=timedelta(seconds=30),
-                            limit=5)  # fmt: skip
+    [claimed] = store.claim(
+        "w", ["child_flow"], now=clock.now(), lease=timedelta(seconds=30), limit=5
+    )
     assert claimed.run_id == "p1.0"
 
 
@@ -61,14 +63,18 @@ def test_a_stale_checkpoint_creates_nothing_and_a_retried_one_nothing_twice(
 ) -> None:
     store.create_run(new_run("p1"), now=clock.now())
     parent = claim_only(store, clock, "p1")
-    stale = Checkpoint("p1", parent.epoch + 1, _started(parent, clock, "p1.0"),
-                       starts=(_child("p1.0", "p1"),))  # fmt: skip
+    stale = Checkpoint(
+        "p1", parent.epoch + 1, _started(parent, clock, "p1.0"), starts=(_child("p1.0", "p1"),)
+    )
     assert store.commit([stale], now=clock.now()) == [False]
     assert store.get_run("p1.0") is None
 
     notice = Message("p9", "signal", "p1", "go")  # to a run that does not exist: dropped
-    done = replace(checkpoint(parent, _started(parent, clock, "p1.0")),
-                   starts=(_child("p1.0", "p1"),), messages=(notice,))  # fmt: skip
+    done = replace(
+        checkpoint(parent, _started(parent, clock, "p1.0")),
+        starts=(_child("p1.0", "p1"),),
+        messages=(notice,),
+    )
     assert store.commit([done], now=clock.now()) == [True]
     assert store.commit([done], now=clock.now()) == [True]  # the answer was lost: tried again
     assert len(store.history("p1.0")) == 1
@@ -115,8 +121,9 @@ def test_a_childs_end_reaches_its_waiting_parent_in_the_same_commit(
     ended = ChildEnded("p1.0", RunStatus.COMPLETED, '"ok"')
     notice = Message("p1", CHILD, "child run p1.0", "p1.0", ended.to_json(), "durably:child:p1.0")
     end = Event(child.events[-1].seq + 1, EventKind.RUN_COMPLETED, clock.now())
-    finish = replace(checkpoint(child, (end,), status=RunStatus.COMPLETED, result='"ok"'),
-                     messages=(notice,))  # fmt: skip
+    finish = replace(
+        checkpoint(child, (end,), status=RunStatus.COMPLETED, result='"ok"'), messages=(notice,)
+    )
     assert store.commit([finish], now=clock.now()) == [True]
 
     assert store.get_run("p1").available_at == clock.now()  # type: ignore[union-attr]
@@ -130,11 +137,14 @@ def test_a_parents_message_reaches_only_its_children_and_rouses_a_paused_or_park
     store.create_run(new_run("p1", workflow="parent_flow"), now=clock.now())
     store.create_run(new_run("stranger"), now=clock.now())
     parent = claim_only(store, clock, "p1", workflow="parent_flow")
-    start = replace(checkpoint(parent, _started(parent, clock, "p1.0")),
-                    starts=(_child("p1.0", "p1"),))  # fmt: skip
+    start = replace(
+        checkpoint(parent, _started(parent, clock, "p1.0")), starts=(_child("p1.0", "p1"),)
+    )
     store.commit([start], now=clock.now())
-    execute_sql(store.url, "UPDATE durably_runs SET status = 'paused', available_at = NULL"
-                " WHERE id = 'p1.0'")  # fmt: skip
+    execute_sql(
+        store.url,
+        "UPDATE durably_runs SET status = 'paused', available_at = NULL WHERE id = 'p1.0'",
+    )
     cancels = tuple(
         Message(run_id, "cancel", "parent run p1", None, None, "durably:cancel", from_parent="p1")
         for run_id in ("p1.0", "stranger")
@@ -172,7 +182,8 @@ def test_a_checkpoint_that_continues_as_new_replaces_the_history_and_the_input(
     run = store.get_run("loop")
     assert run is not None
     assert (run.input, run.status, run.event_count) == ('{"n": 2}', RunStatus.PENDING, seq + 1)
-    [again] = store.claim("w", ["send_invoice"], now=clock.now(), lease=timedelta(seconds=30),
-                          limit=1)  # fmt: skip
+    [again] = store.claim(
+        "w", ["send_invoice"], now=clock.now(), lease=timedelta(seconds=30), limit=1
+    )
     assert [e.kind for e in again.events] == [EventKind.RUN_STARTED, EventKind.CLAIMED]
     assert again.input == '{"n": 2}'

@@ -48,8 +48,12 @@ def test_mail_is_a_read_the_fenced_commit_that_folds_it_empties_the_inbox(
 
     [delivered] = store.mail(["r1"])["r1"]
     assert store.mail(["r1"])["r1"] == (delivered,)  # reading twice changes nothing
-    folded = Event(claim.events[-1].seq + 1, EventKind.MESSAGE_RECEIVED, clock.now(),
-                   data=json.dumps({"id": delivered.id}))  # fmt: skip
+    folded = Event(
+        claim.events[-1].seq + 1,
+        EventKind.MESSAGE_RECEIVED,
+        clock.now(),
+        data=json.dumps({"id": delivered.id}),
+    )
     assert store.commit([checkpoint(claim, (folded,), consumed=(delivered.id,))], now=clock.now())
     assert store.mail(["r1"]) == {}
 
@@ -83,8 +87,13 @@ def test_fork_creates_the_run_with_its_history_and_notes_the_ended_run(
     clock.advance(timedelta(minutes=5))
     history = forked_history(source, 1, clock.now())
 
-    forked = store.fork(NewRun("r1.restart-1", "send_invoice", '{"amount": 12}'), history,
-                        source="r1", note=note(clock.now()), now=clock.now())  # fmt: skip
+    forked = store.fork(
+        NewRun("r1.restart-1", "send_invoice", '{"amount": 12}'),
+        history,
+        source="r1",
+        note=note(clock.now()),
+        now=clock.now(),
+    )
 
     assert forked
     run = store.get_run("r1.restart-1")
@@ -101,8 +110,9 @@ def test_fork_creates_the_run_with_its_history_and_notes_the_ended_run(
     assert original[-1].kind is EventKind.RUN_RESTARTED
     assert original[-1].seq == source[-1].seq + 1  # numbered after its last event
     assert store.get_run("r1").status is RunStatus.FAILED  # type: ignore[union-attr]
-    [claim] = store.claim("w", ["send_invoice"], now=clock.now(), lease=timedelta(seconds=30),
-                          limit=5)  # fmt: skip
+    [claim] = store.claim(
+        "w", ["send_invoice"], now=clock.now(), lease=timedelta(seconds=30), limit=5
+    )
     assert claim.run_id == "r1.restart-1"
     assert [e.seq for e in claim.events][: len(history)] == [e.seq for e in history]
 

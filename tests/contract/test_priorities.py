@@ -137,8 +137,12 @@ def test_a_store_made_before_priorities_migrates_its_runs_to_priority_zero(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
         " available_at, event_count) VALUES ('old', 'send_invoice', 'pending', '[]', 1, 1, 1, 0)"
     )
-    setup = ["CREATE TABLE durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)", *older,
-             "INSERT INTO durably_meta VALUES ('schema_version', '4')", insert]  # fmt: skip
+    setup = [
+        "CREATE TABLE durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        *older,
+        "INSERT INTO durably_meta VALUES ('schema_version', '4')",
+        insert,
+    ]
     if dialect == "sqlite":
         with closing(sqlite3.connect(store_url.removeprefix("sqlite:///"))) as db:
             for statement in setup:

@@ -20,8 +20,10 @@ def _ended(store: Store, clock: FakeClock, run_id: str, status: RunStatus) -> No
     error = None if status is RunStatus.COMPLETED else ErrorInfo("x.Error", "it failed")
     result = "null" if status is RunStatus.COMPLETED else None
     later = clock.now() + timedelta(days=9) if status is RunStatus.PENDING else None
-    store.commit([checkpoint(claim, status=status, result=result, error=error,
-                             available_at=later)], now=clock.now())  # fmt: skip
+    store.commit(
+        [checkpoint(claim, status=status, result=result, error=error, available_at=later)],
+        now=clock.now(),
+    )
 
 
 def test_old_ended_runs_go_with_their_history_and_the_rest_stays(
@@ -52,8 +54,9 @@ def test_old_ended_runs_go_with_their_history_and_the_rest_stays(
     left = {run.id for run in store.runs(limit=100)}
     assert left == {"parked", "undo-failed", "paused", "sleeping", "never-claimed", "recent"}
     assert store.history("done") == []
-    counted = execute_sql(store_url, "SELECT count(*) FROM durably_events WHERE run_id = ?",
-                          ["failed"])  # fmt: skip
+    counted = execute_sql(
+        store_url, "SELECT count(*) FROM durably_events WHERE run_id = ?", ["failed"]
+    )
     assert counted == [(0,)]
     assert store.prune(clock.now() - timedelta(days=1), limit=100) == 0
 

@@ -125,8 +125,9 @@ def test_a_checkpoint_refused_at_the_fence_rolls_the_work_back(
     def work(db: Any) -> Checkpoint:
         _insert(db, ledger, "e-5")
         # another worker's takeover, in this very transaction: the fence must refuse
-        db.execute(f"UPDATE durably_runs SET lease_epoch = lease_epoch + 1 WHERE id = {mark}",
-                   ("r5",))  # fmt: skip
+        db.execute(
+            f"UPDATE durably_runs SET lease_epoch = lease_epoch + 1 WHERE id = {mark}", ("r5",)
+        )
         return Checkpoint(claim.run_id, claim.epoch, step_events(claim, 0, clock.now()))
 
     assert not store.transact(claim.lease, work, now=clock.now())

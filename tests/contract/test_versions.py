@@ -64,8 +64,9 @@ def test_children_and_forks_are_created_with_the_version_given(
     store.create_run(_run("parent", "p1"), now=clock.now())
     [claim] = store.claim("w", [WORKFLOW], now=clock.now(), lease=LEASE, limit=1)
     child = NewRun("parent.1.kid", "kid", "[]", parent="parent", version="k7")
-    assert store.commit([Checkpoint(claim.run_id, claim.epoch, (), starts=(child,))],
-                        now=clock.now()) == [True]  # fmt: skip
+    assert store.commit(
+        [Checkpoint(claim.run_id, claim.epoch, (), starts=(child,))], now=clock.now()
+    ) == [True]
     ended = checkpoint(claim, status=RunStatus.COMPLETED, result="null")
     assert store.commit([ended], now=clock.now()) == [True]
     started = Event(1, EventKind.RUN_STARTED, clock.now())
@@ -81,8 +82,9 @@ def test_workers_beat_are_listed_and_forgotten(store: Store, clock: FakeClock) -
     first = WorkerBeat("w-1", started, started, timedelta(seconds=10), {WORKFLOW: ("v1",)})
     store.beat(first)
     clock.advance("10s")
-    store.beat(WorkerBeat("w-1", started, clock.now(), timedelta(seconds=10),
-                          {WORKFLOW: ("v1", "v2")}))  # fmt: skip
+    store.beat(
+        WorkerBeat("w-1", started, clock.now(), timedelta(seconds=10), {WORKFLOW: ("v1", "v2")})
+    )
     store.beat(WorkerBeat("w-2", clock.now(), clock.now(), timedelta(seconds=5), {}))
 
     listed = store.workers()

@@ -629,8 +629,11 @@ def test_a_run_behind_a_probe_in_flight_waits_quietly_and_is_woken_when_it_ends(
     woken_at = history[3].at
     assert woken_at == start + timedelta(minutes=10) == clock.now()  # not at its due time
     due = start + timedelta(minutes=15)  # recorded as due then; woken before, by the gate
-    assert data(history[2]) == {"waiting": "breaker open", "dependency": "pay",
-                                "until": due.isoformat()}  # fmt: skip
+    assert data(history[2]) == {
+        "waiting": "breaker open",
+        "dependency": "pay",
+        "until": due.isoformat(),
+    }
     state = gate(app, "pay")
     assert (state.breaker, state.waiting) == ("closed", {})
 

@@ -204,17 +204,39 @@ def test_start_makes_a_run_from_json_input_once(
     app: durably.App, store_url: str, elsewhere: Path
 ) -> None:
     started = durably_cli(
-        "start", "fulfil", "--app", APP, "--input", '[{"id": "o1", "total": 12}]', "--id", "o1",
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "fulfil",
+        "--app",
+        APP,
+        "--input",
+        '[{"id": "o1", "total": 12}]',
+        "--id",
+        "o1",
+        cwd=elsewhere,
+        app_store=store_url,
+    )
     again = durably_cli(
-        "start", "fulfil", "--app", APP, "--input", '[{"total": 12, "id": "o1"}]',
-        "--id", "o1", cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "fulfil",
+        "--app",
+        APP,
+        "--input",
+        '[{"total": 12, "id": "o1"}]',
+        "--id",
+        "o1",
+        cwd=elsewhere,
+        app_store=store_url,
+    )
     by_name = durably_cli(
-        "start", "count", "--app", APP, "--input", '{"n": 1, "step": 5}',
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "count",
+        "--app",
+        APP,
+        "--input",
+        '{"n": 1, "step": 5}',
+        cwd=elsewhere,
+        app_store=store_url,
+    )
 
     assert started.returncode == 0, started.stderr
     assert started.stdout.startswith("created run o1 (workflow fulfil) in ")
@@ -236,16 +258,32 @@ def test_signal_sends_json_to_a_waiting_run_and_refuses_what_cannot_arrive(
     assert app.get_run("o7").status is RunStatus.PENDING
 
     bad = durably_cli(
-        "signal", "o7", "approved", "--data", "{oops", "--app", APP,
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "signal",
+        "o7",
+        "approved",
+        "--data",
+        "{oops",
+        "--app",
+        APP,
+        cwd=elsewhere,
+        app_store=store_url,
+    )
     unknown = durably_cli(
         "signal", "nobody", "approved", "--app", APP, cwd=elsewhere, app_store=store_url
     )
     sent = durably_cli(
-        "signal", "o7", "approved", "--data", '{"by": "erin"}', "--by", "erin", "--app", APP,
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "signal",
+        "o7",
+        "approved",
+        "--data",
+        '{"by": "erin"}',
+        "--by",
+        "erin",
+        "--app",
+        APP,
+        cwd=elsewhere,
+        app_store=store_url,
+    )
 
     refused(bad, 1, "the signal's --data is not JSON")
     refused(unknown, 1, "no run has the id 'nobody'")
@@ -285,9 +323,17 @@ def test_start_of_another_input_under_a_taken_id_is_a_conflict(
     app.start("count", 1, id="c1")
 
     result = durably_cli(
-        "start", "count", "--app", APP, "--input", "[2]", "--id", "c1",
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "count",
+        "--app",
+        APP,
+        "--input",
+        "[2]",
+        "--id",
+        "c1",
+        cwd=elsewhere,
+        app_store=store_url,
+    )
 
     refused(result, 1, "a run with id 'c1' already exists with a different input")
 
@@ -304,9 +350,16 @@ def test_dlq_skip_checks_the_result_against_the_steps_type_only_with_the_app(
         "dlq", "skip", checked, "--result", "12", "--app", APP, cwd=elsewhere, app_store=store_url
     )
     right = durably_cli(
-        "dlq", "skip", checked, "--result", '"ch-by-hand"', "--app", APP,
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "dlq",
+        "skip",
+        checked,
+        "--result",
+        '"ch-by-hand"',
+        "--app",
+        APP,
+        cwd=elsewhere,
+        app_store=store_url,
+    )
     as_given = durably_cli(
         "dlq", "skip", unchecked, "--result", "12", "--store", store_url, cwd=elsewhere
     )
@@ -404,9 +457,18 @@ def test_approvals_are_listed_and_decided_from_the_command_line(
     assert "reject" in rows[0]
 
     approved = durably_cli(
-        "approve", "o8", "refund", "--by", "maria", "--comment", "ok", "--app", APP,
-        cwd=elsewhere, app_store=store_url,
-    )  # fmt: skip
+        "approve",
+        "o8",
+        "refund",
+        "--by",
+        "maria",
+        "--comment",
+        "ok",
+        "--app",
+        APP,
+        cwd=elsewhere,
+        app_store=store_url,
+    )
     rejected = durably_cli(
         "reject", "o9", "refund", "--by", "sam", "--app", APP, cwd=elsewhere, app_store=store_url
     )

@@ -158,8 +158,9 @@ def test_a_run_parked_by_no_step_is_not_offered_a_skip(app: durably.App, clock: 
     said = sentence(app, "odd-1")
     assert said.startswith("parked for a person: durably.errors.PayloadError: ")
     assert "durably dlq skip" not in said
-    assert said.endswith("retry (durably dlq retry odd-1) or give up (durably dlq fail odd-1 "
-                         "--reason TEXT)")  # fmt: skip
+    assert said.endswith(
+        "retry (durably dlq retry odd-1) or give up (durably dlq fail odd-1 --reason TEXT)"
+    )
     [letter] = app.dead_letters()
     assert letter.error is not None
     assert letter.error.error_class == "durably.errors.PayloadError"

@@ -87,8 +87,9 @@ def test_a_branch_that_fails_cancels_the_others_and_completed_ones_are_undone_la
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert "x is out of stock" in run.error.message  # the branch that failed by itself
-    failed = {e.position: e.data or "" for e in app.history("g-2")
-              if e.kind is EventKind.STEP_FAILED}  # fmt: skip
+    failed = {
+        e.position: e.data or "" for e in app.history("g-2") if e.kind is EventKind.STEP_FAILED
+    }
     assert "Terminal" in failed[1]
     assert "BranchCancelled" in failed[0]  # a
     assert "BranchCancelled" in failed[3]  # slow
@@ -108,8 +109,9 @@ def test_without_cancelling_the_others_finish_and_failures_can_be_returned(
     @app.workflow
     async def kept() -> list[str]:
         results = await durably.gather(work_a(), refuse_x(), return_exceptions=True)
-        return [type(result).__name__ if isinstance(result, Exception) else result
-                for result in results]  # fmt: skip
+        return [
+            type(result).__name__ if isinstance(result, Exception) else result for result in results
+        ]
 
     @app.step
     async def work_a() -> str:

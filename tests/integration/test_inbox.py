@@ -77,9 +77,10 @@ def test_a_message_wakes_a_run_in_backoff_and_the_retry_keeps_its_time(
     assert record.status is RunStatus.PENDING
     assert record.available_at == retry_at
     assert messages(app, "run-1") == [
-        MessageReceived(delivered.message_id, "signal", "approved", '{"by":"erin"}', "erin",
-                        sent_at)
-    ]  # fmt: skip
+        MessageReceived(
+            delivered.message_id, "signal", "approved", '{"by":"erin"}', "erin", sent_at
+        )
+    ]
     assert inbox_rows(store_url) == 0
 
     clock.advance("10s")

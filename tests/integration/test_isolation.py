@@ -59,8 +59,9 @@ def _die_in_first(app: durably.App, clock: FakeClock, *, among: int | None = Non
     if among is not None:
         data = json.dumps({"reason": "a worker died while running it", "others": among})
         events.append(Event(seq, EventKind.RUNNING_ALONE, at, data=data))
-    started = json.dumps({"key": step_key(claim.run_id, 0, "first"),
-                          "input": {"args": [claim.run_id], "kwargs": {}}})  # fmt: skip
+    started = json.dumps(
+        {"key": step_key(claim.run_id, 0, "first"), "input": {"args": [claim.run_id], "kwargs": {}}}
+    )
     events.append(Event(seq + len(events), EventKind.STEP_STARTED, at, 0, "first", 1, started))
     assert app.store.commit([Checkpoint(claim.run_id, claim.epoch, tuple(events))], now=at)
     return claim.run_id

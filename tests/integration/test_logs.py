@@ -78,8 +78,11 @@ def test_lines_about_a_run_carry_its_id_and_step(
     assert {line["run_id"] for line in mine} == {"o-1"}
     assert {line["workflow"] for line in mine} == {"checkout"}
     [retry] = [line for line in lines if "retry at" in line["message"]]
-    assert (retry["logger"], retry["run_id"], retry["level"]) == ("durably.execution", "o-1",
-                                                                  "INFO")  # fmt: skip
+    assert (retry["logger"], retry["run_id"], retry["level"]) == (
+        "durably.execution",
+        "o-1",
+        "INFO",
+    )
     assert "step" not in retry  # said after the attempt, outside it
 
 
@@ -91,10 +94,22 @@ def test_the_worker_command_writes_json_lines(store_url: str, tmp_path: Path) ->
         env = {**os.environ, "CLI_APP_STORE": store_url, "PYTHONPATH": str(REPO)}
         with log.open("wb") as out:
             worker = subprocess.Popen(
-                [sys.executable, "-m", "durably", "--log-format", "json", "worker",
-                 "tests.integration.cli_app:app", "--name", "json-worker"],
-                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "durably",
+                    "--log-format",
+                    "json",
+                    "worker",
+                    "tests.integration.cli_app:app",
+                    "--name",
+                    "json-worker",
+                ],
+                cwd=tmp_path,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         try:
             wait_until("o-2 parked", lambda: handle.status() is RunStatus.NEEDS_ATTENTION, log)
         finally:

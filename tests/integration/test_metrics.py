@@ -81,12 +81,26 @@ def test_hooks_and_store_gauges(store_url: str, clock: FakeClock) -> None:
 
     assert value("durably_step_attempts_total", step="charge", dependency="payments") == 2
     assert value("durably_step_retries_total", step="charge", dependency="payments") == 1
-    assert value("durably_step_failures_total", step="charge", dependency="payments",
-                 error_class="builtins.ConnectionError") == 1  # fmt: skip
+    assert (
+        value(
+            "durably_step_failures_total",
+            step="charge",
+            dependency="payments",
+            error_class="builtins.ConnectionError",
+        )
+        == 1
+    )
     assert value("durably_runs_finished_total", workflow="paying", status="completed") == 1
     assert value("durably_runs_finished_total", workflow="refusing", status="failed") == 1
-    assert value("durably_run_failures_total", workflow="refusing", status="failed",
-                 error_class="durably.errors.Terminal") == 1  # fmt: skip
+    assert (
+        value(
+            "durably_run_failures_total",
+            workflow="refusing",
+            status="failed",
+            error_class="durably.errors.Terminal",
+        )
+        == 1
+    )
     assert value("durably_runs_claimed_total", workflow="paying", takeover="false") == 2
     assert value("durably_step_duration_seconds_count", step="charge") == 2
     assert value("durably_checkpoint_commit_seconds_count") >= 1
@@ -121,8 +135,10 @@ def test_a_worker_process_serves_its_metrics_over_http(
         scraped = samples(scrape())
     finally:
         client.close()
-    assert scraped[("durably_runs_finished_total", (("status", "completed"),
-                                                    ("workflow", "sleepy")))] == 1  # fmt: skip
+    assert (
+        scraped[("durably_runs_finished_total", (("status", "completed"), ("workflow", "sleepy")))]
+        == 1
+    )
     assert scraped[("durably_runs", (("status", "completed"),))] == 1
 
 
@@ -182,8 +198,15 @@ def test_starts_undos_time_in_states_and_expired_leases(store_url: str, clock: F
     assert value("durably_compensations_total", step="reserve", outcome="failed") == 1
     assert value("durably_compensations_total", step="reserve", outcome="completed") == 1
     assert value("durably_runs_finished_total", workflow="order", status="failed") == 1
-    assert value("durably_run_failures_total", workflow="order", status="failed",
-                 error_class="durably.errors.Terminal") == 1  # the step's  # fmt: skip
+    assert (
+        value(
+            "durably_run_failures_total",
+            workflow="order",
+            status="failed",
+            error_class="durably.errors.Terminal",
+        )
+        == 1
+    )  # the step's
     for state in ("pending", "running", "waiting"):
         assert value("durably_run_state_seconds_count", workflow="order", state=state) == 1
     # the sleep (10 s) and the undo's retry wait: the run waited at least 10 s of its life

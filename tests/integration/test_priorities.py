@@ -115,13 +115,31 @@ def test_the_cli_starts_a_run_with_a_priority_and_runs_show_says_it(
 ) -> None:
     app_target = "tests.integration.cli_app:app"
     started = durably_cli(
-        "start", "count", "--app", app_target, "--input", '{"n": 1}', "--id", "c1",
-        "--priority", "25", cwd=tmp_path, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "count",
+        "--app",
+        app_target,
+        "--input",
+        '{"n": 1}',
+        "--id",
+        "c1",
+        "--priority",
+        "25",
+        cwd=tmp_path,
+        app_store=store_url,
+    )
     too_high = durably_cli(
-        "start", "count", "--app", app_target, "--input", '{"n": 1}', "--priority", "1001",
-        cwd=tmp_path, app_store=store_url,
-    )  # fmt: skip
+        "start",
+        "count",
+        "--app",
+        app_target,
+        "--input",
+        '{"n": 1}',
+        "--priority",
+        "1001",
+        cwd=tmp_path,
+        app_store=store_url,
+    )
     shown = durably_cli("runs", "show", "c1", "--store", store_url, cwd=tmp_path)
 
     assert started.returncode == 0, started.stderr

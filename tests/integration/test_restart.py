@@ -64,8 +64,11 @@ def test_a_failed_run_restarts_from_a_step_reusing_what_came_before(
     assert result["label"] == "shipped o-1 for 42"
     assert json.dumps(result["quoted"]) == quoted  # the recorded value, not a new one
     # price ran once, in the first run; ship ran again under the new run's key
-    assert calls == [("price", "r-1:0:price"), ("ship", "r-1:2:ship"),
-                     ("ship", "r-1.restart-1:2:ship")]  # fmt: skip
+    assert calls == [
+        ("price", "r-1:0:price"),
+        ("ship", "r-1:2:ship"),
+        ("ship", "r-1.restart-1:2:ship"),
+    ]
 
     forked = app.history(handle.id)
     assert read_payload(forked[0], RunStarted) == RunStarted("r-1", 2, "erin")
@@ -99,11 +102,13 @@ def test_restarts_from_the_start_after_the_end_and_by_position_number_their_ids(
     assert (again.id, after_end.id, mine.id) == ("r-2.restart-1", "r-2.restart-2", "r-2-mine")
     assert after_end.result(timeout=0) == first
     assert mine.result(timeout=0)["label"] == first["label"]
-    assert sorted(calls) == sorted([
-        ("price", "r-2.restart-1:0:price"),
-        ("ship", "r-2.restart-1:2:ship"),
-        ("ship", "r-2-mine:2:ship"),
-    ])  # fmt: skip
+    assert sorted(calls) == sorted(
+        [
+            ("price", "r-2.restart-1:0:price"),
+            ("ship", "r-2.restart-1:2:ship"),
+            ("ship", "r-2-mine:2:ship"),
+        ]
+    )
     links = [e for e in app.history("r-2") if e.kind is EventKind.RUN_RESTARTED]
     assert [read_payload(e, Restarted).run for e in links] == [again.id, after_end.id, mine.id]
 

@@ -60,8 +60,9 @@ def test_durably_prune_deletes_what_ended_before_its_age(
             app.start(quick, id=f"q-{n}")
         app.run_until_idle()
         kept = durably_cli("prune", "--older-than", "1h", "--store", store_url, cwd=tmp_path)
-        gone = durably_cli("prune", "--older-than", "0s", "--batch", "2",
-                           "--store", store_url, cwd=tmp_path)  # fmt: skip
+        gone = durably_cli(
+            "prune", "--older-than", "0s", "--batch", "2", "--store", store_url, cwd=tmp_path
+        )
 
         assert kept.returncode == 0, kept.stderr
         assert kept.stdout.startswith("deleted 0 run(s) that ended before ")

@@ -22,8 +22,9 @@ from .test_cli import durably_cli
 def ticks_run(app: durably.App, name: str) -> list[str]:
     """The ticks (UTC ISO times) the schedule's runs were started for, in order."""
     prefix = f"schedule:{name}:"
-    return sorted(run.id.removeprefix(prefix) for run in app.runs(limit=1000)
-                  if run.id.startswith(prefix))  # fmt: skip
+    return sorted(
+        run.id.removeprefix(prefix) for run in app.runs(limit=1000) if run.id.startswith(prefix)
+    )
 
 
 def passes(app: durably.App, clock: FakeClock, *, step: str, count: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably import DurablyError, RunStatus, operations
+from durably import DurablyError, RunStatus
 from durably.core.history import EventKind
 from durably.stores.protocol import WorkerBeat
 from durably.testing import FakeClock
@@ -105,11 +105,13 @@ def test_releasing_a_dead_workers_leases_lets_the_next_worker_take_over_at_once(
 ) -> None:
     ship_app(app)
     handle = app.start("deliver", "o-5", id="o-5")
-    [held] = app.store.claim("crashed", ["deliver"], now=clock.now(), lease=timedelta(hours=1),
-                             limit=1)  # fmt: skip
+    [held] = app.store.claim(
+        "crashed", ["deliver"], now=clock.now(), lease=timedelta(hours=1), limit=1
+    )
     assert app.run_until_idle() == 0  # an hour's lease: nobody takes it over yet
 
-    owner, count = operations.release(app.store, held.run_id, now=clock.now())
+    released = app.client.release(held.run_id)
+    owner, count = released.worker, released.count
     app.run_until_idle()
     refused = durably_cli("runs", "release", "o-5", "--store", store_url, cwd=tmp_path)
 

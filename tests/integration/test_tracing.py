@@ -71,8 +71,11 @@ def test_steps_join_the_starters_trace(store_url: str, clock: FakeClock) -> None
     assert charged.status.status_code is trace.StatusCode.UNSET
     assert charged.attributes["durably.dependency"] == "payments"
     assert charged.attributes["durably.correlation_id"] == f"{caller.trace_id:032x}"
-    assert seen_inside == [failed.context.span_id, charged.context.span_id,
-                           labelled.context.span_id]  # fmt: skip
+    assert seen_inside == [
+        failed.context.span_id,
+        charged.context.span_id,
+        labelled.context.span_id,
+    ]
     assert run.attributes["durably.status"] == "completed"
     assert (run.end_time or 0) > (run.start_time or 0)
 

@@ -28,8 +28,9 @@ class Ledger:
         execute_sql(url, "CREATE TABLE ledger (id TEXT PRIMARY KEY, amount INTEGER NOT NULL)")
 
     def insert(self, db: Any, entry: str, amount: int) -> None:
-        db.execute(f"INSERT INTO ledger (id, amount) VALUES ({self.mark}, {self.mark})",
-                   (entry, amount))  # fmt: skip
+        db.execute(
+            f"INSERT INTO ledger (id, amount) VALUES ({self.mark}, {self.mark})", (entry, amount)
+        )
 
     def rows(self) -> list[tuple[str, int]]:
         if self.url.startswith("sqlite"):
@@ -174,8 +175,10 @@ def test_a_lease_lost_at_the_commit_rolls_the_writes_back_and_the_next_worker_bo
 
     def taken_over(db: Any, entry: str, amount: int) -> int:
         if next(takeovers, False):  # another worker takes the run over, in this transaction
-            db.execute(f"UPDATE durably_runs SET lease_epoch = lease_epoch + 1 WHERE id = "
-                       f"{ledger.mark}", ("b-3",))  # fmt: skip
+            db.execute(
+                f"UPDATE durably_runs SET lease_epoch = lease_epoch + 1 WHERE id = {ledger.mark}",
+                ("b-3",),
+            )
         return amount
 
     ran = book_app(app, ledger, taken_over)

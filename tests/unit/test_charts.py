@@ -20,8 +20,12 @@ def sample(minutes_ago: float, due: int) -> Sample:
 
 
 def test_a_series_becomes_a_polyline_of_the_last_hour() -> None:
-    drawn = chart("depth", [sample(90, 50), sample(60, 0), sample(30, 4), sample(0, 2)],
-                  lambda s: float(s.due), NOW)  # fmt: skip
+    drawn = chart(
+        "depth",
+        [sample(90, 50), sample(60, 0), sample(30, 4), sample(0, 2)],
+        lambda s: float(s.due),
+        NOW,
+    )
     assert drawn.points == "0.0,58.0 150.0,2.0 300.0,30.0"  # the 90-minute-old one left out
     assert (drawn.latest, drawn.peak) == (2.0, 4.0)
 

@@ -83,8 +83,11 @@ def test_every_alert_is_complete() -> None:
 
 
 def test_every_query_names_only_metrics_durably_serves() -> None:
-    exprs = [t["expr"] for p in _panels(json.loads(DASHBOARD.read_text())["panels"])
-             for t in p["targets"]]  # fmt: skip
+    exprs = [
+        t["expr"]
+        for p in _panels(json.loads(DASHBOARD.read_text())["panels"])
+        for t in p["targets"]
+    ]
     exprs += [rule["expr"] for rule in _rules()]
     named: set[str] = set()
     for expr in exprs:

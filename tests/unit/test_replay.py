@@ -347,9 +347,15 @@ def test_a_failed_undo_is_tried_again_only_at_its_retry_time() -> None:
 
 def test_a_received_message_is_no_step_and_no_progress() -> None:
     data = json.dumps(
-        {"id": 1, "kind": "signal", "name": "go", "data": None, "sender": "erin",
-         "sent_at": AT.isoformat()}
-    )  # fmt: skip
+        {
+            "id": 1,
+            "kind": "signal",
+            "name": "go",
+            "data": None,
+            "sender": "erin",
+            "sent_at": AT.isoformat(),
+        }
+    )
     history = run_events(Event(3, EventKind.MESSAGE_RECEIVED, AT, data=data))
 
     assert fold_steps(history) == []

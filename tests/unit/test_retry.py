@@ -59,25 +59,39 @@ def test_the_same_seed_gives_the_same_delays() -> None:
 def test_a_retryable_failure_is_retried_at_now_plus_the_delay() -> None:
     policy = Retry(attempts=3, initial="2s", jitter="none")
     now = T0 + timedelta(seconds=5)
-    decision = decide(policy, Classification(True), attempt=2, first_attempt_at=T0, now=now,
-                      rng=random.Random(0))  # fmt: skip
+    decision = decide(
+        policy, Classification(True), attempt=2, first_attempt_at=T0, now=now, rng=random.Random(0)
+    )
     assert decision == RetryAt(now + timedelta(seconds=4))
 
 
 def test_the_last_attempt_gives_up() -> None:
     policy = Retry(attempts=3)
-    decision = decide(policy, Classification(True), attempt=3, first_attempt_at=T0, now=T0,
-                      rng=random.Random(0))  # fmt: skip
+    decision = decide(
+        policy, Classification(True), attempt=3, first_attempt_at=T0, now=T0, rng=random.Random(0)
+    )
     assert decision == GiveUp("attempts exhausted")
 
 
 def test_a_retry_due_past_the_budget_gives_up() -> None:
     policy = Retry(attempts=10, initial="10s", jitter="none", budget="30s")
-    inside = decide(policy, Classification(True), attempt=1, first_attempt_at=T0,
-                    now=T0 + timedelta(seconds=15), rng=random.Random(0))  # fmt: skip
+    inside = decide(
+        policy,
+        Classification(True),
+        attempt=1,
+        first_attempt_at=T0,
+        now=T0 + timedelta(seconds=15),
+        rng=random.Random(0),
+    )
     assert inside == RetryAt(T0 + timedelta(seconds=25))
-    past = decide(policy, Classification(True), attempt=1, first_attempt_at=T0,
-                  now=T0 + timedelta(seconds=25), rng=random.Random(0))  # fmt: skip
+    past = decide(
+        policy,
+        Classification(True),
+        attempt=1,
+        first_attempt_at=T0,
+        now=T0 + timedelta(seconds=25),
+        rng=random.Random(0),
+    )
     assert past == GiveUp("budget exhausted")
 
 
@@ -85,15 +99,22 @@ def test_throttled_waits_at_least_its_retry_after() -> None:
     policy = Retry(attempts=5, initial="1s", jitter="none")
     slow_down = classify(Throttled("429", retry_after="30s"), policy)
     assert slow_down == Classification(True, timedelta(seconds=30))
-    decision = decide(policy, slow_down, attempt=1, first_attempt_at=T0, now=T0,
-                      rng=random.Random(0))  # fmt: skip
+    decision = decide(
+        policy, slow_down, attempt=1, first_attempt_at=T0, now=T0, rng=random.Random(0)
+    )
     assert decision == RetryAt(T0 + timedelta(seconds=30))
 
 
 def test_a_terminal_failure_is_never_retried() -> None:
     policy = Retry(attempts=5)
-    decision = decide(policy, classify(Terminal("declined"), policy), attempt=1,
-                      first_attempt_at=T0, now=T0, rng=random.Random(0))  # fmt: skip
+    decision = decide(
+        policy,
+        classify(Terminal("declined"), policy),
+        attempt=1,
+        first_attempt_at=T0,
+        now=T0,
+        rng=random.Random(0),
+    )
     assert decision == GiveUp("terminal")
 
 

@@ -37,8 +37,13 @@ def test_health_is_open_and_everything_else_needs_a_token(live: Live) -> None:
 
 def test_start_is_idempotent_on_id_and_errors_name_what_is_wrong(live: Live) -> None:
     with httpx.Client(base_url=live.url, headers=live.headers()) as web:
-        body = {"workflow": "checkout", "input": ["o-1", 5], "id": "o-1",
-                "correlation_id": "req-1", "priority": 3}  # fmt: skip
+        body = {
+            "workflow": "checkout",
+            "input": ["o-1", 5],
+            "id": "o-1",
+            "correlation_id": "req-1",
+            "priority": 3,
+        }
         made = web.post("/api/runs", json=body)
         assert made.status_code == 201, made.text
         assert made.json()["id"] == "o-1"

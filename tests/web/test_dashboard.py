@@ -47,8 +47,9 @@ def page(live: Live) -> Iterator[Any]:
     executable = chromium_path()
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True,
-                                             args=["--no-sandbox"])  # fmt: skip
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox"]
+        )
         opened = browser.new_page(viewport={"width": 1400, "height": 900})
         opened.on("dialog", lambda dialog: dialog.accept())  # the confirm() of Cancel, Fail
         opened.goto(f"{live.url}/runs")

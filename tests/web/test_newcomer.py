@@ -20,9 +20,13 @@ from .shop import Payments
 
 
 def runs_show(store_url: str, run_id: str) -> str:
-    shown = subprocess.run([sys.executable, "-m", "durably", "runs", "show", run_id,
-                            "--store", store_url], capture_output=True, text=True, timeout=60,
-                           check=False)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "durably", "runs", "show", run_id, "--store", store_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert shown.returncode == 0, shown.stderr
     return shown.stdout
 
@@ -47,8 +51,9 @@ def test_three_broken_runs_explain_themselves(
     app.start("book", "o-2", id="undo-failed")
     settle(app, "throttled", "undo-failed")
     app.start("checkout", "o-3", 3, id="stranded")
-    [claim] = app.store.claim("worker-7", ["checkout"], now=app.clock.now(),
-                              lease=timedelta(milliseconds=50), limit=1)  # fmt: skip
+    [claim] = app.store.claim(
+        "worker-7", ["checkout"], now=app.clock.now(), lease=timedelta(milliseconds=50), limit=1
+    )
     assert claim.run_id == "stranded"  # ... and worker-7 dies holding it
     time.sleep(0.1)
 

@@ -28,8 +28,12 @@ def test_no_generated_request_makes_the_server_fail(live: Live) -> None:
 def _exercise(live: Live, strategy: st.SearchStrategy[schemathesis.Case]) -> None:
     """Generated requests of one operation, each checked."""
 
-    @settings(max_examples=_EXAMPLES, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
         case = data.draw(strategy)

@@ -16,8 +16,9 @@ def test_a_session_ends_when_its_token_is_removed(shop: durably.App, keys: Keys)
     with serving(shop, keys) as running, httpx.Client(base_url=running.url) as web:
         web.post("/login", data={"token": keys.write, "next": "/runs"})
         assert web.get("/runs").status_code == 200
-    fewer = Keys(keys.write, keys.read, Tokens.parse(f"rita read {hash_token(keys.read)}",
-                                                      source="test"))  # fmt: skip
+    fewer = Keys(
+        keys.write, keys.read, Tokens.parse(f"rita read {hash_token(keys.read)}", source="test")
+    )
     sessions = Sessions(key=b"k" * 32)
     cookie = sessions.issue(Identity("erin", "write"))
     for tokens, shown in ((keys, 200), (fewer, 303)):

@@ -71,9 +71,14 @@ def problems(page: str, root: click.Command = cli) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return SECTION.main(argv, prog="python -m tools.docs.cli", purpose=_PURPOSE,
-                        check=problems, rewrite=rewrite,
-                        hint="run `make docs` to generate the commands' help")  # fmt: skip
+    return SECTION.main(
+        argv,
+        prog="python -m tools.docs.cli",
+        purpose=_PURPOSE,
+        check=problems,
+        rewrite=rewrite,
+        hint="run `make docs` to generate the commands' help",
+    )
 
 
 def _walk(

@@ -136,10 +136,14 @@ def problems(page: str, web: FastAPI | None = None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     web = published()
-    return SECTION.main(argv, prog="python -m tools.docs.http_api", purpose=_PURPOSE,
-                        check=lambda page: problems(page, web),
-                        rewrite=lambda page: rewrite(page, web),
-                        hint="run `make docs` to generate the HTTP API's reference")  # fmt: skip
+    return SECTION.main(
+        argv,
+        prog="python -m tools.docs.http_api",
+        purpose=_PURPOSE,
+        check=lambda page: problems(page, web),
+        rewrite=lambda page: rewrite(page, web),
+        hint="run `make docs` to generate the HTTP API's reference",
+    )
 
 
 # -- what the schema does not say ---------------------------------------------------------

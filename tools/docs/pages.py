@@ -73,8 +73,9 @@ class Section:
         return 1 if found else 0
 
 
-def stale_blocks(expected: Sequence[tuple[str, str]], written: Mapping[str, str], *,
-                 what: str) -> list[str]:  # fmt: skip
+def stale_blocks(
+    expected: Sequence[tuple[str, str]], written: Mapping[str, str], *, what: str
+) -> list[str]:
     """Each heading whose block is missing, differs from `expected`, or names no `what`."""
     left = dict(written)
     found: list[str] = []

@@ -521,9 +521,12 @@ class PostgresStore:
         with self._transactions_lock:
             if self._transaction_pool is None:
                 self._transaction_pool = Connections(
-                    self._url, self.url, size=self._pool_size,
-                    connect_timeout=self._connect_timeout, configure=self._configure,
-                )  # fmt: skip
+                    self._url,
+                    self.url,
+                    size=self._pool_size,
+                    connect_timeout=self._connect_timeout,
+                    configure=self._configure,
+                )
             return self._transaction_pool
 
     # -- helpers ------------------------------------------------------------------------

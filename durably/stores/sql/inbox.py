@@ -134,7 +134,14 @@ def claims(db: Connection, dialect: Dialect, leased: Sequence[Sequence[Any]]) ->
     histories = reads.histories(db, dialect, [row[0] for row in leased])
     mail = deliveries(db, dialect, [row[0] for row in leased if row[4] > 0])
     return [
-        Claim(run_id, workflow, input_, epoch, tuple(histories.get(run_id, ())),
-              mail.get(run_id, ()), priority)
+        Claim(
+            run_id,
+            workflow,
+            input_,
+            epoch,
+            tuple(histories.get(run_id, ())),
+            mail.get(run_id, ()),
+            priority,
+        )
         for run_id, workflow, input_, epoch, _, priority in leased
-    ]  # fmt: skip
+    ]

@@ -32,8 +32,9 @@ def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> 
     db.execute(f"DELETE FROM durably_inbox WHERE {which}", more)
     runs, more = dialect.one_of("id", ids)
     # the status again: a run a person acted on since the SELECT is no longer deleted
-    return int(db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}",
-                          [*more, *params]).rowcount)  # fmt: skip
+    return int(
+        db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}", [*more, *params]).rowcount
+    )
 
 
 def prunable(db: Connection, dialect: Dialect, before: datetime) -> int:

@@ -44,9 +44,25 @@ def from_ts(seconds: float) -> datetime:
 
 
 def run_of(row: Sequence[Any]) -> RunRecord:
-    (id_, workflow, status, input_, result, error_class, error_message, created_at,
-     updated_at, available_at, lease_owner, lease_epoch, event_count, parent,
-     priority, version, correlation_id) = row  # fmt: skip
+    (
+        id_,
+        workflow,
+        status,
+        input_,
+        result,
+        error_class,
+        error_message,
+        created_at,
+        updated_at,
+        available_at,
+        lease_owner,
+        lease_epoch,
+        event_count,
+        parent,
+        priority,
+        version,
+        correlation_id,
+    ) = row
     return RunRecord(
         id=id_,
         workflow=workflow,

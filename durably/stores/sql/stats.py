@@ -29,8 +29,13 @@ def run_stats(db: Connection, dialect: Dialect, *, now: datetime) -> RunStats:
     due = sum(int(row[3] or 0) for row in rows)
     oldest = [row[4] for row in rows if row[4] is not None]
     expired = sum(int(row[5] or 0) for row in rows)
-    return RunStats(by_status, from_ts(min(open_since)) if open_since else None, due,
-                    from_ts(min(oldest)) if oldest else None, expired)  # fmt: skip
+    return RunStats(
+        by_status,
+        from_ts(min(open_since)) if open_since else None,
+        due,
+        from_ts(min(oldest)) if oldest else None,
+        expired,
+    )
 
 
 def activity(db: Connection, dialect: Dialect, *, since: datetime) -> list[Ended]:

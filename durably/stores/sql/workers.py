@@ -61,9 +61,14 @@ def beat(db: Connection, dialect: Dialect, worker: WorkerBeat) -> None:
         f" VALUES ({mark}, {mark}, {mark}, {mark}, {mark}) ON CONFLICT (name) DO UPDATE"
         " SET seen_at = excluded.seen_at, beat_seconds = excluded.beat_seconds,"
         " serves = excluded.serves, started_at = excluded.started_at",
-        (worker.name, ts(worker.started_at), ts(worker.seen_at),
-         worker.every.total_seconds(), serves),
-    )  # fmt: skip
+        (
+            worker.name,
+            ts(worker.started_at),
+            ts(worker.seen_at),
+            worker.every.total_seconds(),
+            serves,
+        ),
+    )
     db.execute(
         f"DELETE FROM durably_workers WHERE seen_at < {mark}",
         (ts(worker.seen_at - _FORGOTTEN_AFTER),),
@@ -79,7 +84,12 @@ def listed(db: Connection) -> list[WorkerBeat]:
         "SELECT name, started_at, seen_at, beat_seconds, serves FROM durably_workers ORDER BY name"
     ).fetchall()
     return [
-        WorkerBeat(name, from_ts(started), from_ts(seen), timedelta(seconds=every),
-                   {workflow: tuple(v) for workflow, v in json.loads(serves).items()})
+        WorkerBeat(
+            name,
+            from_ts(started),
+            from_ts(seen),
+            timedelta(seconds=every),
+            {workflow: tuple(v) for workflow, v in json.loads(serves).items()},
+        )
         for name, started, seen, every, serves in rows
-    ]  # fmt: skip
+    ]

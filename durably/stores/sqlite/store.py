@@ -361,8 +361,16 @@ class SQLiteStore:
         correlation_id: str | None = None,
     ) -> list[RunRecord]:
         with self._read() as db:
-            return reads.runs(db, reads.SQLITE, status=status, workflow=workflow, limit=limit,
-                              after=after, patch=patch, correlation_id=correlation_id)  # fmt: skip
+            return reads.runs(
+                db,
+                reads.SQLITE,
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                after=after,
+                patch=patch,
+                correlation_id=correlation_id,
+            )
 
     def unserved(
         self, serves: Mapping[str, Collection[str]], *, now: datetime
@@ -539,8 +547,17 @@ def _left(db: sqlite3.Connection) -> str:
 
 def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
     """The parameters of _CREATE for `run`, created at `at`."""
-    return (run.id, run.workflow, run.input, at, at, at, run.priority, run.version,
-            run.correlation_id)  # fmt: skip
+    return (
+        run.id,
+        run.workflow,
+        run.input,
+        at,
+        at,
+        at,
+        run.priority,
+        run.version,
+        run.correlation_id,
+    )
 
 
 def _started_row(run: NewRun, at: float) -> tuple[object, ...]:
