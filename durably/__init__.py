@@ -58,26 +58,14 @@ from durably.errors import (
 from durably.resilience import Breaker, Dependency
 from durably.runtime.worker import Worker
 from durably.stores import RunRecord
-from durably.workflow.calls import (
-    ChildHandle,
-    approval,
-    cancelled,
-    continue_as_new,
-    deprecated_patch,
-    gather,
-    heartbeat,
-    last_heartbeat,
-    now,
-    patched,
-    random,
-    sleep,
-    sleep_until,
-    start_child,
-    uuid4,
-    wait_for_signal,
-)
-from durably.workflow.context import connection, idempotency_key
-from durably.workflow.definitions import Step, StepOptions, Workflow, escalate
+from durably.workflow.children import ChildHandle, continue_as_new, start_child
+from durably.workflow.context import cancelled, connection, idempotency_key
+from durably.workflow.definitions import Step, StepOptions, Workflow
+from durably.workflow.determinism import deprecated_patch, now, patched, random, uuid4
+from durably.workflow.gather import gather
+from durably.workflow.heartbeats import heartbeat, last_heartbeat
+from durably.workflow.people import approval, escalate
+from durably.workflow.waits import sleep, sleep_until, wait_for_signal
 
 __all__ = [
     "App",

@@ -32,7 +32,6 @@ from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
 from durably.runtime.worker import Worker
 from durably.stores import RunRecord, Store, open_store, resolve_url
-from durably.testing import Faults
 from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
 from durably.workflow.registry import Registry
 
@@ -57,7 +56,6 @@ class App:
         max_recoveries: int = 5,
         seed: int | None = None,
         hooks: Hooks | Sequence[Hooks] | None = None,
-        faults: Faults | None = None,
         retention: Duration | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
     ) -> None:
@@ -66,7 +64,6 @@ class App:
         _check_recoveries(max_recoveries)
         self.max_recoveries = max_recoveries  # workers that may die under a run before parking
         self.seed = seed  # for the retry jitter; None: unpredictable
-        self.faults = faults  # injected failures, for tests and the demo
         # ended runs older than this are deleted by the workers (None: kept for ever)
         self.retention = None if retention is None else _retention(retention)
         self.hooks: list[Hooks] = [hooks] if isinstance(hooks, Hooks) else list(hooks or ())
@@ -323,7 +320,7 @@ class App:
             default_retry=self.default_retry,
             max_recoveries=self.max_recoveries,
             seed=self.seed,
-            hooks=chain([*self.hooks, self.faults]),
+            hooks=chain(self.hooks),
             retention=self.retention,
             max_payload=self.max_payload,
         )

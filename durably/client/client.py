@@ -41,6 +41,7 @@ from durably.core.durations import Duration
 from durably.core.history import Event
 from durably.core.payloads import Decision, RunStarted, encode_payload
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
+from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
 from durably.errors import (
     ConfigError,
@@ -50,7 +51,6 @@ from durably.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
-from durably.runtime.waits import SIGNAL_KIND, check_signal_name
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.stores.protocol import WorkerBeat
 from durably.workflow.definitions import Step, Workflow

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Protocol
 
 from durably.core.approvals import (
     Approval,
@@ -36,27 +36,14 @@ from durably.core.payloads import ApprovalRequested, ApprovalToken, Decision, en
 from durably.core.replay import StepRecord
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import WaitForPerson
+from durably.workflow.definitions import Step
+from durably.workflow.people import ApprovalCall
 
-if TYPE_CHECKING:
-    from durably.workflow.definitions import Step
-
-__all__ = ["ApprovalCall", "Host", "await_approval"]
+__all__ = ["Host", "await_approval"]
 
 _NO_NOTIFY = "durably.approval (called with no notify step)"
 _TOKEN_BYTES = 32  # 256 bits from secrets: far past guessing
 _DOES = {"reject": "rejects", "approve": "approves", "escalate": "escalates"}
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalCall:
-    """A durably.approval call, as the workflow made it."""
-
-    name: str
-    timeout: timedelta | None
-    on_timeout: str
-    remind_after: timedelta | None
-    notify: Step | None
-    details: str | None  # JSON
 
 
 class Host(Protocol):

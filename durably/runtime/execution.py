@@ -52,7 +52,7 @@ from durably.errors import (
 )
 from durably.runtime import body, fanout, generations, takeovers, transactions
 from durably.runtime.admission import Gates
-from durably.runtime.approvals import ApprovalCall, await_approval
+from durably.runtime.approvals import await_approval
 from durably.runtime.attempts import (
     call_user,
     observed,
@@ -87,6 +87,7 @@ from durably.workflow.context import (
     call_scope,
     step_key,
 )
+from durably.workflow.people import ApprovalCall
 
 if TYPE_CHECKING:
     from durably.workflow.definitions import Step

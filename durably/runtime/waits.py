@@ -23,25 +23,18 @@ from durably.core.history import EventKind
 from durably.core.payloads import MessageReceived, SignalReceived, WaitStarted, encode_payload
 from durably.core.payloads import read_payload as read
 from durably.core.replay import StepRecord, signal_timeout_message
-from durably.errors import DurablyError, SignalTimeout
+from durably.core.signals import SIGNAL_KIND
+from durably.errors import SignalTimeout
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import Suspend
 
-__all__ = ["SIGNAL_KIND", "Waits", "check_signal_name"]
+__all__ = ["Waits"]
 
-SIGNAL_KIND = "signal"  # the inbox message kind app.signal sends
 _TIMER = "durably.sleep"
 
 # Takes the next position for a durable call named so: the position and what the history
 # holds there (None: a new call). Raises NonDeterminismError if another call was recorded.
 Place = Callable[[str], tuple[int, StepRecord | None]]
-
-
-def check_signal_name(name: object, *, what: str = "a signal") -> str:
-    """The name of a signal (or of `what`), refused unless a non-empty string."""
-    if not isinstance(name, str) or not name:
-        raise DurablyError(f"{what}'s name must be a non-empty string, not {name!r}")
-    return name
 
 
 class Waits:

@@ -36,7 +36,7 @@ class Faults(Hooks):
                                                # third batch of 8+ checkpoints assembled by
                                                # its group commit, before committing it
     faults.crash_after_commit(after=1)         # ... just after its second commit is durable
-    app = durably.App(url, faults=faults)
+    app = durably.App(url, hooks=[faults])
     """
 
     def __init__(self) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from durably.errors import DurablyError
+from durably.errors import DurablyError, NotInWorkflow
 
 if TYPE_CHECKING:
     from durably.runtime.waits import Waits
@@ -183,3 +183,58 @@ def at_frontier(what: str) -> None:
     """Before user code runs for real: in a replay test, stop here (ReplayFrontier)."""
     if _replay_only.get():
         raise ReplayFrontier(what)
+
+
+def cancelled() -> bool:
+    """Whether a person cancelled the run this code runs in. A sync step is never interrupted
+    against its will: a long one can look now and then, and stop early (its result, or its
+    failure, is recorded as usual; then the run's completed steps are compensated). Also
+    true in the workflow's code, which is stopped at its next durable call anyway."""
+    execution = current_execution()
+    if execution is None:
+        raise NotInWorkflow(
+            "durably.cancelled() was called outside a run; call it in a step or in workflow "
+            "code while a worker runs it"
+        )
+    return execution.cancel_requested
+
+
+# -- what every durable call of workflow code shares ------------------------------------
+
+
+def here(what: str) -> Execution:
+    """The run whose workflow code calls durably.`what`; NotInWorkflow if none does."""
+    execution = current_execution()
+    if execution is None or in_step():
+        where = "inside a step" if execution is not None else "outside a workflow"
+        raise NotInWorkflow(
+            f"durably.{what}() was called {where}; it is recorded in the workflow's history, "
+            "so call it from workflow code (the function decorated with @app.workflow)"
+        )
+    return execution
+
+
+def durable_call(what: str, call: Callable[[Execution], Any], *, awaited: bool) -> Any:
+    """`call(execution)` on the run's loop; for an awaited call in an async workflow, an
+    awaitable that makes it."""
+    execution = here(what)
+    if awaited and execution.is_async:
+        return awaitable(lambda: call(execution))
+    return execution.on_loop(lambda: call(execution))
+
+
+def awaitable(call: Callable[[], T]) -> Awaitable[T]:
+    async def made() -> T:
+        return call()
+
+    return made()
+
+
+def step_scope(what: str) -> StepScope:
+    scope = current_step()
+    if scope is None or scope.beats is None:
+        raise NotInWorkflow(
+            f"durably.{what}() was called outside a step; call it in the body of a function "
+            "decorated with @app.step while a worker runs it"
+        )
+    return scope

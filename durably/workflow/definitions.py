@@ -10,14 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durably.codec.encoding import encode_call, return_hint
-from durably.core.approvals import ESCALATION
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
-from durably.errors import ConfigError, DurablyError, Escalated
+from durably.errors import ConfigError
 from durably.workflow.context import current_execution, in_step
 from durably.workflow.versions import code_version, source_tokens
 
-__all__ = ["Schedule", "Step", "StepOptions", "Workflow", "escalate"]
+__all__ = ["Schedule", "Step", "StepOptions", "Workflow"]
 
 
 class Workflow:
@@ -140,25 +139,6 @@ class Step:
 
 def _registered_name(thing: object) -> str | None:
     return thing.name if isinstance(thing, Step | Workflow) else None
-
-
-def _ask_a_person(reason: str) -> Any:
-    raise Escalated(reason)
-
-
-_ESCALATION = Step(_ask_a_person, ESCALATION)
-
-
-def escalate(reason: str) -> Any:
-    """Park the run for a person, with `reason`; returns the answer they give.
-
-    The run waits in the dead-letter list (needs_attention). `app.skip_step(run_id,
-    result=answer)` resumes it with `escalate(...)` returning `answer`; `app.fail(run_id)`
-    compensates and fails it. Await it in an async workflow, like a step.
-    """
-    if current_execution() is None:
-        raise DurablyError("durably.escalate() can only be called inside a workflow")
-    return _ESCALATION(reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,7 @@ def main(url: str, log: str, mode: str, k: int) -> None:
         faults.crash_before_commit(after=k)
     elif mode == "after":
         faults.crash_after_commit(after=k)
-    app = build(durably.App(url, faults=faults), log)
+    app = build(durably.App(url, hooks=[faults]), log)
     try:
         drain(app)
     finally:

@@ -56,4 +56,4 @@ app = build(durably.App(os.environ.get("DURABLY_STORE")))
 
 if __name__ == "__main__":
     faults = Faults().crash_before_commit(after=1) if sys.argv[2] == "crash" else None
-    build(durably.App(sys.argv[1], faults=faults)).run_until_idle(name=NAME)
+    build(durably.App(sys.argv[1], hooks=[faults])).run_until_idle(name=NAME)

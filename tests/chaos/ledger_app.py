@@ -65,4 +65,4 @@ if __name__ == "__main__":
         faults.crash_before_commit()
     else:
         faults.crash_after_commit()
-    build(durably.App(sys.argv[1], faults=faults)).run_until_idle(name=NAME)
+    build(durably.App(sys.argv[1], hooks=[faults])).run_until_idle(name=NAME)

@@ -78,7 +78,7 @@ def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> dura
     faults = Faults()
     if os.environ.get("FAILURES_CRASH_AFTER"):
         faults.crash_after(os.environ["FAILURES_CRASH_AFTER"])
-    app = durably.App(store, faults=faults)
+    app = durably.App(store, hooks=[faults])
     book = ledger or Ledger()
 
     @app.step

@@ -20,7 +20,7 @@ STEPS = 5
 
 def make_app(url: str, acked: str, *, crash: bool) -> durably.App:
     faults = Faults().crash_before_commit(min_batch=4, after=3) if crash else None
-    app = durably.App(url, faults=faults)
+    app = durably.App(url, hooks=[faults])
 
     @app.step
     async def advance(run: str, k: int, total: int) -> int:

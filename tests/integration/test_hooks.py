@@ -151,7 +151,7 @@ def test_faults_are_hooks_and_several_hooks_are_called_in_order(
     store_url: str, clock: FakeClock, recorder: Recorder
 ) -> None:
     faults = Faults().fail("work", times=1, error=ConnectionError("injected"))
-    app = durably.App(store_url, clock=clock, hooks=[recorder], faults=faults)
+    app = durably.App(store_url, clock=clock, hooks=[recorder, faults])
 
     @app.step(retry=Retry(attempts=3, initial="1s"))
     async def work() -> int:
