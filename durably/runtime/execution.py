@@ -9,8 +9,9 @@ A failed attempt that will be retried writes its due time and hands the run back
 wait is durable: any worker picks the run up when it is due, and replays to that step).
 
 The parts, each in a module of its own: writing the history behind the lease fence
-(checkpoints), one attempt of user code and its retry decision (attempts), breakers and
-limits (gating), undoing completed steps (compensation), unwinding (flow).
+(checkpoints), a step call run for real (steps), one attempt of user code and its retry
+decision (attempts), breakers and limits (admission), undoing completed steps
+(compensation), unwinding (flow).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from durably.codec.encoding import decode_call, encode, encode_call
+from durably.codec.encoding import decode_call, encode
 from durably.core import payloads
 from durably.core.children import lineage
 from durably.core.control import Control, Request, cancel_error, fold_control
@@ -39,7 +40,6 @@ from durably.core.replay import (
     next_wait,
     progressed,
 )
-from durably.core.retry import classify
 from durably.core.status import RunStatus
 from durably.errors import (
     DeadlineExceeded,
@@ -50,15 +50,10 @@ from durably.errors import (
     StepFailed,
     UnsafeConcurrency,
 )
-from durably.runtime import body, fanout, generations, takeovers, transactions
+from durably.runtime import body, fanout, generations, takeovers
 from durably.runtime.admission import Gates
 from durably.runtime.approvals import await_approval
 from durably.runtime.attempts import (
-    call_user,
-    observed,
-    record_cancelled,
-    record_completed,
-    record_failure,
     replayed,
 )
 from durably.runtime.checkpoints import HistoryWriter
@@ -75,17 +70,15 @@ from durably.runtime.flow import (
     Suspend,
     WaitForPerson,
 )
-from durably.runtime.heartbeats import Heartbeats
-from durably.runtime.interrupts import AttemptCancelled, Interrupts
+from durably.runtime.interrupts import Interrupts
 from durably.runtime.patches import Patches
+from durably.runtime.steps import StepRunner
 from durably.runtime.waits import Waits
 from durably.stores.protocol import Claim, Delivery
 from durably.workflow.context import (
     ReplayFrontier,
-    StepScope,
     _execution,
     call_scope,
-    step_key,
 )
 from durably.workflow.people import ApprovalCall
 
@@ -98,11 +91,6 @@ log = logging.getLogger("durably.execution")
 T = TypeVar("T")
 
 _ALONE_REASON = "a worker died while running it"
-# A secret-bearing argument (an approval's request) that cannot be stored: said without it.
-_UNPASSABLE = (
-    "step {!r} cannot take the approval request ({}): annotate its parameter as "
-    "durably.ApprovalRequest"
-)
 _NEXT_SUSPECT = payloads.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
@@ -137,8 +125,7 @@ class RunExecution:
             claim, committer, self._clock, settings.hooks, on_lost=self._stop_everything
         )
         self._committer = committer
-        self._gates = Gates(engine, committer, self._clock)
-        self._compensation = Compensation(self._writer, engine, self._rng, self._before_new_work)
+        self._compensation = Compensation(self._writer, engine, self._rng, self.before_new_work)
         self.waits = Waits(self._writer, self._clock, self.place)
         family = lineage(claim.events)
         limit, inherited = self._workflow.deadline, family.deadline  # a child's, its parent's
@@ -154,6 +141,8 @@ class RunExecution:
         self.interrupts = Interrupts()  # async step bodies a cancel cancels
         self.gathering = 0  # durably.gather calls under way: its checkpoints come in batches
         self._branches = fanout.Branches(is_async=self.is_async)
+        gates = Gates(engine, committer, self._clock)
+        self._steps = StepRunner(self, self._writer, engine, gates, self._rng, loop)
         self._position = 0
         self.closed = False
         self._body_over = False  # the workflow body returned, raised or passed its deadline
@@ -353,7 +342,7 @@ class RunExecution:
         if control.pause is not None:
             raise Pause(control.pause)
 
-    async def _before_new_work(self) -> None:
+    async def before_new_work(self) -> None:
         """Before a step or an undo starts: a paused run stops here. A run that ran alone and
         has an outcome to record is past the point where its last worker died: commit that
         proof, and let the worker run others again (handing this run back if other suspects
@@ -392,9 +381,10 @@ class RunExecution:
     async def call_step(
         self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], *, hide: str = ""
     ) -> Any:
-        """A step call from the workflow: replay its recorded outcome or run it for real.
-        `hide`: a secret in the arguments (an approval's token), left out of the history."""
-        self._check_body_may_go_on()
+        """A step call from the workflow: replay its recorded outcome or run it for real
+        (runtime/steps.py). `hide`: a secret in the arguments (an approval's token), left out
+        of the history."""
+        self.check_body_may_go_on()
         self.check_control()
         self._branches.one_call(f"step {step.name!r}")
         assert self._phase is not None
@@ -403,138 +393,13 @@ class RunExecution:
         action = next_action(self._phase.steps, position, step.name)
         if isinstance(action, Replay):
             return replayed(step, action.record)
-        if (why := self.interrupts.doomed()) is not None:  # its gather failed: start nothing
-            self._cancelled(step, position, None, why)
-        if action.not_before is not None and action.not_before > self._clock.now():
-            # Claimed before its retry is due, woken by a message: wait again, with no new
-            # attempt.
-            raise Suspend(action.not_before)
-        try:
-            what = f"step {step.name!r}"
-            input_json = encode_call(args, kwargs, step.fn, what=what, limit=self._limit)
-            if hide:
-                input_json = input_json.replace(hide, "[hidden]")
-            key = step.options.key(*args, **kwargs) if step.options.key else None
-        except Exception as exc:
-            message = str(exc) if not hide else _UNPASSABLE.format(step.name, type(exc).__name__)
-            raise StepFailed(step.name, ErrorInfo.of(exc).error_class, message) from None
-        key = str(key) if key is not None else step_key(self.call_scope, position, step.name)
-        await self._before_new_work()
-        await self._gates.enter(self._writer, step, position)
-        beats = Heartbeats(
-            self._writer,
-            self._loop,
-            position=position,
-            name=step.name,
-            attempt=action.attempt,
-            timeout=step.options.heartbeat_seconds,
-            previous=action.heartbeat,
-        )
-        scope = StepScope(self.run_id, position, step.name, action.attempt, key, beats)
-        data = payloads.step_started_data(key, input_json, undo=step.compensate_fn is not None)
-        transactional = step.options.transactional
-        if transactional:  # what came before commits first; its start goes with its outcome
-            transactions.check_alone(step, concurrent=self._branches.in_branch())
-            if self._writer.has_pending:
-                await self._writer.flush()
-        started = self._writer.append(
-            EventKind.STEP_STARTED, position, step.name, action.attempt, data
-        )
-        first_started_at = action.first_started_at or started.at
-        if not transactional:
-            await self._writer.flush()
-        unknown = action.unknown
-        failed_for_breaker = False
-        throttled_for = None
-        try:
-            if unknown and step.reconcile_fn is not None:
-                found = await call_user(step.reconcile_fn, args, kwargs, scope, step)
-                found_data = payloads.encode_payload(payloads.StepReconciled(found is not None))
-                self._writer.append(
-                    EventKind.STEP_RECONCILED, position, step.name, action.attempt, found_data
-                )
-                if found is not None:
-                    return self._completed(step, position, action.attempt, found)
-            unknown = False  # with no reconcile hook the body runs again, same key
-            if self.control.cancel is not None:  # it came while the reconcile hook ran
-                self._cancelled(step, position, action.attempt, None)
-            body = self._call_body(step, args, kwargs, scope)
-            value = await self.interrupts.run(position, body, is_async=step.is_async)
-        except LeaseLost:
-            raise
-        except AttemptCancelled as cancelled:
-            await beats.close(failed=True)
-            self._check_body_may_go_on()
-            cut_off = cancelled.started and not transactional  # a transaction rolls back
-            self._cancelled(step, position, action.attempt, cancelled.why, cut_off=cut_off)
-        except Exception as exc:
-            await beats.close(failed=True)  # its latest details go with the failure
-            policy = step.options.retry or self._engine.settings.default_retry
-            verdict = classify(exc, policy)
-            failed_for_breaker = verdict.retryable  # a business "no" is not
-            throttled_for = verdict.throttled_for  # a "slow down" is the rate limit's business
-            self._check_body_may_go_on()
-            if self.control.cancel is not None:  # it stopped for the cancel: no retry
-                raised, cut_off = ErrorInfo.of(exc), not transactional
-                self._cancelled(step, position, action.attempt, None, raised, cut_off=cut_off)
-            record_failure(
-                self._writer,
-                step,
-                scope,
-                exc,
-                unknown=unknown,
-                first_started_at=first_started_at,
-                policy=policy,
-                clock=self._clock,
-                rng=self._rng,
-                hide=hide,
-            )
-        finally:
-            await beats.close(failed=False)
-            await self._gates.leave(
-                self.run_id, step, position, failed=failed_for_breaker, throttled_for=throttled_for
-            )
-        if transactional:  # its outcome is committed already
-            return value
-        return self._completed(step, position, action.attempt, value)
+        return await self._steps.run(step, position, action, args, kwargs, hide=hide)
 
-    def _cancelled(
-        self,
-        step: Step,
-        position: int,
-        attempt: int | None,
-        why: ErrorInfo | None,
-        raised: ErrorInfo | None = None,
-        *,
-        cut_off: bool = False,
-    ) -> NoReturn:
-        """The step call was cancelled: see attempts.record_cancelled (the run's cancel, if
-        any, read now)."""
-        cancel = self.control.cancel
-        record_cancelled(
-            self._writer, cancel, step, position, attempt, why, raised, cut_off=cut_off
-        )
+    def in_branch(self) -> bool:
+        """Whether the code calling now runs in a durably.gather branch."""
+        return self._branches.in_branch()
 
-    async def _call_body(
-        self, step: Step, args: Sequence[Any], kwargs: Mapping[str, Any], scope: StepScope
-    ) -> Any:
-        if step.options.transactional:
-            return await transactions.transact(
-                step,
-                args,
-                kwargs,
-                scope,
-                writer=self._writer,
-                store=self._engine.store,
-                clock=self._clock,
-                hooks=self._hooks,
-            )
-        if self._hooks is None:  # the usual case: no hook to tell
-            return await call_user(step.fn, args, kwargs, scope, step)
-        with observed(self._hooks, scope, step.options.dependency):
-            return await call_user(step.fn, args, kwargs, scope, step)
-
-    def _check_body_may_go_on(self) -> None:
+    def check_body_may_go_on(self) -> None:
         if self.lost or self.closed or self._body_over:
             raise Abandoned(f"run {self.run_id!r}: this workflow body no longer runs here")
 
@@ -599,17 +464,13 @@ class RunExecution:
 
     def place(self, name: str) -> tuple[int, StepRecord | None]:
         """The next position, for a timer, signal wait, value or approval named `name`."""
-        self._check_body_may_go_on()
+        self.check_body_may_go_on()
         self.check_control()
         self._branches.one_call(name)
         assert self._phase is not None
         position = self._position
         self._position += 1
         return position, next_wait(self._phase.steps, position, name)
-
-    def _completed(self, step: Step, position: int, attempt: int, value: Any) -> Any:
-        self._check_body_may_go_on()  # an outcome that comes too late is not recorded
-        return record_completed(self._writer, step, position, attempt, value, self._limit)
 
     # -- time ---------------------------------------------------------------------------
 
