@@ -23,8 +23,9 @@ from durably.core.approvals import (
     fold_approvals,
     parse_token,
 )
+from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Decision, encode_payload
+from durably.core.payloads import Decision
 from durably.core.status import PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
 from durably.stores.protocol import RunRecord, Store

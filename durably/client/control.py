@@ -20,8 +20,9 @@ from datetime import datetime
 
 from durably.client import dead_letters
 from durably.core.control import CANCEL, CANCEL_KEY, PAUSE, RESUME, fold_control, reason_data
+from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Released, encode_payload
+from durably.core.payloads import Released
 from durably.core.replay import fold_run
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound

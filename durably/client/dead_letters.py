@@ -14,15 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
+from durably.core.event_data import encode_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import (
-    Command,
-    Compensating,
-    Result,
-    RunFailed,
-    RunRetried,
-    encode_payload,
-)
+from durably.core.payloads import Command, Compensating, Result, RunFailed, RunRetried
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound

@@ -20,16 +20,9 @@ from datetime import datetime
 
 from durably.client.correlation import trace_parent
 from durably.core.children import CHILD
+from durably.core.event_data import encode_payload, payload_of, read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import (
-    ChildStarted,
-    MessageReceived,
-    Restarted,
-    RunStarted,
-    encode_payload,
-    payload_of,
-    read_payload,
-)
+from durably.core.payloads import ChildStarted, MessageReceived, Restarted, RunStarted
 from durably.core.replay import CALL_KINDS, RunPhase, StepRecord, fold_run
 from durably.core.status import FINAL
 from durably.errors import DurablyError, RunConflict, RunNotFound

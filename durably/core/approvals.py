@@ -19,14 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import (
-    ApprovalRequested,
-    ApprovalToken,
-    Decision,
-    RunParked,
-    read_payload,
-)
+from durably.core.payloads import ApprovalRequested, ApprovalToken, Decision, RunParked
 from durably.errors import DurablyError
 
 __all__ = [

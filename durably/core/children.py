@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.core import fields as read
+from durably.core.event_data import read_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import ChildStarted, MessageReceived, RunStarted, read_payload
+from durably.core.payloads import ChildStarted, MessageReceived, RunStarted
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
 

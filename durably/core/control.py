@@ -14,8 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from durably.core.event_data import read_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import MessageReceived, read_payload
+from durably.core.payloads import MessageReceived
 from durably.errors import RunCancelled
 
 __all__ = [

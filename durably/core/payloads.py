@@ -1,63 +1,19 @@
-"""What each kind of event carries in `Event.data`, typed: one frozen class per kind (defined
-in durably.core.payload_types, re-exported here), and the one place that encodes them to JSON
-and decodes them back.
-
-The stored format is the JSON objects the engine has always written, key for key, so older
-histories decode unchanged (tests/unit/test_payloads.py holds one literal of each). Keys this
-version does not know are ignored; a missing or mistyped key is a PayloadError naming the
-event, as is data that is not JSON.
-
-Results are not wrapped: the data of `step_completed`, `step_skipped`, `value_recorded` and
-`step_heartbeat` is the result's (value's, details') JSON text as the codec made it, and
-stays so (the hot path appends it as is, and replay hands it to the codec as is). `Result`
-only names it, for callers that read any event's payload.
-
-Kinds that carry nothing (`compensation_completed`, `run_completed`) decode to None, as does
-any event whose data is None (`released` by a stopping worker, `run_started` of a plain start).
-"""
+"""The typed payloads of events: one frozen class per kind of event that carries data, the
+`Payload` union of them and the `Failure` union of those that carry an error. The one place
+that encodes them to JSON and decodes them back is durably.core.payloads, which re-exports
+them all (import them from there)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeAlias, TypeVar
 
-from durably.core import fields as read
-from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payload_types import (
-    ApprovalRequested,
-    ApprovalToken,
-    AttemptFailed,
-    ChildStarted,
-    Claimed,
-    Command,
-    Compensating,
-    CompensationAttemptFailed,
-    CompensationFailed,
-    CompensationStarted,
-    Decision,
-    Failure,
-    MessageReceived,
-    P,
-    Payload,
-    Released,
-    Restarted,
-    Result,
-    RunFailed,
-    RunningAlone,
-    RunParked,
-    RunRetried,
-    RunStarted,
-    SignalReceived,
-    StepFailed,
-    StepReconciled,
-    StepStarted,
-    StepWaiting,
-    WaitStarted,
-)
+from durably.core.history import ErrorInfo
 from durably.core.status import RunStatus
 
 __all__ = [
-    "PAYLOAD_CLASSES",
     "ApprovalRequested",
     "ApprovalToken",
     "AttemptFailed",
@@ -71,6 +27,7 @@ __all__ = [
     "Decision",
     "Failure",
     "MessageReceived",
+    "P",
     "Payload",
     "Released",
     "Restarted",
@@ -86,310 +43,302 @@ __all__ = [
     "StepStarted",
     "StepWaiting",
     "WaitStarted",
-    "encode_payload",
-    "payload_of",
-    "read_payload",
-    "step_started_data",
 ]
 
 
-# Each kind's payload class (None: no data). A unit test checks that every kind is here.
-PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
-    EventKind.RUN_STARTED: RunStarted,
-    EventKind.CLAIMED: Claimed,
-    EventKind.STEP_STARTED: StepStarted,
-    EventKind.STEP_COMPLETED: Result,
-    EventKind.STEP_ATTEMPT_FAILED: AttemptFailed,
-    EventKind.STEP_RECONCILED: StepReconciled,
-    EventKind.STEP_FAILED: StepFailed,
-    EventKind.STEP_WAITING: StepWaiting,
-    EventKind.STEP_SKIPPED: Result,
-    EventKind.COMPENSATING: Compensating,
-    EventKind.COMPENSATION_STARTED: CompensationStarted,
-    EventKind.COMPENSATION_COMPLETED: None,
-    EventKind.COMPENSATION_ATTEMPT_FAILED: CompensationAttemptFailed,
-    EventKind.COMPENSATION_FAILED: CompensationFailed,
-    EventKind.COMPENSATION_SKIPPED: Command,
-    EventKind.RUN_COMPLETED: None,
-    EventKind.RUN_FAILED: RunFailed,
-    EventKind.RUN_PARKED: RunParked,
-    EventKind.RUN_CANCELLED: RunFailed,
-    EventKind.RUN_PAUSED: Command,
-    EventKind.RUN_RESTARTED: Restarted,
-    EventKind.RUN_RETRIED: RunRetried,
-    EventKind.RELEASED: Released,
-    EventKind.RUNNING_ALONE: RunningAlone,
-    EventKind.MESSAGE_RECEIVED: MessageReceived,
-    EventKind.TIMER_SET: WaitStarted,
-    EventKind.TIMER_FIRED: None,
-    EventKind.SIGNAL_WAITING: WaitStarted,
-    EventKind.SIGNAL_RECEIVED: SignalReceived,
-    EventKind.SIGNAL_TIMED_OUT: None,
-    EventKind.VALUE_RECORDED: Result,
-    EventKind.PATCH_DECIDED: Result,  # true (the new code) or false (the old)
-    EventKind.ATTEMPT_LOST: None,
-    EventKind.CHILD_STARTED: ChildStarted,
-    EventKind.APPROVAL_REQUESTED: ApprovalRequested,
-    EventKind.APPROVAL_TOKEN: ApprovalToken,
-    EventKind.APPROVAL_ESCALATED: None,
-    EventKind.APPROVAL_DECIDED: Decision,
-    EventKind.STEP_HEARTBEAT: Result,
-}
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """`run_started` of a run restarted from another (`durably runs restart`): the run it
+    came from, the step it runs again from, who restarted it; of a child run: the run that
+    started it (`parent`) and the deadline it inherits from it; of a run that continued as
+    new, its `generation` (and its parent and deadline); of any run, the correlation id and
+    the starter's trace context when there are any. A plain start carries none."""
+
+    restarted_from: str | None = None
+    from_step: int | None = None
+    by: str | None = None
+    parent: str | None = None
+    deadline: datetime | None = None
+    generation: int | None = None  # after durably.continue_as_new: 2, 3, ...
+    correlation_id: str | None = None  # given to start(), inherited by children and restarts
+    trace_parent: str | None = None  # the starter's W3C traceparent: steps' spans join its trace
 
 
-# -- encoding -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ChildStarted:
+    """`child_started`: the workflow started a child run (`durably.start_child`, or a call of
+    a workflow from a workflow); `detached`: it is not cancelled when its parent ends."""
+
+    run: str
+    workflow: str
+    detached: bool = False
 
 
-def step_started_data(key: str, input_json: str, *, undo: bool = False) -> str:
-    """The data of `step_started`, built as text: written once per step attempt, it embeds
-    the already-encoded input rather than parsing and encoding it again."""
-    text = '{"key": ' + json.dumps(key) + ', "input": ' + input_json
-    return text + (', "undo": true}' if undo else "}")
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    """`run_restarted`, appended to an ended run restarted as `run` from `from_step`."""
+
+    run: str
+    from_step: int
+    by: str
 
 
-def encode_payload(payload: Payload) -> str:
-    """The JSON text stored in `Event.data` for `payload`."""
-    if isinstance(payload, Result):
-        return payload.text
-    if isinstance(payload, StepStarted):
-        return step_started_data(payload.key, json.dumps(payload.input), undo=payload.undo)
-    return json.dumps(_fields(payload))
+@dataclass(frozen=True, slots=True)
+class Command:
+    """`run_paused`: who paused the run, and why (None: no reason given);
+    `compensation_skipped`: who undid the step by hand, and what they said."""
+
+    by: str
+    reason: str | None = None
 
 
-def _fields(payload: Payload) -> dict[str, object]:
-    """The JSON object of a payload, keys in the order the engine has always written them."""
-    match payload:
-        case RunStarted(
-            restarted_from, from_step, by, parent, deadline, generation, correlation, trace
-        ):
-            time = None if deadline is None else deadline.isoformat()
-            named = {
-                "restarted_from": restarted_from,
-                "from_step": from_step,
-                "by": by,
-                "parent": parent,
-                "deadline": time,
-                "generation": generation,
-                "correlation_id": correlation,
-                "trace_parent": trace,
-            }
-            return {key: value for key, value in named.items() if value is not None}
-        case ChildStarted(run, workflow, detached):
-            return {"run": run, "workflow": workflow, **({"detached": True} if detached else {})}
-        case Restarted(run, from_step, by):
-            return {"run": run, "from_step": from_step, "by": by}
-        case Command(by, reason):
-            return {"by": by, "reason": reason}
-        case Claimed(owner, epoch, took_over_from):
-            fields: dict[str, object] = {"owner": owner, "epoch": epoch}
-            if took_over_from is not None:
-                fields["took_over_from"] = took_over_from
-            return fields
-        case AttemptFailed(error, retry_at, unknown, of, dependency):
-            fields = {**_error(error), "retry_at": retry_at.isoformat(), "unknown": unknown}
-            if of is not None:
-                fields["of"] = of
-            if dependency is not None:
-                fields["dependency"] = dependency
-            return fields
-        case StepReconciled(found):
-            return {"found": found}
-        case StepFailed(error, reason, attempts, unknown):
-            fields = {**_error(error), "reason": reason}
-            if attempts is not None:
-                fields["attempts"] = attempts
-            if unknown:
-                fields["unknown"] = True
-            return fields
-        case StepWaiting(waiting, dependency, until):
-            return {"waiting": waiting, "dependency": dependency, "until": until.isoformat()}
-        case Compensating(error, then):
-            return {**_error(error), "then": str(then)}
-        case CompensationStarted(key):
-            return {"key": key}
-        case CompensationAttemptFailed(error, retry_at):
-            return {**_error(error), "retry_at": retry_at.isoformat()}
-        case CompensationFailed(error, reason, attempts):
-            return {**_error(error), "reason": reason, "attempts": attempts}
-        case RunFailed(error):
-            return _error(error)
-        case RunParked(error, reason):
-            return {**_error(error), "reason": reason}
-        case RunRetried(by, from_step):
-            return {"by": by, "from_step": from_step}
-        case RunningAlone(reason, others) if others:
-            return {"reason": reason, "others": others}
-        case Released(reason) | RunningAlone(reason):
-            return {"reason": reason}
-        case MessageReceived(id_, kind, name, data, sender, sent_at):
-            return {
-                "id": id_,
-                "kind": kind,
-                "name": name,
-                "data": data,
-                "sender": sender,
-                "sent_at": sent_at.isoformat(),
-            }
-        case WaitStarted(until):
-            return {"until": None if until is None else until.isoformat()}
-        case SignalReceived(message, data, sender, sent_at):
-            return {
-                "message": message,
-                "data": data,
-                "sender": sender,
-                "sent_at": sent_at.isoformat(),
-            }
-        case ApprovalRequested(until, on_timeout, remind_after, details):
-            time = None if until is None else until.isoformat()
-            return {
-                "until": time,
-                "on_timeout": on_timeout,
-                "remind_after": remind_after,
-                "details": details,
-            }
-        case ApprovalToken(hash_, notice):
-            return {"hash": hash_, "notice": notice}
-        case Decision(approved, by, at, comment, via):
-            return {
-                "approved": approved,
-                "by": by,
-                "at": at.isoformat(),
-                "comment": comment,
-                "via": via,
-            }
-    raise TypeError(f"not an event payload: {payload!r}")  # Result and StepStarted: above
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """`claimed`: who leased the run, under which epoch; whose expired lease it took over."""
+
+    owner: str
+    epoch: int
+    took_over_from: str | None = None  # the key is left out when nobody was taken over
 
 
-def _error(error: ErrorInfo) -> dict[str, object]:
-    return {"error_class": error.error_class, "message": error.message}
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    """`step_started`: the attempt's idempotency key and the step's call as codec.encode_call
+    wrote it (`{"args": [...], "kwargs": {...}}`), parsed, and whether the step had an undo
+    then (so a deploy that drops it cannot skip it silently). The engine writes it with
+    `step_started_data`, which embeds the encoded call's text as is."""
+
+    key: str
+    input: Mapping[str, object]
+    undo: bool = False  # the step had a compensation when it started (left out when not)
 
 
-# -- decoding -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Result:
+    """`step_completed`, `step_skipped`: a step's result as JSON text, stored as is;
+    `value_recorded`: the value (durably.now, uuid4, random) likewise; `step_heartbeat`: the
+    details given to durably.heartbeat."""
+
+    text: str
 
 
-def payload_of(event: Event) -> Payload | None:
-    """The typed payload of `event`: None if its kind carries none or its data is None.
-    Raises PayloadError, naming the event, if the data cannot be read as its kind's."""
-    cls = PAYLOAD_CLASSES.get(event.kind)
-    text = event.data
-    if cls is None or text is None:
-        return None
-    if cls is Result:
-        return Result(text)
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise read.Unreadable(f"a JSON object was expected, not {type(data).__name__}")
-        return _DECODERS[cls](data)
-    # JSONDecodeError and bad ISO times are both ValueErrors; JSON nested too deep for the
-    # decoder (a corrupted row) is a RecursionError
-    except (ValueError, RecursionError, read.Unreadable) as exc:
-        raise read.unreadable(event, str(exc)) from None
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """`attempt_failed`: another attempt follows at `retry_at`. `unknown`: the failed
+    attempt may have taken effect (a timeout), so the next one reconciles first. `of`: the
+    attempts the step's retry policy allows; `dependency`: the service the step calls (both
+    left out by older versions; `dependency` also when the step names none)."""
+
+    error: ErrorInfo
+    retry_at: datetime
+    unknown: bool = False
+    of: int | None = None
+    dependency: str | None = None
 
 
-def read_payload(event: Event, cls: type[P]) -> P:
-    """The payload of `event`, which must be a `cls`: for readers that know the kind."""
-    payload = payload_of(event)
-    if not isinstance(payload, cls):
-        found = "no data" if payload is None else type(payload).__name__
-        raise read.unreadable(event, f"a {cls.__name__} was expected, found {found}")
-    return payload
+@dataclass(frozen=True, slots=True)
+class StepReconciled:
+    """`step_reconciled`: whether the reconcile hook found the unknown attempt's effect."""
+
+    found: bool
 
 
-def _read_error(data: Mapping[str, object]) -> ErrorInfo:
-    return ErrorInfo(read.string(data, "error_class"), read.string(data, "message"))
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """`step_failed`: the step's final failure. `attempts` is left out when no attempt
+    counted (a result that could not be stored). `unknown`: its last attempt may have taken
+    effect all the same (a body cancelled or timed out in flight), so an undo is owed."""
+
+    error: ErrorInfo
+    reason: str = "terminal"  # terminal, attempts exhausted, budget exhausted, escalated
+    attempts: int | None = None
+    unknown: bool = False  # left out when False
 
 
-def _then(data: Mapping[str, object]) -> RunStatus:
-    return RunStatus(read.string(data, "then", "failed"))  # a ValueError if it is no status
+@dataclass(frozen=True, slots=True)
+class StepWaiting:
+    """`step_waiting`: a breaker or limit of `dependency` said wait until `until`."""
+
+    waiting: str  # breaker open, rate limit, concurrency limit
+    dependency: str
+    until: datetime
 
 
-# Defaults are the ones the engine's readers have always applied to a missing key.
-_DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
-    RunStarted: lambda d: RunStarted(
-        read.optional_string(d, "restarted_from"),
-        read.optional_integer(d, "from_step"),
-        read.optional_string(d, "by"),
-        read.optional_string(d, "parent"),
-        read.optional_moment(d, "deadline"),
-        read.optional_integer(d, "generation"),
-        read.optional_string(d, "correlation_id"),
-        read.optional_string(d, "trace_parent"),
-    ),
-    ChildStarted: lambda d: ChildStarted(
-        read.string(d, "run"), read.string(d, "workflow"), read.boolean(d, "detached", False)
-    ),
-    Restarted: lambda d: Restarted(
-        read.string(d, "run"), read.integer(d, "from_step"), read.string(d, "by")
-    ),
-    Command: lambda d: Command(read.string(d, "by"), read.optional_string(d, "reason")),
-    Claimed: lambda d: Claimed(
-        read.string(d, "owner"),
-        read.integer(d, "epoch"),
-        None if d.get("took_over_from") is None else read.string(d, "took_over_from"),
-    ),
-    StepStarted: lambda d: StepStarted(
-        read.string(d, "key"), read.json_object(d, "input"), read.boolean(d, "undo", False)
-    ),
-    AttemptFailed: lambda d: AttemptFailed(
-        _read_error(d),
-        read.moment(d, "retry_at"),
-        read.boolean(d, "unknown", False),
-        read.optional_integer(d, "of"),
-        read.optional_string(d, "dependency"),
-    ),
-    StepReconciled: lambda d: StepReconciled(read.boolean(d, "found")),
-    StepFailed: lambda d: StepFailed(
-        _read_error(d),
-        read.string(d, "reason", "terminal"),
-        read.optional_integer(d, "attempts"),
-        read.boolean(d, "unknown", False),
-    ),
-    StepWaiting: lambda d: StepWaiting(
-        read.string(d, "waiting"), read.string(d, "dependency"), read.moment(d, "until")
-    ),
-    Compensating: lambda d: Compensating(_read_error(d), _then(d)),
-    CompensationStarted: lambda d: CompensationStarted(read.string(d, "key")),
-    CompensationAttemptFailed: lambda d: CompensationAttemptFailed(
-        _read_error(d), read.moment(d, "retry_at")
-    ),
-    CompensationFailed: lambda d: CompensationFailed(
-        _read_error(d), read.string(d, "reason"), read.integer(d, "attempts")
-    ),
-    RunFailed: lambda d: RunFailed(_read_error(d)),
-    RunParked: lambda d: RunParked(_read_error(d), read.string(d, "reason")),
-    RunRetried: lambda d: RunRetried(read.string(d, "by"), read.optional_integer(d, "from_step")),
-    Released: lambda d: Released(read.string(d, "reason")),
-    RunningAlone: lambda d: RunningAlone(
-        read.string(d, "reason"), read.optional_integer(d, "others") or 0
-    ),
-    MessageReceived: lambda d: MessageReceived(
-        read.integer(d, "id"),
-        read.string(d, "kind"),
-        read.optional_string(d, "name"),
-        read.optional_string(d, "data"),
-        read.string(d, "sender"),
-        read.moment(d, "sent_at"),
-    ),
-    WaitStarted: lambda d: WaitStarted(read.optional_moment(d, "until")),
-    SignalReceived: lambda d: SignalReceived(
-        read.integer(d, "message"),
-        read.optional_string(d, "data"),
-        read.string(d, "sender"),
-        read.moment(d, "sent_at"),
-    ),
-    ApprovalRequested: lambda d: ApprovalRequested(
-        read.optional_moment(d, "until"),
-        read.string(d, "on_timeout"),
-        read.optional_number(d, "remind_after"),
-        read.optional_string(d, "details"),
-    ),
-    ApprovalToken: lambda d: ApprovalToken(read.string(d, "hash"), read.integer(d, "notice")),
-    Decision: lambda d: Decision(
-        read.boolean(d, "approved"),
-        read.string(d, "by"),
-        read.moment(d, "at"),
-        read.optional_string(d, "comment"),
-        read.string(d, "via", "person"),
-    ),
-}
+@dataclass(frozen=True, slots=True)
+class Compensating:
+    """`compensating`: why the run is being undone, and the status it ends in then."""
+
+    error: ErrorInfo
+    then: RunStatus = RunStatus.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationStarted:
+    """`compensation_started`: the undo's idempotency key (the step's, plus `:undo`)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationAttemptFailed:
+    """`compensation_attempt_failed`: the undo is tried again at `retry_at`."""
+
+    error: ErrorInfo
+    retry_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationFailed:
+    """`compensation_failed`: the undo failed for good; the run is parked."""
+
+    error: ErrorInfo
+    reason: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunFailed:
+    """`run_failed`: the failure the run ended with (its status says failed or timed out);
+    `run_cancelled`: who cancelled it and why, as a durably.errors.RunCancelled."""
+
+    error: ErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class RunParked:
+    """`run_parked`: the run waits for a person, and why."""
+
+    error: ErrorInfo
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRetried:
+    """`run_retried`: who retried the run, and from which step (None: its compensations)."""
+
+    by: str
+    from_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """`released` with a reason: a run that ran alone handed back for the next suspect."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunningAlone:
+    """`running_alone`: why the run now runs with no other run on its worker but `others`
+    suspects started together with it (0: strictly alone)."""
+
+    reason: str
+    others: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    """`message_received`: a message from the run's inbox (`id` is its place there), folded
+    into the history by the lease holder: what it is, its JSON `data`, who sent it, when."""
+
+    id: int
+    kind: str
+    name: str | None
+    data: str | None  # JSON text, as the sender's client encoded it
+    sender: str
+    sent_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStarted:
+    """`timer_set`, `signal_waiting`: the wait ends at `until` (a timer's time, a signal's
+    timeout; None: a signal awaited with no timeout), or earlier, at the workflow's deadline."""
+
+    until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """`signal_received`: the inbox message (`message`, its id there) the wait took, with
+    the signal's JSON payload as the sender wrote it, who sent it and when."""
+
+    message: int
+    data: str | None
+    sender: str
+    sent_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """`approval_requested`: a durably.approval began. It times out at `until` (None: never,
+    but the workflow's deadline), then does `on_timeout` (reject, approve or escalate); a
+    reminder goes out every `remind_after` seconds; `details` is JSON for the person."""
+
+    until: datetime | None
+    on_timeout: str
+    remind_after: float | None = None
+    details: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalToken:
+    """`approval_token`: a token was made for notice `notice` (0: the request, 1 on: the
+    reminders) and handed to the notify step. Only its SHA-256 `hash` is kept."""
+
+    hash: str
+    notice: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """`approval_decided`, and what durably.approval returns: approved or rejected, by whom,
+    when, with an optional comment. `via`: "person" (by run and name, an operator), "token"
+    (with the approval's token), or "timeout" (nobody decided in time; `by` is "durably")."""
+
+    approved: bool
+    by: str
+    at: datetime
+    comment: str | None = None
+    via: str = "person"
+
+
+Payload: TypeAlias = (
+    RunStarted
+    | ChildStarted
+    | Restarted
+    | Command
+    | Claimed
+    | StepStarted
+    | Result
+    | AttemptFailed
+    | StepReconciled
+    | StepFailed
+    | StepWaiting
+    | Compensating
+    | CompensationStarted
+    | CompensationAttemptFailed
+    | CompensationFailed
+    | RunFailed
+    | RunParked
+    | RunRetried
+    | Released
+    | RunningAlone
+    | MessageReceived
+    | WaitStarted
+    | SignalReceived
+    | ApprovalRequested
+    | ApprovalToken
+    | Decision
+)
+P = TypeVar("P", bound=Payload)
+
+# The payloads that carry an error, as `.error`: for readers of any kind's failure.
+Failure: TypeAlias = (
+    AttemptFailed
+    | StepFailed
+    | Compensating
+    | CompensationAttemptFailed
+    | CompensationFailed
+    | RunFailed
+    | RunParked
+)

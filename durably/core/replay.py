@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from durably.core.event_data import read_payload
 from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
@@ -17,7 +18,6 @@ from durably.core.payloads import (
     SignalReceived,
     StepFailed,
     WaitStarted,
-    read_payload,
 )
 from durably.errors import NonDeterminismError, PayloadError
 

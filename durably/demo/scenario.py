@@ -18,8 +18,9 @@ from pathlib import Path
 import click
 
 import durably
+from durably.core.event_data import payload_of
 from durably.core.history import EventKind
-from durably.core.payloads import Claimed, StepReconciled, payload_of
+from durably.core.payloads import Claimed, StepReconciled
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.demo.services import Services
 

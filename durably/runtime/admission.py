@@ -16,8 +16,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from durably.clock import Clock
+from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import StepWaiting, encode_payload, read_payload
+from durably.core.payloads import StepWaiting
 from durably.resilience.gates import Wait, entering, leaving
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.committer import Committer

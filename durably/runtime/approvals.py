@@ -31,8 +31,9 @@ from durably.core.approvals import (
     hash_secret,
     make_token,
 )
+from durably.core.event_data import encode_payload
 from durably.core.history import ErrorInfo, EventKind
-from durably.core.payloads import ApprovalRequested, ApprovalToken, Decision, encode_payload
+from durably.core.payloads import ApprovalRequested, ApprovalToken, Decision
 from durably.core.replay import StepRecord
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import WaitForPerson

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from durably.clock import Clock
 from durably.codec.encoding import decode, encode
-from durably.core import payloads
+from durably.core import event_data, payloads
 from durably.core.control import Request, cancel_error
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import StepRecord
@@ -101,7 +101,7 @@ def record_completed(
         result = encode(value, step.return_hint, what=what, limit=limit)
     except PayloadError as exc:
         error = ErrorInfo.of(exc)
-        data = payloads.encode_payload(payloads.StepFailed(error, "terminal", unknown=True))
+        data = event_data.encode_payload(payloads.StepFailed(error, "terminal", unknown=True))
         writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
         raise StepFailed(step.name, error.error_class, error.message) from None
     writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
@@ -126,7 +126,7 @@ def record_cancelled(
     error = why or raised or cancel_error(cancel)  # type: ignore[arg-type]
     failed = payloads.StepFailed(error, "cancelled", attempt, unknown=cut_off)
     writer.append(
-        EventKind.STEP_FAILED, position, step.name, attempt, payloads.encode_payload(failed)
+        EventKind.STEP_FAILED, position, step.name, attempt, event_data.encode_payload(failed)
     )
     if why is None:
         assert cancel is not None
@@ -183,12 +183,12 @@ def record_failure(
     if reason:
         # a timed-out last attempt may have taken effect: an undo is owed if the run is undone
         given_up = payloads.StepFailed(info, reason, scope.attempt, unknown=unknown)
-        data = payloads.encode_payload(given_up)
+        data = event_data.encode_payload(given_up)
         writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
         raise StepFailed(step.name, info.error_class, info.message, reason) from error
     due: datetime = decision.due
     failed = payloads.AttemptFailed(info, due, unknown, policy.attempts, step.options.dependency)
-    data = payloads.encode_payload(failed)
+    data = event_data.encode_payload(failed)
     writer.append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
     log.info(
         "run %s: step %s attempt %d failed (%s), retry at %s",

@@ -26,8 +26,9 @@ from datetime import datetime
 from durably.clock import Clock
 from durably.core.approvals import AWAITING_APPROVAL
 from durably.core.control import Request
+from durably.core.event_data import encode_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import Command, RunFailed, RunParked, encode_payload
+from durably.core.payloads import Command, RunFailed, RunParked
 from durably.core.status import RunStatus, check_transition
 from durably.errors import LeaseLost
 from durably.runtime.committer import Committer

@@ -23,14 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durably.codec.encoding import decode, encode_call
 from durably.core.children import CHILD, ChildEnded, child_name
+from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import (
-    ChildStarted,
-    MessageReceived,
-    RunStarted,
-    encode_payload,
-    read_payload,
-)
+from durably.core.payloads import ChildStarted, MessageReceived, RunStarted
 from durably.core.replay import StepRecord
 from durably.core.status import RunStatus
 from durably.errors import ChildFailed, DurablyError, PayloadError

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
 from durably.codec.encoding import decode, decode_call, encode
+from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.payloads import (
     Compensating,
@@ -20,8 +21,6 @@ from durably.core.payloads import (
     CompensationStarted,
     StepReconciled,
     StepStarted,
-    encode_payload,
-    read_payload,
 )
 from durably.core.replay import StepRecord, fold_run, owed_undos
 from durably.core.retry import GiveUp, classify, decide

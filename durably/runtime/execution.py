@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from durably.codec.encoding import decode_call, encode
-from durably.core import payloads
+from durably.core import event_data, payloads
 from durably.core.children import lineage
 from durably.core.control import Control, Request, cancel_error, fold_control
 from durably.core.history import ErrorInfo, EventKind
@@ -91,7 +91,7 @@ log = logging.getLogger("durably.execution")
 T = TypeVar("T")
 
 _ALONE_REASON = "a worker died while running it"
-_NEXT_SUSPECT = payloads.encode_payload(
+_NEXT_SUSPECT = event_data.encode_payload(
     payloads.Released("ran alone past where its worker died; others wait")
 )
 
@@ -263,7 +263,7 @@ class RunExecution:
             takeovers.record_lost_attempts(self._writer, phase)
             if self.alone:
                 alone = payloads.RunningAlone(_ALONE_REASON, self._others)
-                self._writer.append(EventKind.RUNNING_ALONE, data=payloads.encode_payload(alone))
+                self._writer.append(EventKind.RUNNING_ALONE, data=event_data.encode_payload(alone))
                 await self._writer.flush()
             if phase.compensating is not None:
                 final = RunStatus(phase.final_status or "failed")

@@ -22,14 +22,9 @@ from durably.clock import Clock
 from durably.codec.encoding import encode_call
 from durably.core.children import CHILD, lineage
 from durably.core.control import CONTROL_KINDS
+from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import (
-    MessageReceived,
-    RunStarted,
-    SignalReceived,
-    encode_payload,
-    read_payload,
-)
+from durably.core.payloads import MessageReceived, RunStarted, SignalReceived
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, PayloadError
 from durably.runtime.checkpoints import HistoryWriter

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from durably.codec.encoding import encode_call
-from durably.core import payloads
+from durably.core import event_data, payloads
 from durably.core.control import Control
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import Execute
@@ -127,7 +127,7 @@ class StepRunner:
             previous=action.heartbeat,
         )
         scope = StepScope(execution.run_id, position, step.name, action.attempt, key, beats)
-        data = payloads.step_started_data(key, input_json, undo=step.compensate_fn is not None)
+        data = event_data.step_started_data(key, input_json, undo=step.compensate_fn is not None)
         transactional = step.options.transactional
         if transactional:  # what came before commits first; its start goes with its outcome
             transactions.check_alone(step, concurrent=execution.in_branch())
@@ -145,7 +145,7 @@ class StepRunner:
         try:
             if unknown and step.reconcile_fn is not None:
                 found = await call_user(step.reconcile_fn, args, kwargs, scope, step)
-                found_data = payloads.encode_payload(payloads.StepReconciled(found is not None))
+                found_data = event_data.encode_payload(payloads.StepReconciled(found is not None))
                 self._writer.append(
                     EventKind.STEP_RECONCILED, position, step.name, action.attempt, found_data
                 )

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Claimed, read_payload
+from durably.core.payloads import Claimed
 from durably.core.replay import RunPhase
 from durably.errors import PayloadError, PoisonPill
 from durably.runtime.checkpoints import HistoryWriter

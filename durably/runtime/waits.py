@@ -19,9 +19,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
+from durably.core.event_data import encode_payload
+from durably.core.event_data import read_payload as read
 from durably.core.history import EventKind
-from durably.core.payloads import MessageReceived, SignalReceived, WaitStarted, encode_payload
-from durably.core.payloads import read_payload as read
+from durably.core.payloads import MessageReceived, SignalReceived, WaitStarted
 from durably.core.replay import StepRecord, signal_timeout_message
 from durably.core.signals import SIGNAL_KIND
 from durably.errors import SignalTimeout

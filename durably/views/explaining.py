@@ -16,8 +16,9 @@ from datetime import datetime
 from durably.core.approvals import fold_approvals
 from durably.core.children import unfinished_children
 from durably.core.control import fold_control
+from durably.core.event_data import payload_of
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import AttemptFailed, StepFailed, StepWaiting, payload_of
+from durably.core.payloads import AttemptFailed, StepFailed, StepWaiting
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError

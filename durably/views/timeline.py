@@ -10,6 +10,7 @@ from datetime import datetime
 from durably.core.approvals import fold_approvals
 from durably.core.children import ended_children, started_children, unfinished_children
 from durably.core.control import fold_control
+from durably.core.event_data import payload_of
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
     ApprovalRequested,
@@ -27,7 +28,6 @@ from durably.core.payloads import (
     SignalReceived,
     StepStarted,
     WaitStarted,
-    payload_of,
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError

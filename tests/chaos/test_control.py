@@ -17,8 +17,9 @@ import pytest
 
 import durably
 from durably import RunStatus
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import CompensationStarted, StepFailed, read_payload
+from durably.core.payloads import CompensationStarted, StepFailed
 from durably.errors import WorkflowFailed
 from tests.chaos.control_app import build, journal
 from tests.integration.processes import kill, start_worker, wait_until

@@ -26,8 +26,9 @@ import pytest
 
 import durably
 from durably import RunStatus, Start
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Claimed, read_payload
+from durably.core.payloads import Claimed
 from durably.core.status import FINAL
 from tests.chaos.control_app import journal
 from tests.chaos.load_app import CHAIN, build, expected

@@ -14,8 +14,9 @@ import pytest
 
 import durably
 from durably import RunStatus
+from durably.core.event_data import read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import SignalReceived, read_payload
+from durably.core.payloads import SignalReceived
 from tests.chaos.waits_app import build
 from tests.integration.processes import kill, start_worker, wait_until
 

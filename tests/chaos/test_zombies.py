@@ -30,8 +30,9 @@ import pytest
 
 import durably
 from durably import RunStatus, Start
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import Claimed, read_payload
+from durably.core.payloads import Claimed
 from tests.chaos.control_app import journal, write
 from tests.chaos.zombie_app import build, hurry
 from tests.integration.processes import start_worker, wait_until

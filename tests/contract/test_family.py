@@ -13,8 +13,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 from durably.core.children import CHILD, ChildEnded
+from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import RunStarted, encode_payload
+from durably.core.payloads import RunStarted
 from durably.core.status import RunStatus
 from durably.stores import Checkpoint, Claim, Message, NewRun, Store
 from durably.testing import FakeClock

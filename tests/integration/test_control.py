@@ -20,14 +20,9 @@ import pytest
 
 import durably
 from durably import Retry, RunStatus, Steered
+from durably.core.event_data import read_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import (
-    Command,
-    Compensating,
-    CompensationStarted,
-    StepFailed,
-    read_payload,
-)
+from durably.core.payloads import Command, Compensating, CompensationStarted, StepFailed
 from durably.errors import DurablyError, NotInWorkflow, RunNotFound, WorkflowFailed
 from durably.runtime.execution import RunExecution
 from durably.testing import FakeClock

@@ -13,8 +13,9 @@ import pytest
 
 import durably
 from durably import DurablyError, RunStatus
+from durably.core.event_data import read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import RunStarted, read_payload
+from durably.core.payloads import RunStarted
 from durably.observability.logs import JsonFormatter, RunContext
 from durably.testing import FakeClock
 

@@ -14,8 +14,9 @@ import pytest
 
 import durably
 from durably import Retry, RunStatus
+from durably.core.event_data import read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import AttemptFailed, read_payload
+from durably.core.payloads import AttemptFailed
 from durably.errors import NotInWorkflow
 from durably.testing import FakeClock
 from durably.views.timeline import describe_run

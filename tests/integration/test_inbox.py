@@ -12,8 +12,9 @@ import pytest
 
 import durably
 from durably import Retry, RunStatus, Terminal
+from durably.core.event_data import read_payload
 from durably.core.history import Event, EventKind
-from durably.core.payloads import MessageReceived, read_payload
+from durably.core.payloads import MessageReceived
 from durably.errors import DurablyError, PayloadError, RunNotFound
 from durably.resilience.gates import Dependency
 from durably.stores import Store

@@ -8,8 +8,9 @@ import json
 from datetime import timedelta
 
 import durably
+from durably.core.event_data import payload_of
 from durably.core.history import Event, EventKind
-from durably.core.payloads import RunningAlone, payload_of
+from durably.core.payloads import RunningAlone
 from durably.stores import Checkpoint
 from durably.testing import FakeClock
 from durably.workflow.context import step_key

@@ -13,8 +13,9 @@ import pytest
 
 import durably
 from durably import RunStatus
+from durably.core.event_data import read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import Restarted, RunStarted, read_payload
+from durably.core.payloads import Restarted, RunStarted
 from durably.errors import DurablyError, RunConflict, RunNotFound
 from durably.testing import FakeClock
 from durably.views.timeline import describe_run

@@ -12,8 +12,9 @@ import pytest
 
 import durably
 from durably import RunStatus, SignalTimeout
+from durably.core.event_data import read_payload
 from durably.core.history import EventKind
-from durably.core.payloads import SignalReceived, read_payload
+from durably.core.payloads import SignalReceived
 from durably.errors import DurablyError, PayloadError, RunNotFound
 from durably.testing import FakeClock
 

@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durably.core.control import CONTROL_KINDS, fold_control
+from durably.core.event_data import PAYLOAD_CLASSES, encode_payload, step_started_data
 from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import (
-    PAYLOAD_CLASSES,
     ApprovalRequested,
     AttemptFailed,
     Claimed,
@@ -42,8 +42,6 @@ from durably.core.payloads import (
     StepReconciled,
     StepStarted,
     WaitStarted,
-    encode_payload,
-    step_started_data,
 )
 from durably.core.replay import (
     Execute,

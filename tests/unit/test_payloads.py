@@ -9,9 +9,15 @@ from datetime import UTC, datetime
 
 import pytest
 
+from durably.core.event_data import (
+    PAYLOAD_CLASSES,
+    encode_payload,
+    payload_of,
+    read_payload,
+    step_started_data,
+)
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import (
-    PAYLOAD_CLASSES,
     ApprovalRequested,
     ApprovalToken,
     AttemptFailed,
@@ -39,10 +45,6 @@ from durably.core.payloads import (
     StepStarted,
     StepWaiting,
     WaitStarted,
-    encode_payload,
-    payload_of,
-    read_payload,
-    step_started_data,
 )
 from durably.core.status import RunStatus
 from durably.errors import PayloadError

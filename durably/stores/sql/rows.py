@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from durably.core.event_data import encode_payload
 from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
-from durably.core.payloads import Claimed, encode_payload
+from durably.core.payloads import Claimed
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
 from durably.stores.protocol import Checkpoint, NewRun, RunRecord
