@@ -21,9 +21,11 @@ __all__ = [
     "Claim",
     "Delivery",
     "Ended",
+    "EngineStore",
     "Lease",
     "Message",
     "NewRun",
+    "OperatorStore",
     "RunRecord",
     "RunStats",
     "Sent",
@@ -218,7 +220,11 @@ class Checkpoint:
     version: str | None = None  # with `input`: the new generation's workflow version
 
 
-class Store(Protocol):
+class EngineStore(Protocol):
+    """What a worker asks of a database as it runs workflows: create and claim runs, keep
+    their leases, read their inboxes, commit their checkpoints, run transactional steps,
+    wake workers, and keep the state of gates and schedules. A new dialect starts here."""
+
     url: str  # safe to print: the password is redacted
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
@@ -228,28 +234,6 @@ class Store(Protocol):
     def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
         """`create_run` for each run, in one transaction; the answers in order. An id given
         twice is created once, by its first occurrence; the later ones answer False."""
-        ...
-
-    def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
-    ) -> bool:
-        """Restart the ended run `source` as `run`: create it, pending and due now, with
-        `events` as its whole history (seq from 1, its run_started first), and append `note`
-        to `source`'s history after its last event (`note.seq` is not used), in one
-        transaction. False, writing nothing, if `source` has not ended or `run.id` is taken."""
-        ...
-
-    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
-        """Create `run`, pending and due now, with `events` as its whole history (their seqs
-        as given): a run exported from another store (durably.client.exports). False, writing
-        nothing, if its id is taken."""
-        ...
-
-    def send(self, message: Message, *, now: datetime) -> Sent:
-        """Put a message in its run's inbox, in one transaction, unless the run does not
-        exist or has ended (NO_RUN, ENDED) or a message with its dedupe_key is there already
-        (DUPLICATE). A pending run is made due now and workers are woken; a running run's
-        holder gets the message at its next claim; a parked run keeps it."""
         ...
 
     def claim(
@@ -265,19 +249,6 @@ class Store(Protocol):
         whose version is served (or was never recorded), lowest rank first
         (durably.core.priority: the due time less a minute per level of priority); each claim
         carries the run's undelivered messages."""
-        ...
-
-    def take(
-        self,
-        run_id: str,
-        owner: str,
-        statuses: Collection[RunStatus],
-        *,
-        now: datetime,
-        lease: timedelta,
-    ) -> Claim | None:
-        """Lease one run if its status is one of `statuses` (a person acting on a parked run).
-        A running run is taken only once its lease has expired (its worker presumed dead)."""
         ...
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
@@ -320,11 +291,18 @@ class Store(Protocol):
         once the work had begun: whether it committed is unknown (the history will say)."""
         ...
 
-    def expire_leases(self, owner: str, *, now: datetime) -> int:
-        """End the leases `owner` holds, so its runs can be claimed now; return how many.
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        """Put a message in its run's inbox, in one transaction, unless the run does not
+        exist or has ended (NO_RUN, ENDED) or a message with its dedupe_key is there already
+        (DUPLICATE). A pending run is made due now and workers are woken; a running run's
+        holder gets the message at its next claim; a parked run keeps it."""
+        ...
 
-        A worker restarted under the same name calls this: its previous incarnation is dead,
-        and its runs need not wait for their leases to run out."""
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        """Make these runs due now if they are pending and wait for later (due after `now`,
+        or only for a message), and wake workers if that made any due. A run that is not
+        pending (running, parked, ended) or not there is left as it is. What a gate does
+        for the runs waiting in its line when an attempt's end opens it."""
         ...
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
@@ -334,22 +312,9 @@ class Store(Protocol):
         Best effort: a wake-up that is missed is covered by the worker's poll."""
         ...
 
-    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
-        """Call `wake(run_id)`, from a thread of the store's, after a commit of any process
-        ends a run (a final or parked status); `wake(None)` when any run may have ended
-        unheard (the listener was cut off). Returns once listening, so that a run that
-        ends afterwards is heard; returns the call that stops watching.
-
-        Best effort: a waiter re-reads the run now and then (durably.client.outcomes)."""
-        ...
-
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         """Under the gate's lock: pass its state (None if new) to `change`, store the new
         state it returns, and return its answer."""
-        ...
-
-    def gates(self) -> dict[str, str]:
-        """Every gate's state, by name."""
         ...
 
     def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
@@ -361,11 +326,70 @@ class Store(Protocol):
         """Every schedule's state, by name."""
         ...
 
-    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
-        """Make these runs due now if they are pending and wait for later (due after `now`,
-        or only for a message), and wake workers if that made any due. A run that is not
-        pending (running, parked, ended) or not there is left as it is. What a gate does
-        for the runs waiting in its line when an attempt's end opens it."""
+    def beat(self, worker: WorkerBeat) -> None:
+        """Record that `worker` is alive (create or update it by name)."""
+        ...
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        """Delete up to `limit` runs that ended (completed, failed, timed out, cancelled)
+        before `before`, oldest first, with their histories, in one transaction; how many.
+        Parked, paused and unfinished runs are never deleted."""
+        ...
+
+
+class OperatorStore(Protocol):
+    """What people and programs read and do outside a worker's hot path: a run and its
+    history, pages of runs, the counts a scrape or the dashboard shows, the workers, and a
+    person's actions (take a parked run, fork an ended one, import an exported one)."""
+
+    url: str
+
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        """Restart the ended run `source` as `run`: create it, pending and due now, with
+        `events` as its whole history (seq from 1, its run_started first), and append `note`
+        to `source`'s history after its last event (`note.seq` is not used), in one
+        transaction. False, writing nothing, if `source` has not ended or `run.id` is taken."""
+        ...
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        """Create `run`, pending and due now, with `events` as its whole history (their seqs
+        as given): a run exported from another store (durably.client.exports). False, writing
+        nothing, if its id is taken."""
+        ...
+
+    def take(
+        self,
+        run_id: str,
+        owner: str,
+        statuses: Collection[RunStatus],
+        *,
+        now: datetime,
+        lease: timedelta,
+    ) -> Claim | None:
+        """Lease one run if its status is one of `statuses` (a person acting on a parked run).
+        A running run is taken only once its lease has expired (its worker presumed dead)."""
+        ...
+
+    def expire_leases(self, owner: str, *, now: datetime) -> int:
+        """End the leases `owner` holds, so its runs can be claimed now; return how many.
+
+        A worker restarted under the same name calls this: its previous incarnation is dead,
+        and its runs need not wait for their leases to run out."""
+        ...
+
+    def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call `wake(run_id)`, from a thread of the store's, after a commit of any process
+        ends a run (a final or parked status); `wake(None)` when any run may have ended
+        unheard (the listener was cut off). Returns once listening, so that a run that
+        ends afterwards is heard; returns the call that stops watching.
+
+        Best effort: a waiter re-reads the run now and then (durably.client.outcomes)."""
+        ...
+
+    def gates(self) -> dict[str, str]:
+        """Every gate's state, by name."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
@@ -401,12 +425,6 @@ class Store(Protocol):
         count."""
         ...
 
-    def prune(self, before: datetime, *, limit: int) -> int:
-        """Delete up to `limit` runs that ended (completed, failed, timed out, cancelled)
-        before `before`, oldest first, with their histories, in one transaction; how many.
-        Parked, paused and unfinished runs are never deleted."""
-        ...
-
     def prunable(self, before: datetime) -> int:
         """How many runs ended before `before` (what `prune` deletes, batch after batch)."""
         ...
@@ -421,10 +439,6 @@ class Store(Protocol):
         oldest first: the dashboard's chart of the last hour, in one query."""
         ...
 
-    def beat(self, worker: WorkerBeat) -> None:
-        """Record that `worker` is alive (create or update it by name)."""
-        ...
-
     def forget_worker(self, name: str) -> None:
         """The worker stopped: take it off the list."""
         ...
@@ -433,5 +447,10 @@ class Store(Protocol):
         """Every worker that beat and was not forgotten, by name (dead ones too: see
         WorkerBeat.alive; those silent for a day are dropped by the next beat)."""
         ...
+
+
+class Store(EngineStore, OperatorStore, Protocol):
+    """Every store (SQLite, PostgreSQL) is both; one contract suite (tests/contract) runs
+    against each."""
 
     def close(self) -> None: ...

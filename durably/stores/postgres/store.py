@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from durably.core.history import Event, EventKind
+from durably.core.history import EventKind
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres import claims
@@ -35,34 +35,25 @@ from durably.stores.protocol import (
     Checkpoint,
     Claim,
     Delivery,
-    Ended,
     Lease,
-    Message,
     NewRun,
     RunRecord,
-    RunStats,
-    Sent,
-    SentOutcome,
     Serves,
-    WorkerBeat,
 )
 from durably.stores.sql import (
-    effects,
-    forking,
     inbox,
-    pruning,
     reads,
     transactions,
-    waking,
     workers,
 )
 from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
 from durably.stores.sql.schema import check_schema, migrate
-from durably.stores.sql.stats import activity, run_stats
+from durably.stores.sql.store import SqlStore
 
 __all__ = ["PostgresStore", "redact"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 log = logging.getLogger("durably.store")
 
 _SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
@@ -118,7 +109,7 @@ _DEADLOCK_TRIES = 5
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """A PostgreSQL database reached through a psycopg connection pool.
 
     `create=False` opens only a durably store that exists: its tables are not created, nor
@@ -141,6 +132,7 @@ class PostgresStore:
                 f"of {', '.join(_SYNCHRONOUS_COMMIT)} (on, the default, is the durable one)"
             )
         self.url = redact(url)
+        self.dialect = reads.POSTGRES
         self.synchronous_commit = synchronous_commit
         self._url = url
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
@@ -254,41 +246,6 @@ class PostgresStore:
         }
         taken = claims.lease_once(self._db, claims.PICK_ONE, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
-
-    def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
-    ) -> bool:
-        def fork(db: psycopg.Connection[Any]) -> bool:
-            forked = forking.fork(
-                db, reads.POSTGRES, run, events, source=source, note=note, now=now
-            )
-            if forked:
-                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
-            return forked
-
-        # A fork whose answer was lost with its connection answers False on a second try (its
-        # id is taken): the caller reads the run to tell that from a real refusal.
-        return self._db.run(fork, transaction=True)
-
-    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
-        def insert(db: psycopg.Connection[Any]) -> bool:
-            created = effects.insert_run(db, reads.POSTGRES, run, events, now=now)
-            if created:
-                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
-            return created
-
-        return self._db.run(insert, transaction=True)
-
-    def send(self, message: Message, *, now: datetime) -> Sent:
-        def send(db: psycopg.Connection[Any]) -> Sent:
-            sent = inbox.send(db, reads.POSTGRES, message, now=now)
-            if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
-                db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
-            return sent
-
-        # Safe to repeat with a dedupe_key (the client always gives one): a send whose answer
-        # was lost with its connection is found on the second try as a DUPLICATE.
-        return self._db.run(send, transaction=True)
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         if not leases:
@@ -406,15 +363,9 @@ class PostgresStore:
         # slot is held until its hold ends. Conservative, never unsafe.
         return self._update_state("durably_gates", name, change)
 
-    def gates(self) -> dict[str, str]:
-        return self._db.run(lambda db: reads.states(db, "durably_gates"))
-
     def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         # Twice, on a lost connection: a tick planned twice starts once (its run's id).
         return self._update_state("durably_schedules", name, change)
-
-    def schedules(self) -> dict[str, str]:
-        return self._db.run(lambda db: reads.states(db, "durably_schedules"))
 
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
@@ -434,79 +385,20 @@ class PostgresStore:
 
         return self._db.run(read_modify_write, transaction=True)
 
-    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
-        if not run_ids:
-            return
+    def _reading(self, read: Callable[[Any], R]) -> R:
+        return self._db.run(read)  # each read is safe to repeat on a fresh connection
 
-        def wake(db: psycopg.Connection[Any]) -> None:
-            if waking.wake(db, reads.POSTGRES, run_ids, now=now):
+    def _writing(self, write: Callable[[Any], R]) -> R:
+        return self._db.run(write, transaction=True)
+
+    def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
+        def writing(db: psycopg.Connection[Any]) -> R:
+            done = write(db)
+            if woke(done):
                 db.execute("SELECT pg_notify(%s, '')", (_WAKE_CHANNEL,))  # sent at commit
+            return done
 
-        self._db.run(wake, transaction=True)  # safe to repeat: a run due now stays due now
-
-    # -- reading (each safe to repeat on a fresh connection) ----------------------------
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        return self._db.run(lambda db: reads.get_run(db, reads.POSTGRES, run_id))
-
-    def history(self, run_id: str) -> list[Event]:
-        return self._db.run(
-            lambda db: reads.histories(db, reads.POSTGRES, [run_id]).get(run_id, [])
-        )
-
-    def runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        after: tuple[datetime, str] | None = None,
-        patch: str | None = None,
-        correlation_id: str | None = None,
-    ) -> list[RunRecord]:
-        return self._db.run(
-            lambda db: reads.runs(
-                db,
-                reads.POSTGRES,
-                status=status,
-                workflow=workflow,
-                limit=limit,
-                after=after,
-                patch=patch,
-                correlation_id=correlation_id,
-            )
-        )
-
-    def unserved(
-        self, serves: Mapping[str, Collection[str]], *, now: datetime
-    ) -> dict[tuple[str, str], int]:
-        return self._db.run(lambda db: workers.unserved(db, reads.POSTGRES, serves, now=now))
-
-    def prune(self, before: datetime, *, limit: int) -> int:
-        return self._db.run(  # safe to repeat: a second try deletes what is left
-            lambda db: pruning.prune(db, reads.POSTGRES, before, limit=limit), transaction=True
-        )
-
-    def prunable(self, before: datetime) -> int:
-        return self._db.run(lambda db: pruning.prunable(db, reads.POSTGRES, before))
-
-    def stats(self, *, now: datetime) -> RunStats:
-        return self._db.run(lambda db: run_stats(db, reads.POSTGRES, now=now))
-
-    def activity(self, *, since: datetime) -> list[Ended]:
-        return self._db.run(lambda db: activity(db, reads.POSTGRES, since=since))
-
-    def beat(self, worker: WorkerBeat) -> None:
-        self._db.run(lambda db: workers.beat(db, reads.POSTGRES, worker), transaction=True)
-
-    def forget_worker(self, name: str) -> None:
-        self._db.run(lambda db: workers.forget(db, reads.POSTGRES, name))
-
-    def workers(self) -> list[WorkerBeat]:
-        return self._db.run(workers.listed)
-
-    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
-        return self._db.run(lambda db: reads.unclaimable(db, reads.POSTGRES, known, now=now))
+        return self._db.run(writing, transaction=True)
 
     def close(self) -> None:
         self._db.close()

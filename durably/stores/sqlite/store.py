@@ -10,38 +10,28 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from durably.core.history import Event, EventKind
+from durably.core.history import EventKind
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.protocol import (
     Checkpoint,
     Claim,
     Delivery,
-    Ended,
     Lease,
-    Message,
     NewRun,
     RunRecord,
-    RunStats,
-    Sent,
-    SentOutcome,
     Serves,
-    WorkerBeat,
 )
 from durably.stores.sql import (
-    effects,
-    forking,
     inbox,
-    pruning,
     reads,
     transactions,
-    waking,
     workers,
 )
 from durably.stores.sql.rows import (
@@ -51,13 +41,14 @@ from durably.stores.sql.rows import (
     ts,
 )
 from durably.stores.sql.schema import CLAIM_RANK, check_schema, migrate
-from durably.stores.sql.stats import activity, run_stats
+from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
 from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _IDS_PER_READ = 500  # under SQLite's limit on a statement's parameters
@@ -73,7 +64,7 @@ _CREATE = (
 )
 
 
-class SQLiteStore:
+class SQLiteStore(SqlStore):
     """A SQLite file; each thread gets its own connection.
 
     `create=False` opens only a durably store that exists: the file is not created, nor the
@@ -93,6 +84,7 @@ class SQLiteStore:
         if not create and not Path(path).is_file():
             raise ConfigError(_no_file(Path(path)))
         self.path = str(path)
+        self.dialect = reads.SQLITE
         self.url = f"sqlite:///{Path(path).absolute()}"  # the same from any directory
         self._synchronous = synchronous.upper()
         self._busy_timeout = busy_timeout
@@ -194,29 +186,6 @@ class SQLiteStore:
             [claim] = inbox.claims(db, reads.SQLITE, [taken])
         return claim
 
-    def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
-    ) -> bool:
-        with self._write() as db:
-            forked = forking.fork(db, reads.SQLITE, run, events, source=source, note=note, now=now)
-        if forked:
-            self._wakeups.notify()
-        return forked
-
-    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
-        with self._write() as db:
-            created = effects.insert_run(db, reads.SQLITE, run, events, now=now)
-        if created:
-            self._wakeups.notify()
-        return created
-
-    def send(self, message: Message, *, now: datetime) -> Sent:
-        with self._write() as db:
-            sent = inbox.send(db, reads.SQLITE, message, now=now)
-        if sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING:
-            self._wakeups.notify()
-        return sent
-
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         expires = ts(now + lease)
         held: set[str] = set()
@@ -308,16 +277,8 @@ class SQLiteStore:
     def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         return self._update_state("durably_gates", name, change)
 
-    def gates(self) -> dict[str, str]:
-        with self._read() as db:
-            return reads.states(db, "durably_gates")
-
     def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
         return self._update_state("durably_schedules", name, change)
-
-    def schedules(self) -> dict[str, str]:
-        with self._read() as db:
-            return reads.states(db, "durably_schedules")
 
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
@@ -331,84 +292,6 @@ class SQLiteStore:
                 (name, state),
             )
         return answer
-
-    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
-        if not run_ids:
-            return
-        with self._write() as db:
-            woken = waking.wake(db, reads.SQLITE, run_ids, now=now)
-        if woken:
-            self._wakeups.notify()
-
-    # -- reading ------------------------------------------------------------------------
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        with self._read() as db:
-            return reads.get_run(db, reads.SQLITE, run_id)
-
-    def history(self, run_id: str) -> list[Event]:
-        with self._read() as db:
-            return reads.histories(db, reads.SQLITE, [run_id]).get(run_id, [])
-
-    def runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        after: tuple[datetime, str] | None = None,
-        patch: str | None = None,
-        correlation_id: str | None = None,
-    ) -> list[RunRecord]:
-        with self._read() as db:
-            return reads.runs(
-                db,
-                reads.SQLITE,
-                status=status,
-                workflow=workflow,
-                limit=limit,
-                after=after,
-                patch=patch,
-                correlation_id=correlation_id,
-            )
-
-    def unserved(
-        self, serves: Mapping[str, Collection[str]], *, now: datetime
-    ) -> dict[tuple[str, str], int]:
-        with self._read() as db:
-            return workers.unserved(db, reads.SQLITE, serves, now=now)
-
-    def prune(self, before: datetime, *, limit: int) -> int:
-        with self._write() as db:
-            return pruning.prune(db, reads.SQLITE, before, limit=limit)
-
-    def prunable(self, before: datetime) -> int:
-        with self._read() as db:
-            return pruning.prunable(db, reads.SQLITE, before)
-
-    def stats(self, *, now: datetime) -> RunStats:
-        with self._read() as db:
-            return run_stats(db, reads.SQLITE, now=now)
-
-    def activity(self, *, since: datetime) -> list[Ended]:
-        with self._read() as db:
-            return activity(db, reads.SQLITE, since=since)
-
-    def beat(self, worker: WorkerBeat) -> None:
-        with self._write() as db:
-            workers.beat(db, reads.SQLITE, worker)
-
-    def forget_worker(self, name: str) -> None:
-        with self._write() as db:
-            workers.forget(db, reads.SQLITE, name)
-
-    def workers(self) -> list[WorkerBeat]:
-        with self._read() as db:
-            return workers.listed(db)
-
-    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
-        with self._read() as db:
-            return reads.unclaimable(db, reads.SQLITE, known, now=now)
 
     def close(self) -> None:
         with self._lock:
@@ -476,6 +359,21 @@ class SQLiteStore:
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
+
+    def _reading(self, read: Callable[[Any], R]) -> R:
+        with self._read() as db:
+            return read(db)
+
+    def _writing(self, write: Callable[[Any], R]) -> R:
+        with self._write() as db:
+            return write(db)
+
+    def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
+        with self._write() as db:
+            done = write(db)
+        if woke(done):  # after the commit: a worker woken before it would find nothing
+            self._wakeups.notify()
+        return done
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

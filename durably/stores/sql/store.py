@@ -1,0 +1,158 @@
+"""What both SQL stores do the same way: the reads people and programs make (a run, its
+history, pages of runs, the stats a scrape asks for, the workers), and the small writes of
+the operator's side (pruning, worker beats), and the writes from outside a worker that may
+make runs due (a message in a run's inbox, a fork, an import, a wake), each one call of a
+query module in one transaction.
+
+A dialect (stores/sqlite/, stores/postgres/) says how it runs a piece of work on a connection
+(`_reading`, `_writing`) and which SQL it speaks (`dialect`); the hot paths whose shape
+differs between the two databases (creating and claiming runs, committing checkpoints,
+wake-ups) are its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from durably.core.history import Event
+from durably.core.status import RunStatus
+from durably.stores.protocol import (
+    Ended,
+    Message,
+    NewRun,
+    RunRecord,
+    RunStats,
+    Sent,
+    SentOutcome,
+    WorkerBeat,
+)
+from durably.stores.sql import effects, forking, inbox, pruning, reads, waking, workers
+from durably.stores.sql.reads import Dialect
+from durably.stores.sql.stats import activity, run_stats
+
+__all__ = ["SqlStore"]
+
+R = TypeVar("R")
+
+
+class SqlStore(ABC):
+    """The part of a Store that is the same SQL on every dialect."""
+
+    url: str
+    dialect: Dialect
+
+    @abstractmethod
+    def _reading(self, read: Callable[[Any], R]) -> R:
+        """`read(connection)`: a read that is safe to run again on a fresh connection."""
+
+    @abstractmethod
+    def _writing(self, write: Callable[[Any], R]) -> R:
+        """`write(connection)` in one transaction."""
+
+    @abstractmethod
+    def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
+        """`write(connection)` in one transaction; if `woke(its answer)`, runs are due now:
+        the workers listening are woken once it has committed."""
+
+    # -- writes from outside a worker that may make runs due ------------------------------
+    # Each is safe to repeat on PostgreSQL after a lost connection: a send with a dedupe_key
+    # (the client always gives one) is found as a DUPLICATE, a fork or an import whose answer
+    # was lost answers False (its id is taken; the caller reads the run to tell that from a
+    # refusal), and a run due now stays due now.
+
+    def send(self, message: Message, *, now: datetime) -> Sent:
+        def woke(sent: Sent) -> bool:
+            return sent.outcome is SentOutcome.STORED and sent.status is RunStatus.PENDING
+
+        return self._writing_waking(lambda db: inbox.send(db, self.dialect, message, now=now), woke)
+
+    def fork(
+        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+    ) -> bool:
+        def fork(db: Any) -> bool:
+            return forking.fork(db, self.dialect, run, events, source=source, note=note, now=now)
+
+        return self._writing_waking(fork, bool)
+
+    def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
+        def insert(db: Any) -> bool:
+            return effects.insert_run(db, self.dialect, run, events, now=now)
+
+        return self._writing_waking(insert, bool)
+
+    def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
+        if run_ids:
+            self._writing_waking(lambda db: waking.wake(db, self.dialect, run_ids, now=now), bool)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        return self._reading(lambda db: reads.get_run(db, self.dialect, run_id))
+
+    def history(self, run_id: str) -> list[Event]:
+        return self._reading(lambda db: reads.histories(db, self.dialect, [run_id]).get(run_id, []))
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        after: tuple[datetime, str] | None = None,
+        patch: str | None = None,
+        correlation_id: str | None = None,
+    ) -> list[RunRecord]:
+        def page(db: Any) -> list[RunRecord]:
+            return reads.runs(
+                db,
+                self.dialect,
+                status=status,
+                workflow=workflow,
+                limit=limit,
+                after=after,
+                patch=patch,
+                correlation_id=correlation_id,
+            )
+
+        return self._reading(page)
+
+    def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
+        return self._reading(lambda db: reads.unclaimable(db, self.dialect, known, now=now))
+
+    def unserved(
+        self, serves: Mapping[str, Collection[str]], *, now: datetime
+    ) -> dict[tuple[str, str], int]:
+        return self._reading(lambda db: workers.unserved(db, self.dialect, serves, now=now))
+
+    def gates(self) -> dict[str, str]:
+        return self._reading(lambda db: reads.states(db, "durably_gates"))
+
+    def schedules(self) -> dict[str, str]:
+        return self._reading(lambda db: reads.states(db, "durably_schedules"))
+
+    def prunable(self, before: datetime) -> int:
+        return self._reading(lambda db: pruning.prunable(db, self.dialect, before))
+
+    def stats(self, *, now: datetime) -> RunStats:
+        return self._reading(lambda db: run_stats(db, self.dialect, now=now))
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        return self._reading(lambda db: activity(db, self.dialect, since=since))
+
+    def workers(self) -> list[WorkerBeat]:
+        return self._reading(workers.listed)
+
+    # -- the operator's writes (each safe to repeat) ------------------------------------
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        # A second try deletes what is left.
+        return self._writing(lambda db: pruning.prune(db, self.dialect, before, limit=limit))
+
+    def beat(self, worker: WorkerBeat) -> None:
+        self._writing(lambda db: workers.beat(db, self.dialect, worker))
+
+    def forget_worker(self, name: str) -> None:
+        self._writing(lambda db: workers.forget(db, self.dialect, name))
