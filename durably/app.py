@@ -18,13 +18,13 @@ from durably.client.handles import RunHandle
 from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
-from durably.core.durations import Duration, parse_duration
 from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.priority import check_priority
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
 from durably.core.status import RunStatus
+from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
 from durably.resilience import Dependency
 from durably.runtime.engine import Settings

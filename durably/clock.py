@@ -6,7 +6,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Protocol
 
-from durably.core.durations import Duration, parse_duration
+from durably.durations import Duration, parse_duration
 
 __all__ = ["Clock", "FakeClock", "SystemClock"]
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from durably.core.durations import Duration, parse_duration
+from durably.durations import Duration, parse_duration
 
 __all__ = [
     "BranchCancelled",

@@ -16,7 +16,7 @@ import click
 
 from durably.app import App
 from durably.client.client import Client
-from durably.core.durations import parse_duration
+from durably.durations import parse_duration
 from durably.errors import ConfigError, DurablyError
 from durably.observability import logs
 from durably.stores import DEFAULT_URL, Store, open_store

@@ -12,7 +12,7 @@ import click
 from durably.cli.base import PRECEDENCE, cli, client_for, where
 from durably.cli.commands import runs
 from durably.cli.output import AS_JSON, echo_json
-from durably.core.durations import parse_duration
+from durably.durations import parse_duration
 from durably.views.breakers import breakers as read_breakers
 from durably.views.models import BreakerOut, WorkerOut
 

@@ -37,13 +37,13 @@ from durably.codec.encoding import (
 )
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
-from durably.core.durations import Duration
 from durably.core.event_data import encode_payload
 from durably.core.history import Event
 from durably.core.payloads import Decision, RunStarted
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
+from durably.durations import Duration
 from durably.errors import (
     ConfigError,
     DurablyError,

@@ -20,9 +20,9 @@ from durably.core.payloads import Command, Compensating, Result, RunFailed, RunR
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
+from durably.errors import StepFailed as StepFailedError
 from durably.runtime.lineage import cancel_children, parent_notice
 from durably.stores.protocol import Checkpoint, Claim, Message, RunRecord, Store
-from durably.views.explaining import step_parked
 
 __all__ = [
     "ACTION_LEASE",
@@ -334,3 +334,12 @@ def release(store: Store, run_id: str, *, now: datetime) -> tuple[str, int]:
             "running run's lease can be released"
         )
     return run.lease_owner, store.expire_leases(run.lease_owner, now=now)
+
+
+def step_parked(run: RunRecord) -> bool:
+    """Whether a step's failure parked the run (its error is the StepFailed that wraps the
+    step's own), rather than replay, a poison pill or an input that does not read."""
+    return run.error is not None and run.error.error_class == STEP_FAILED
+
+
+STEP_FAILED = f"{StepFailedError.__module__}.{StepFailedError.__qualname__}"

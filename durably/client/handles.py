@@ -7,8 +7,8 @@ from typing import Any, Protocol
 
 from durably.client.client import Client
 from durably.client.outcomes import DEFAULT_POLL
-from durably.core.durations import Duration
 from durably.core.status import RunStatus
+from durably.durations import Duration
 
 __all__ = ["Owner", "RunHandle"]
 

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from durably.core.durations import Duration, parse_duration
 from durably.core.status import FINAL
+from durably.durations import Duration, parse_duration
 from durably.errors import StoreUnavailable
 from durably.stores import RunRecord, Store
 

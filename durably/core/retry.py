@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from durably.core.durations import Duration, parse_duration
+from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError, NotInWorkflow, PayloadError, Terminal, Throttled
 
 __all__ = [

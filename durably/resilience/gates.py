@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from durably.core.durations import Duration, parse_duration
+from durably.durations import Duration, parse_duration
 
 __all__ = [
     "Breaker",

@@ -18,9 +18,9 @@ from collections import deque
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
-from durably.core.durations import Duration, parse_duration
 from durably.core.replay import WorkerDeaths, fold_deaths
 from durably.core.schedules import State
+from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime import schedules
 from durably.runtime.committer import Committer

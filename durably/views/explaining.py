@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from durably.client.dead_letters import STEP_FAILED, step_parked
 from durably.core.approvals import fold_approvals
 from durably.core.children import unfinished_children
 from durably.core.control import fold_control
@@ -22,10 +23,9 @@ from durably.core.payloads import AttemptFailed, StepFailed, StepWaiting
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
-from durably.errors import StepFailed as StepFailedError
 from durably.stores.protocol import RunRecord, WorkerBeat
 
-__all__ = ["Explanation", "explain", "root_cause", "root_error", "runners", "step_parked"]
+__all__ = ["Explanation", "explain", "root_cause", "root_error", "runners"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,15 +279,6 @@ def _taker(
         + ("" if run.version is None else f" at version {run.version}")
         + f": start one with its code, or cancel it (durably cancel {run.id})"
     )
-
-
-def step_parked(run: RunRecord) -> bool:
-    """Whether a step's failure parked the run (its error is the StepFailed that wraps the
-    step's own), rather than replay, a poison pill or an input that does not read."""
-    return run.error is not None and run.error.error_class == STEP_FAILED
-
-
-STEP_FAILED = f"{StepFailedError.__module__}.{StepFailedError.__qualname__}"
 
 
 def runners(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> list[WorkerBeat]:

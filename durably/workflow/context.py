@@ -6,13 +6,10 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from durably.errors import DurablyError, NotInWorkflow
-
-if TYPE_CHECKING:
-    from durably.runtime.waits import Waits
 
 __all__ = [
     "Beats",
@@ -31,6 +28,16 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Waits(Protocol):
+    """The durable waits and values of a run (runtime/waits.py is the engine's)."""
+
+    def sleep_until(self, until: datetime) -> None: ...
+
+    def wait_for_signal(self, name: str, timeout: timedelta | None) -> str: ...
+
+    def value(self, kind: str, make: Callable[[], str]) -> str: ...
 
 
 class Execution(Protocol):

@@ -11,8 +11,8 @@ from typing import Any
 
 from durably.codec.encoding import NO_HINT, encode
 from durably.core.approvals import ESCALATION, ON_TIMEOUT
-from durably.core.durations import Duration
 from durably.core.signals import check_signal_name
+from durably.durations import Duration
 from durably.errors import DurablyError, Escalated, PayloadError
 from durably.workflow.context import current_execution, here
 from durably.workflow.definitions import Step

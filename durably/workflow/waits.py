@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from durably.core.durations import Duration, parse_duration
 from durably.core.signals import check_signal_name
+from durably.durations import Duration, parse_duration
 from durably.errors import DurablyError
 from durably.workflow.context import Execution, durable_call
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from durably.core.durations import Duration, parse_duration
+from durably.durations import Duration, parse_duration
 
 
 @pytest.mark.parametrize(
