@@ -15,17 +15,23 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from durably.client import approvals, control, dead_letters, exports, pages, restarts
 from durably.client.approvals import PendingApproval
 from durably.client.control import Steered
-from durably.client.correlation import correlation_of, trace_parent
 from durably.client.dead_letters import DeadLetter
-from durably.client.ids import new_run_id
 from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 from durably.client.pages import RunPage
-from durably.client.starts import Start, Started, Starter, check_same_start
+from durably.client.starts import (
+    Definitions,
+    Start,
+    Started,
+    Starter,
+    check_same_start,
+    new_run,
+    workflow_of,
+)
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import (
     NO_HINT,
@@ -33,19 +39,15 @@ from durably.codec.encoding import (
     decode_given,
     decode_given_call,
     encode,
-    encode_call,
 )
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
-from durably.core.event_data import encode_payload
 from durably.core.history import Event
-from durably.core.payloads import Decision, RunStarted
-from durably.core.priority import DEFAULT_PRIORITY, check_priority
+from durably.core.payloads import Decision
 from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
 from durably.durations import Duration
 from durably.errors import (
-    ConfigError,
     DurablyError,
     RunConflict,
     RunNotFound,
@@ -54,19 +56,11 @@ from durably.errors import (
 )
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
 from durably.stores.protocol import WorkerBeat
-from durably.workflow.definitions import Step, Workflow
+from durably.workflow.definitions import Workflow
 
-__all__ = ["Client", "Definitions", "Delivered", "Released"]
+__all__ = ["Client", "Delivered", "Released"]
 
 _SKIPPED = "the result given for the skipped step"
-
-
-class Definitions(Protocol):
-    """What the client needs of an app (an App has both): its workflows and steps."""
-
-    def workflow_named(self, name: str) -> Workflow: ...
-
-    def step_named(self, name: str) -> Step | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +85,8 @@ class Client:
 
     `store` is a Store, or a call that returns one (App's: it opens the store on first use
     and reopens it after close). `registry` knows the app's workflows and steps; `clock`
-    stamps what the client writes (default: the system's)."""
+    stamps what the client writes (default: the system's). `by` names who acts in the
+    audit trail of every action whose own `by=` names nobody (an App's client: "app")."""
 
     def __init__(
         self,
@@ -100,8 +95,10 @@ class Client:
         registry: Definitions | None = None,
         clock: Clock | None = None,
         max_payload: int | None = None,
+        by: str = "app",
     ) -> None:
         self._store = store
+        self.by = by  # who acts, in the audit trail, when an action names nobody (`by=`)
         self.max_payload = max_payload  # bytes an input or a message may take as JSON
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
@@ -138,7 +135,7 @@ class Client:
         workflow's, else 0); a start that finds its run keeps the run's priority.
         `correlation_id`: recorded with the run (and its children), shown everywhere and
         searched by; default: the caller's OpenTelemetry trace id, if it has one."""
-        new = self._new_run(Start(workflow, args, kwargs, id, priority, correlation_id))
+        new = self._run_of(Start(workflow, args, kwargs, id, priority, correlation_id))
         return self._create(new)
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
@@ -147,7 +144,7 @@ class Client:
         Every input is checked before anything is written (PayloadError: nothing started).
         RunConflict if an id is taken by a run of another workflow or with another input:
         the other runs of the batch are started all the same (starting them again is safe)."""
-        new = [self._new_run(item) for item in starts]
+        new = [self._run_of(item) for item in starts]
         outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
         if any(created for _, created in outcomes):
             self._notify()
@@ -193,11 +190,11 @@ class Client:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
         object for a dataclass, a string for a datetime; "5" is no int)."""
-        definition = self._workflow(workflow)
+        definition = workflow_of(self.registry, workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
         start = Start(definition, args, kwargs, id, priority, correlation_id)
-        return self._create(self._new_run(start))
+        return self._create(self._run_of(start))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -306,22 +303,25 @@ class Client:
     # -- a person's actions on parked runs ----------------------------------------------
     # Each is recorded in the run's history with who did it (`by`), and wakes local workers.
 
-    def retry(self, run_id: str, *, by: str, from_step: int | None = None) -> None:
+    def retry(self, run_id: str, *, by: str | None = None, from_step: int | None = None) -> None:
         """Fresh attempts for a parked run, with the same idempotency keys (or every step
         from `from_step`, none of which may have completed)."""
+        by = self.by if by is None else by
         dead_letters.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
         self._notify()
 
-    def skip_step(self, run_id: str, *, by: str, result: Any = None) -> None:
+    def skip_step(self, run_id: str, *, by: str | None = None, result: Any = None) -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on.
         It is checked against the step's return type hint like the step's own result."""
+        by = self.by if by is None else by
         hint = self._skipped_hint(run_id)
         self._skip(run_id, encode(result, hint, what=_SKIPPED), by)
 
-    def skip_step_json(self, run_id: str, result: str, *, by: str) -> None:
+    def skip_step_json(self, run_id: str, result: str, *, by: str | None = None) -> None:
         """`skip_step` with the result as JSON a person wrote. With the app's registry it is
         read strictly through the step's return type hint (PayloadError if it does not fit);
         without one, it is recorded as given (it must be JSON)."""
+        by = self.by if by is None else by
         if self.registry is None:
             self._skip(run_id, result, by)
             return
@@ -329,8 +329,11 @@ class Client:
         value = decode_given(result, hint, what=_SKIPPED)
         self._skip(run_id, encode(value, hint, what=_SKIPPED), by)
 
-    def fail(self, run_id: str, *, by: str, reason: str = "failed by a person") -> None:
+    def fail(
+        self, run_id: str, *, by: str | None = None, reason: str = "failed by a person"
+    ) -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
+        by = self.by if by is None else by
         dead_letters.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
 
@@ -343,35 +346,39 @@ class Client:
 
     # -- steering a run: cancel, pause, resume --------------------------------------------
 
-    def cancel(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+    def cancel(self, run_id: str, *, by: str | None = None, reason: str | None = None) -> Steered:
         """Cancel the run, wherever it is (running, waiting, paused, parked): its async step
         in flight is cancelled, its completed steps are compensated in reverse order, and it
         ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
         that has finished otherwise."""
+        by = self.by if by is None else by
         steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
         return steered
 
-    def pause(self, run_id: str, *, by: str, reason: str | None = None) -> Steered:
+    def pause(self, run_id: str, *, by: str | None = None, reason: str | None = None) -> Steered:
         """Pause a pending or running run: it starts no new step or undo (one in flight
         finishes and is recorded), and timers that come due wait, until it is resumed."""
+        by = self.by if by is None else by
         steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self._notify()
         return steered
 
-    def resume(self, run_id: str, *, by: str) -> Steered:
+    def resume(self, run_id: str, *, by: str | None = None) -> Steered:
         """Resume a paused run from where it stopped."""
+        by = self.by if by is None else by
         steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
         self._notify()
         return steered
 
     def restart(
-        self, run_id: str, *, from_step: int | str, by: str, id: str | None = None
+        self, run_id: str, *, from_step: int | str, by: str | None = None, id: str | None = None
     ) -> RunRecord:
         """Restart an ended run from a step (its position, or the name of its first call):
         a new run (`id`, default `<run>.restart-<n>`) that reuses the recorded outcomes
         before that step and runs for real from there, with fresh idempotency keys. Both
         histories link to each other."""
+        by = self.by if by is None else by
         run = restarts.restart(
             self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
         )
@@ -385,10 +392,17 @@ class Client:
         return approvals.pending_approvals(self.store, limit=limit)
 
     def decide(
-        self, run_id: str, name: str, *, approved: bool, by: str, comment: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        *,
+        approved: bool,
+        by: str | None = None,
+        comment: str | None = None,
     ) -> Decision:
         """Approve or reject the pending approval `name` of a run, as an operator (no token).
         An escalation (`name` "durably.escalate") is answered True or False."""
+        by = self.by if by is None else by
         if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
             approvals.check_escalation(self.store, run_id)
             self._skip(run_id, json.dumps(approved), by)
@@ -406,9 +420,10 @@ class Client:
         return decision
 
     def decide_with_token(
-        self, token: str, *, approved: bool, by: str, comment: str | None = None
+        self, token: str, *, approved: bool, by: str | None = None, comment: str | None = None
     ) -> Decision:
         """Approve or reject the approval `token` was made for: once, whoever holds it."""
+        by = self.by if by is None else by
         decision = approvals.decide_with_token(
             self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
         )
@@ -422,7 +437,7 @@ class Client:
         run_id: str,
         kind: str,
         *,
-        by: str,
+        by: str | None = None,
         name: str | None = None,
         data: Any = None,
         dedupe_key: str | None = None,
@@ -435,6 +450,7 @@ class Client:
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
         id; DurablyError if the run has ended."""
+        by = self.by if by is None else by
         if kind in CONTROL_KINDS:
             raise DurablyError(
                 f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
@@ -465,7 +481,7 @@ class Client:
         name: str,
         payload: Any = None,
         *,
-        by: str,
+        by: str | None = None,
         dedupe_key: str | None = None,
     ) -> Delivered:
         """Send the signal `name` to the run: its oldest durably.wait_for_signal(name) that
@@ -476,7 +492,9 @@ class Client:
         check_signal_name(name)
         return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
 
-    def signal_json(self, run_id: str, name: str, payload: str, *, by: str) -> Delivered:
+    def signal_json(
+        self, run_id: str, name: str, payload: str, *, by: str | None = None
+    ) -> Delivered:
         """`signal` with the payload as JSON text a person wrote (`durably signal`)."""
         try:
             value = json.loads(payload)
@@ -490,7 +508,7 @@ class Client:
         name: str,
         payload: Any = None,
         *,
-        by: str,
+        by: str | None = None,
         dedupe_key: str | None = None,
     ) -> Delivered:
         """`signal` from an event loop: the store call runs in a thread."""
@@ -503,7 +521,7 @@ class Client:
         run_id: str,
         kind: str,
         *,
-        by: str,
+        by: str | None = None,
         name: str | None = None,
         data: Any = None,
         dedupe_key: str | None = None,
@@ -536,37 +554,8 @@ class Client:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _workflow(self, workflow: Workflow | str) -> Workflow:
-        if self.registry is None:
-            raise ConfigError(
-                "starting a run needs the app that defines its workflow, to check the input "
-                "against its parameters: give the client the app's registry (the CLI: "
-                "--app module:attribute)"
-            )
-        return self.registry.workflow_named(
-            workflow if isinstance(workflow, str) else workflow.name
-        )
-
-    def _new_run(self, item: Start) -> NewRun:
-        """The run to create: the input checked and encoded for its workflow, its priority."""
-        definition = self._workflow(item.workflow)
-        what = f"workflow {definition.name!r}"
-        args, kwargs, limit = item.args, item.kwargs or {}, self.max_payload
-        payload = encode_call(args, kwargs, definition.fn, what=what, limit=limit)
-        priority = item.priority if item.priority is not None else definition.priority
-        priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
-        correlation, trace = correlation_of(item.correlation_id), trace_parent()
-        started = RunStarted(correlation_id=correlation, trace_parent=trace)
-        data = None if started == RunStarted() else encode_payload(started)
-        return NewRun(
-            item.id or new_run_id(),
-            definition.name,
-            payload,
-            priority=priority,
-            version=definition.version,
-            correlation_id=correlation,
-            started=data,
-        )
+    def _run_of(self, item: Start) -> NewRun:
+        return new_run(item, self.registry, max_payload=self.max_payload)
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)

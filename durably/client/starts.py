@@ -1,5 +1,7 @@
-"""Starts that share a commit: threads calling `start` at once create their runs in one
-transaction, the way a worker's checkpoints share one (runtime/committer.py).
+"""Starting runs: the run a start creates (its input checked against its workflow, its
+priority, its correlation), and starts that share a commit: threads calling `start` at once
+create their runs in one transaction, the way a worker's checkpoints share one
+(runtime/committer.py).
 
 Leader and followers, without a thread of its own: a caller that finds nobody committing
 commits what is queued, its own run first; callers that come meanwhile queue and wait, and
@@ -13,13 +15,35 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from durably.errors import RunConflict
+from durably.client.correlation import correlation_of, trace_parent
+from durably.client.ids import new_run_id
+from durably.codec.encoding import encode_call
+from durably.core.event_data import encode_payload
+from durably.core.payloads import RunStarted
+from durably.core.priority import DEFAULT_PRIORITY, check_priority
+from durably.errors import ConfigError, RunConflict
 from durably.stores import NewRun, RunRecord
-from durably.workflow.definitions import Workflow
+from durably.workflow.definitions import Step, Workflow
 
-__all__ = ["Start", "Started", "Starter", "check_same_start"]
+__all__ = [
+    "Definitions",
+    "Start",
+    "Started",
+    "Starter",
+    "check_same_start",
+    "new_run",
+    "workflow_of",
+]
+
+
+class Definitions(Protocol):
+    """What the client needs of an app (an App has both): its workflows and steps."""
+
+    def workflow_named(self, name: str) -> Workflow: ...
+
+    def step_named(self, name: str) -> Step | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +152,36 @@ def check_same_start(record: RunRecord, workflow: str, payload: str) -> None:
             f"workflow {workflow!r} and input {payload} would create a second run. Use another "
             "id, or app.handle(id) to follow the existing run."
         )
+
+
+def workflow_of(registry: Definitions | None, workflow: Workflow | str) -> Workflow:
+    """The app's definition of `workflow`; ConfigError without the app."""
+    if registry is None:
+        raise ConfigError(
+            "starting a run needs the app that defines its workflow, to check the input "
+            "against its parameters: give the client the app's registry (the CLI: "
+            "--app module:attribute)"
+        )
+    return registry.workflow_named(workflow if isinstance(workflow, str) else workflow.name)
+
+
+def new_run(item: Start, registry: Definitions | None, *, max_payload: int | None) -> NewRun:
+    """The run to create: the input checked and encoded for its workflow, its priority."""
+    definition = workflow_of(registry, item.workflow)
+    what = f"workflow {definition.name!r}"
+    args, kwargs, limit = item.args, item.kwargs or {}, max_payload
+    payload = encode_call(args, kwargs, definition.fn, what=what, limit=limit)
+    priority = item.priority if item.priority is not None else definition.priority
+    priority = DEFAULT_PRIORITY if priority is None else check_priority(priority)
+    correlation, trace = correlation_of(item.correlation_id), trace_parent()
+    started = RunStarted(correlation_id=correlation, trace_parent=trace)
+    data = None if started == RunStarted() else encode_payload(started)
+    return NewRun(
+        item.id or new_run_id(),
+        definition.name,
+        payload,
+        priority=priority,
+        version=definition.version,
+        correlation_id=correlation,
+        started=data,
+    )
