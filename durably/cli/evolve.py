@@ -64,7 +64,7 @@ def breakers(app_target: str | None, store_url: str | None, as_json: bool) -> No
     """Each dependency's circuit breaker and limits: open or closed, failures in the window,
     attempts in flight and in line, rate tokens left."""
     with client_for(app_target, store_url) as client:
-        gates = read_breakers(client.store, now=client.clock.now())
+        gates = read_breakers(client.gates(), now=client.clock.now())
     if as_json:
         echo_json([BreakerOut.of(gate) for gate in gates])
         return
@@ -111,12 +111,12 @@ def prune(app_target: str | None, store_url: str | None, older_than: str, batch:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
     with client_for(app_target, store_url) as client:
-        store, before, total = client.store, client.clock.now() - age, 0
+        before, total = client.clock.now() - age, 0
         on_screen = sys.stderr.isatty()  # a bar for a person; a line a batch for a log
         with click.progressbar(
-            length=store.prunable(before), label="deleting", file=sys.stderr, hidden=not on_screen
+            length=client.prunable(before), label="deleting", file=sys.stderr, hidden=not on_screen
         ) as bar:
-            while deleted := store.prune(before, limit=batch):
+            while deleted := client.prune(before, limit=batch):
                 total += deleted
                 bar.update(deleted)
                 if not on_screen:

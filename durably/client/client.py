@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from durably.client import approvals, control, dead_letters, exports, pages, restarts
-from durably.client.approvals import PendingApproval
+from durably.client import approvals, control, dead_letters, restarts
 from durably.client.control import Steered
-from durably.client.dead_letters import DeadLetter
-from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
-from durably.client.pages import RunPage
+from durably.client.reader import RunReader
 from durably.client.starts import (
     Definitions,
     Start,
@@ -32,30 +29,23 @@ from durably.client.starts import (
     new_run,
     workflow_of,
 )
-from durably.clock import Clock, SystemClock
+from durably.clock import Clock
 from durably.codec.encoding import (
     NO_HINT,
-    decode,
     decode_given,
     decode_given_call,
     encode,
 )
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
-from durably.core.history import Event
 from durably.core.payloads import Decision
 from durably.core.signals import SIGNAL_KIND, check_signal_name
-from durably.core.status import RunStatus
-from durably.durations import Duration
 from durably.errors import (
     DurablyError,
     RunConflict,
     RunNotFound,
-    UnknownWorkflow,
-    WorkflowFailed,
 )
 from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
-from durably.stores.protocol import WorkerBeat
 from durably.workflow.definitions import Workflow
 
 __all__ = ["Client", "Delivered", "Released"]
@@ -80,8 +70,8 @@ class Delivered:
     stored: bool
 
 
-class Client:
-    """Start runs, read them, and act on parked ones, on one store.
+class Client(RunReader):
+    """Start runs, read them (RunReader), and act on them, on one store.
 
     `store` is a Store, or a call that returns one (App's: it opens the store on first use
     and reopens it after close). `registry` knows the app's workflows and steps; `clock`
@@ -97,11 +87,9 @@ class Client:
         max_payload: int | None = None,
         by: str = "app",
     ) -> None:
-        self._store = store
+        super().__init__(store, registry=registry, clock=clock)
         self.by = by  # who acts, in the audit trail, when an action names nobody (`by=`)
         self.max_payload = max_payload  # bytes an input or a message may take as JSON
-        self.registry = registry
-        self.clock: Clock = clock or SystemClock()
         self._listeners: list[Callable[[], None]] = []
         self._listeners_lock = threading.Lock()
         # Concurrent starts share a commit; a lone one goes straight to create_run.
@@ -109,11 +97,6 @@ class Client:
             lambda runs: self.store.create_runs(runs, now=self.clock.now()),
             lambda run: self.store.create_run(run, now=self.clock.now()),
         )
-        self._finishes = Finishes(lambda: self.store)  # listens from the first wait on
-
-    @property
-    def store(self) -> Store:
-        return self._store() if callable(self._store) else self._store
 
     # -- starting -----------------------------------------------------------------------
 
@@ -195,110 +178,6 @@ class Client:
         args, kwargs = decode_given_call(input, definition.fn, what=what)
         start = Start(definition, args, kwargs, id, priority, correlation_id)
         return self._create(self._run_of(start))
-
-    # -- reading ------------------------------------------------------------------------
-
-    def get(self, run_id: str) -> RunRecord:
-        """The run's current state; RunNotFound if no run has this id."""
-        record = self.store.get_run(run_id)
-        if record is None:
-            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
-        return record
-
-    def runs(
-        self,
-        *,
-        status: RunStatus | str | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-        patch: str | None = None,
-        correlation_id: str | None = None,
-    ) -> RunPage:
-        """A page of runs, most recently updated first (ties by id); `cursor` is the previous
-        page's next_cursor. A run that stays put is listed exactly once; one updated between
-        two pages moves to the front, ahead of the cursor: later pages do not show it (again).
-        `patch`: only the runs still on the old side of that patch (not ended): those that
-        keep it from being retired. `correlation_id`: only the runs started with it."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
-        wanted = None if status is None else pages.status_of(status)
-        after = None if cursor is None else pages.after(cursor)
-        # One more than asked: whether there is a next page, without a last empty one.
-        found = self.store.runs(
-            status=wanted,
-            workflow=workflow,
-            limit=limit + 1,
-            after=after,
-            patch=patch,
-            correlation_id=correlation_id,
-        )
-        page = found[:limit]
-        return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)
-
-    def wait(
-        self, run_id: str, *, timeout: Duration | None = None, poll: Duration = DEFAULT_POLL
-    ) -> RunRecord:
-        """The run's record once it has ended (completed, failed, timed out, cancelled).
-
-        Woken by the store when the run ends (durably.client.outcomes), and reads it again every
-        `poll` in case that word is lost. A store outage is waited out; TimeoutError at
-        `timeout` names the status last seen, or the last store error."""
-        return wait_for_end(
-            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
-        )
-
-    async def wait_async(
-        self,
-        run_id: str,
-        *,
-        timeout: Duration | None = None,  # noqa: ASYNC109 (wait()'s own, on the loop too)
-        poll: Duration = DEFAULT_POLL,
-    ) -> RunRecord:
-        """`wait` from an event loop: reads run in a thread, the wait is on the loop."""
-        return await wait_for_end_async(
-            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
-        )
-
-    def close(self) -> None:
-        """Stop listening for runs that end (until the next `wait`); the store is not
-        closed: it is the caller's."""
-        self._finishes.close()
-
-    def export(self, run_id: str) -> dict[str, Any]:
-        """The run and its whole history as JSON-ready data (`durably runs export`), for a
-        replay test (durably.testing.replay); RunNotFound if no run has this id."""
-        run = self.get(run_id)
-        return exports.export_run(run, self.store.history(run_id))
-
-    def workers(self) -> list[WorkerBeat]:
-        """The workers that said lately they are alive (and the dead ones not yet dropped),
-        with the versions of each workflow they run."""
-        return self.store.workers()
-
-    def history(self, run_id: str) -> list[Event]:
-        """The run's events in order; RunNotFound if no run has this id."""
-        self.get(run_id)
-        return self.store.history(run_id)
-
-    def outcome(self, record: RunRecord) -> Any:
-        """The result of a completed run, read through its workflow's return type hint;
-        WorkflowFailed for a run that ended otherwise."""
-        if record.status is RunStatus.COMPLETED:
-            assert record.result is not None
-            what = f"the result of run {record.id!r}"
-            return decode(record.result, self._return_hint(record.workflow), what=what)
-        error = record.error
-        raise WorkflowFailed(
-            record.id,
-            record.status,
-            error.error_class if error else "unknown",
-            error.message if error else "",
-        )
-
-    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
-        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
-        return dead_letters.dead_letters(self.store, limit=limit)
 
     # -- a person's actions on parked runs ----------------------------------------------
     # Each is recorded in the run's history with who did it (`by`), and wakes local workers.
@@ -386,10 +265,6 @@ class Client:
         return run
 
     # -- approvals (durably.approval) and escalations -----------------------------------
-
-    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
-        """Approvals and escalations waiting for a person, oldest request first."""
-        return approvals.pending_approvals(self.store, limit=limit)
 
     def decide(
         self,
@@ -577,11 +452,3 @@ class Client:
         name = dead_letters.failed_step(self.store, run_id)
         step = None if name is None or self.registry is None else self.registry.step_named(name)
         return NO_HINT if step is None else step.return_hint
-
-    def _return_hint(self, workflow: str) -> Any:
-        if self.registry is None:
-            return NO_HINT
-        try:
-            return self.registry.workflow_named(workflow).return_hint
-        except UnknownWorkflow:  # another app's run, or a workflow since removed
-            return NO_HINT

@@ -1,14 +1,14 @@
 """The state of each dependency's breaker and limits, as people read it: `durably breakers`,
-the API's /api/breakers and the dashboard's page. Read from the store's gates, one document
-per dependency (durably.resilience.gates), at `now`."""
+the API's /api/breakers and the dashboard's page. Made from the gates `Client.gates` reads
+(durably.resilience.gates), at `now`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from durably.resilience.gates import GateState
-from durably.stores.protocol import Store
 
 __all__ = ["BreakerInfo", "breakers"]
 
@@ -24,12 +24,10 @@ class BreakerInfo:
     tokens: float | None  # left in the rate limit's bucket (None: full, or no rate limit)
 
 
-def breakers(store: Store, *, now: datetime) -> list[BreakerInfo]:
-    """Every dependency that has a gate in the store, by name."""
+def breakers(gates: Mapping[str, GateState], *, now: datetime) -> list[BreakerInfo]:
+    """Every dependency that has a gate, by name."""
     seconds = now.timestamp()
-    return [
-        _info(name, GateState.load(text), seconds) for name, text in sorted(store.gates().items())
-    ]
+    return [_info(name, state, seconds) for name, state in sorted(gates.items())]
 
 
 def _info(name: str, state: GateState, now: float) -> BreakerInfo:

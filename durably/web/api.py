@@ -66,7 +66,7 @@ def health() -> StatusOut:
 def ready(state: State) -> StatusOut:
     """The store answers: the server can serve (503 while it cannot be reached)."""
     try:
-        state.client.store.stats(now=state.client.clock.now())
+        state.client.stats()
     except DurablyError as exc:
         raise StoreUnavailable(f"the store cannot be reached: {exc}") from None
     return StatusOut(status="ready")
@@ -278,7 +278,7 @@ def trigger_schedule(name: Name, state: State, who: Writer) -> ActionOut:
 def list_breakers(state: State, who: Reader) -> list[BreakerOut]:
     """Each dependency's breaker and limits."""
     client = state.client
-    return [BreakerOut.of(info) for info in breakers(client.store, now=client.clock.now())]
+    return [BreakerOut.of(info) for info in breakers(client.gates(), now=client.clock.now())]
 
 
 @router.get("/workers", tags=["operations"])
@@ -292,4 +292,4 @@ def workers(state: State, who: Reader) -> list[WorkerOut]:
 def queue(state: State, who: Reader) -> QueueOut:
     """Runs by status, the queue's depth and the age of its oldest due run."""
     now = state.client.clock.now()
-    return QueueOut.of(state.client.store.stats(now=now), now)
+    return QueueOut.of(state.client.stats(), now)

@@ -140,7 +140,7 @@ def runs_page(
     cursor: Annotated[str | None, Query()] = None,
 ) -> Response:
     client = state.client
-    counts = client.store.stats(now=client.clock.now()).by_status
+    counts = client.stats().by_status
     status = status if status in _STATUSES else None
     workflow = workflow or None
     found, next_cursor, refused = [], None, None
@@ -217,7 +217,7 @@ def approvals_page(request: Request, state: State, who: Person) -> Response:
 @router.get("/breakers", response_class=HTMLResponse)
 def breakers_page(request: Request, state: State, who: Person) -> Response:
     client = state.client
-    gates = breakers(client.store, now=client.clock.now())
+    gates = breakers(client.gates(), now=client.clock.now())
     return _page(request, state, who, "breakers.html", breakers=gates)
 
 
@@ -225,12 +225,12 @@ def breakers_page(request: Request, state: State, who: Person) -> Response:
 def queues_page(request: Request, state: State, who: Person) -> Response:
     client = state.client
     now = client.clock.now()
-    stats = client.store.stats(now=now)
+    stats = client.stats()
     sampler = request.app.state.sampler
     sampler.add(stats, now)  # the charts end where the table stands
     samples = sampler.samples()
     parked = tuple(str(s) for s in PARKED)
-    ended = client.store.activity(since=now - timedelta(hours=1))
+    ended = client.activity(since=now - timedelta(hours=1))
     bad = {str(RunStatus.FAILED), str(RunStatus.TIMED_OUT), *parked}
     charts = [
         per_minute("runs completed a minute", ended, {str(RunStatus.COMPLETED)}, now),

@@ -1,0 +1,184 @@
+"""Reading runs: one run, pages of runs, their histories and results, waiting for an end,
+the dead letters and approvals waiting for a person, the workers, the gates, the counts a
+dashboard shows. `Client` is a RunReader that also starts runs and acts on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from durably.client import approvals, dead_letters, exports, pages
+from durably.client.approvals import PendingApproval
+from durably.client.dead_letters import DeadLetter
+from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
+from durably.client.pages import RunPage
+from durably.client.starts import Definitions
+from durably.clock import Clock, SystemClock
+from durably.codec.encoding import NO_HINT, decode
+from durably.core.history import Event
+from durably.core.status import RunStatus
+from durably.durations import Duration
+from durably.errors import DurablyError, RunNotFound, UnknownWorkflow, WorkflowFailed
+from durably.resilience.gates import GateState
+from durably.stores.protocol import Ended, RunRecord, RunStats, Store, WorkerBeat
+
+__all__ = ["RunReader"]
+
+
+class RunReader:
+    """Read runs on one store. `store` is a Store, or a call that returns one; `registry`
+    (the app's workflows and steps) types the results it reads; `clock` says when now is."""
+
+    def __init__(
+        self,
+        store: Store | Callable[[], Store],
+        *,
+        registry: Definitions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._store = store
+        self.registry = registry
+        self.clock: Clock = clock or SystemClock()
+        self._finishes = Finishes(lambda: self.store)  # listens from the first wait on
+
+    @property
+    def store(self) -> Store:
+        return self._store() if callable(self._store) else self._store
+
+    def get(self, run_id: str) -> RunRecord:
+        """The run's current state; RunNotFound if no run has this id."""
+        record = self.store.get_run(run_id)
+        if record is None:
+            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
+        return record
+
+    def runs(
+        self,
+        *,
+        status: RunStatus | str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        patch: str | None = None,
+        correlation_id: str | None = None,
+    ) -> RunPage:
+        """A page of runs, most recently updated first (ties by id); `cursor` is the previous
+        page's next_cursor. A run that stays put is listed exactly once; one updated between
+        two pages moves to the front, ahead of the cursor: later pages do not show it (again).
+        `patch`: only the runs still on the old side of that patch (not ended): those that
+        keep it from being retired. `correlation_id`: only the runs started with it."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
+        wanted = None if status is None else pages.status_of(status)
+        after = None if cursor is None else pages.after(cursor)
+        # One more than asked: whether there is a next page, without a last empty one.
+        found = self.store.runs(
+            status=wanted,
+            workflow=workflow,
+            limit=limit + 1,
+            after=after,
+            patch=patch,
+            correlation_id=correlation_id,
+        )
+        page = found[:limit]
+        return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)
+
+    def wait(
+        self, run_id: str, *, timeout: Duration | None = None, poll: Duration = DEFAULT_POLL
+    ) -> RunRecord:
+        """The run's record once it has ended (completed, failed, timed out, cancelled).
+
+        Woken by the store when the run ends (durably.client.outcomes), and reads it again every
+        `poll` in case that word is lost. A store outage is waited out; TimeoutError at
+        `timeout` names the status last seen, or the last store error."""
+        return wait_for_end(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    async def wait_async(
+        self,
+        run_id: str,
+        *,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (wait()'s own, on the loop too)
+        poll: Duration = DEFAULT_POLL,
+    ) -> RunRecord:
+        """`wait` from an event loop: reads run in a thread, the wait is on the loop."""
+        return await wait_for_end_async(
+            self._finishes, lambda: self.get(run_id), run_id, timeout=timeout, poll=poll
+        )
+
+    def close(self) -> None:
+        """Stop listening for runs that end (until the next `wait`); the store is not
+        closed: it is the caller's."""
+        self._finishes.close()
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """The run and its whole history as JSON-ready data (`durably runs export`), for a
+        replay test (durably.testing.replay); RunNotFound if no run has this id."""
+        run = self.get(run_id)
+        return exports.export_run(run, self.store.history(run_id))
+
+    def workers(self) -> list[WorkerBeat]:
+        """The workers that said lately they are alive (and the dead ones not yet dropped),
+        with the versions of each workflow they run."""
+        return self.store.workers()
+
+    def history(self, run_id: str) -> list[Event]:
+        """The run's events in order; RunNotFound if no run has this id."""
+        self.get(run_id)
+        return self.store.history(run_id)
+
+    def outcome(self, record: RunRecord) -> Any:
+        """The result of a completed run, read through its workflow's return type hint;
+        WorkflowFailed for a run that ended otherwise."""
+        if record.status is RunStatus.COMPLETED:
+            assert record.result is not None
+            what = f"the result of run {record.id!r}"
+            return decode(record.result, self._return_hint(record.workflow), what=what)
+        error = record.error
+        raise WorkflowFailed(
+            record.id,
+            record.status,
+            error.error_class if error else "unknown",
+            error.message if error else "",
+        )
+
+    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
+        return dead_letters.dead_letters(self.store, limit=limit)
+
+    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
+        """Approvals and escalations waiting for a person, oldest request first."""
+        return approvals.pending_approvals(self.store, limit=limit)
+
+    def gates(self) -> dict[str, GateState]:
+        """Each dependency's breaker and limits (durably.resilience.gates), by name: what
+        `durably breakers` and the dashboard show (durably.views.breakers)."""
+        return {name: GateState.load(text) for name, text in sorted(self.store.gates().items())}
+
+    def stats(self) -> RunStats:
+        """Runs by status, the oldest not ended, the due ones waiting: one query."""
+        return self.store.stats(now=self.clock.now())
+
+    def activity(self, *, since: datetime) -> list[Ended]:
+        """How many runs ended (or were parked) in each minute since `since`, by status."""
+        return self.store.activity(since=since)
+
+    def prunable(self, before: datetime) -> int:
+        """How many runs ended before `before`: what `prune` deletes, batch after batch."""
+        return self.store.prunable(before)
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        """Delete up to `limit` runs that ended before `before`, with their histories (never
+        a parked, paused or unfinished one); how many."""
+        return self.store.prune(before, limit=limit)
+
+    def _return_hint(self, workflow: str) -> Any:
+        if self.registry is None:
+            return NO_HINT
+        try:
+            return self.registry.workflow_named(workflow).return_hint
+        except UnknownWorkflow:  # another app's run, or a workflow since removed
+            return NO_HINT
