@@ -344,12 +344,14 @@ class App:
         started = self.client.start(
             workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
         )
-        return RunHandle(self, started.run.id)
+        return RunHandle(self.client, started.run.id)
 
     def start_many(self, starts: Sequence[Start]) -> list[RunHandle]:
         """Start a batch of runs in one transaction (see `Client.start_many`); their
         handles in order."""
-        return [RunHandle(self, started.run.id) for started in self.client.start_many(starts)]
+        return [
+            RunHandle(self.client, started.run.id) for started in self.client.start_many(starts)
+        ]
 
     async def start_async(
         self,
@@ -365,17 +367,17 @@ class App:
         started = await self.client.start_async(
             workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
         )
-        return RunHandle(self, started.run.id)
+        return RunHandle(self.client, started.run.id)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[RunHandle]:
         """`start_many` from an event loop: the store call runs in a thread."""
         started = await self.client.start_many_async(starts)
-        return [RunHandle(self, each.run.id) for each in started]
+        return [RunHandle(self.client, each.run.id) for each in started]
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run."""
         self.client.get(run_id)
-        return RunHandle(self, run_id)
+        return RunHandle(self.client, run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         return self.client.get(run_id)
@@ -426,7 +428,7 @@ class App:
     ) -> RunHandle:
         """Restart an ended run from a step as a new run (see Client.restart); its handle."""
         run = self.client.restart(run_id, from_step=from_step, by=by, id=id)
-        return RunHandle(self, run.id)
+        return RunHandle(self.client, run.id)
 
     # -- approvals (durably.approval) and escalations ------------------------------------
 

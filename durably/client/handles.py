@@ -1,37 +1,32 @@
-"""A handle on one run, as `App.start` returns it: its status and, once it ends, its result."""
+"""A handle on one run, as `App.start` returns it: its status and, once it ends, its result,
+through the client that made it."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Any
 
 from durably.client.client import Client
 from durably.client.outcomes import DEFAULT_POLL
 from durably.core.status import RunStatus
 from durably.durations import Duration
 
-__all__ = ["Owner", "RunHandle"]
-
-
-class Owner(Protocol):
-    """What a handle needs of the app that made it: its client."""
-
-    client: Client
+__all__ = ["RunHandle"]
 
 
 class RunHandle:
     """A run, seen from outside: its status and, once it ends, its result."""
 
-    def __init__(self, app: Owner, run_id: str) -> None:
-        self.app = app
+    def __init__(self, client: Client, run_id: str) -> None:
+        self.client = client
         self.id = run_id
 
     def status(self) -> RunStatus:
-        return self.app.client.get(self.id).status
+        return self.client.get(self.id).status
 
     async def status_async(self) -> RunStatus:
         """`status` from an event loop: the store call runs in a thread."""
-        return (await asyncio.to_thread(self.app.client.get, self.id)).status
+        return (await asyncio.to_thread(self.client.get, self.id)).status
 
     def result(self, timeout: Duration | None = None, *, poll: Duration = DEFAULT_POLL) -> Any:
         """Wait for the run to end and return its result; raise WorkflowFailed if it failed.
@@ -40,8 +35,8 @@ class RunHandle:
         SQLite); the run is also read again every `poll` in case that word is lost. A store
         outage is waited out like a run still in progress: with a timeout, the TimeoutError
         names the last store error; with none, it keeps waiting."""
-        record = self.app.client.wait(self.id, timeout=timeout, poll=poll)
-        return self.app.client.outcome(record)
+        record = self.client.wait(self.id, timeout=timeout, poll=poll)
+        return self.client.outcome(record)
 
     async def result_async(
         self,
@@ -51,8 +46,8 @@ class RunHandle:
     ) -> Any:
         """`result` from an event loop, without blocking it: the store calls run in a
         thread, and the wait for the run's end is on the loop."""
-        record = await self.app.client.wait_async(self.id, timeout=timeout, poll=poll)
-        return self.app.client.outcome(record)
+        record = await self.client.wait_async(self.id, timeout=timeout, poll=poll)
+        return self.client.outcome(record)
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

@@ -155,7 +155,7 @@ def test_waiting_for_a_result_rides_out_the_server_being_down(
     starter.close()
     cluster.stop(mode="immediate")
     client = build_app(cluster.url)  # its store cannot even be opened while the server is down
-    handle = RunHandle(client, run_id)
+    handle = RunHandle(client.client, run_id)
 
     with pytest.raises(TimeoutError, match=r"the last store error: .*Connection refused"):
         handle.result(timeout="0.5s")
