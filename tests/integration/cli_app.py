@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import durably
 from durably import Retry
+from durably.clock import Clock
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,8 @@ class Order:
     total: int
 
 
-def make_app(store: str | None) -> durably.App:
-    app = durably.App(store)
+def make_app(store: str | None, *, clock: Clock | None = None) -> durably.App:
+    app = durably.App(store, clock=clock)
 
     @app.step(retry=Retry(attempts=1))
     async def charge(order: Order) -> str:

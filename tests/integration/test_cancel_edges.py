@@ -149,4 +149,4 @@ def test_a_restart_past_a_cancelled_step_is_refused(app: durably.App) -> None:
 async def durably_sleep_forever() -> None:
     import asyncio
 
-    await asyncio.sleep(3600)
+    await asyncio.Event().wait()  # only the cancel ends it

@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import durably
 from durably import RunStatus
 from durably.core.history import EventKind
+from durably.testing import FakeClock
 
 from .cli_app import Order, make_app
 
@@ -419,11 +419,13 @@ def test_errors_are_one_line_with_exit_1_when_refused_and_2_for_usage(
 
 
 def test_runs_list_pages_with_the_cursor_it_prints(
-    app: durably.App, store_url: str, elsewhere: Path
+    store_url: str, clock: FakeClock, elsewhere: Path
 ) -> None:
+    app = make_app(store_url, clock=clock)
     for n in range(5):
         app.start("count", n, id=f"c{n}")
-        time.sleep(0.002)  # distinct updated_at on the real clock, for a known order
+        clock.advance("1s")  # a distinct updated_at for each run, for a known order
+    app.close()
 
     def page(*options: str) -> tuple[list[str], str | None]:
         result = durably_cli(

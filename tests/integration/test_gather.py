@@ -7,6 +7,7 @@ whose places would depend on timing, is refused."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 import pytest
@@ -19,13 +20,65 @@ from durably.testing import FakeClock
 from .conftest import step_events
 
 
-def fan_app(app: durably.App, finished: list[str], undone: list[str], flaky: set[str]) -> None:
-    # each branch finishes after its own delay: the order they finish in is not the call order
-    delays = {"a": 0.3, "b": 0.05, "c": 0.15, "slow": 30.0}
+class Turns:
+    """Branches in flight at once that finish in the order a test sets, not by timing: each
+    body takes its turn as it starts, and goes on once every branch in `everyone` has started
+    and those before it in `order` are `done`. A branch that is not in `order` waits for
+    nobody."""
+
+    def __init__(self, *order: str, everyone: Iterable[str] = ()) -> None:
+        self.order = order
+        self.everyone = set(order) | set(everyone)
+        self.started: set[str] = set()
+        self.finished: set[str] = set()
+        self._moved: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    def arrive(self, name: str) -> None:
+        """The branch `name` started (and takes no turn)."""
+        self.started.add(name)
+        self._move()
+
+    async def take(self, name: str) -> None:
+        self.arrive(name)
+        before = set(self.order[: self.order.index(name)] if name in self.order else ())
+        await self._until(lambda: self.everyone <= self.started and before <= self.finished)
+
+    def done(self, name: str) -> None:
+        self.finished.add(name)
+        self._move()
+
+    def done_when_over(self, name: str) -> None:
+        """In a body about to fail: `name` is done once its branch's task is over, after the
+        gather heard of the failure (its callback on the task came first)."""
+        task = asyncio.current_task()
+        assert task is not None
+        task.add_done_callback(lambda _: self.done(name))
+
+    def _move(self) -> None:
+        if self._moved is not None:
+            self._moved[1].set()
+            self._moved = None
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        loop = asyncio.get_running_loop()  # each drain runs its own loop
+        while not ready():
+            if self._moved is None or self._moved[0] is not loop:
+                self._moved = (loop, asyncio.Event())
+            await self._moved[1].wait()
+
+
+def fan_app(
+    app: durably.App, finished: list[str], undone: list[str], flaky: set[str], turns: Turns
+) -> None:
+    """Branches finish in the order `turns` sets (not the call order); "slow" never does."""
 
     @app.step(retry=Retry(attempts=3, initial="1s", jitter="none"))
     async def work(name: str) -> str:
-        await asyncio.sleep(delays.get(name, 0))
+        if name == "slow":
+            turns.arrive(name)
+            await asyncio.Event().wait()  # only a cancel ends it
+        await turns.take(name)
+        turns.done(name)
         if name in flaky:
             flaky.discard(name)
             raise ConnectionError(f"{name}: reset")
@@ -38,7 +91,8 @@ def fan_app(app: durably.App, finished: list[str], undone: list[str], flaky: set
 
     @app.step
     async def refuse(name: str) -> str:
-        await asyncio.sleep(0.2)  # after c (0.15 s), before a (0.3 s)
+        await turns.take(name)
+        turns.done_when_over(name)
         raise durably.Terminal(f"{name} is out of stock")
 
     @app.workflow
@@ -47,7 +101,6 @@ def fan_app(app: durably.App, finished: list[str], undone: list[str], flaky: set
 
     @app.workflow
     async def fan_fails(cancel: bool, keep: bool) -> list[str]:
-        # the slow branch would take 30 s: only a cancel ends it early
         calls = (work("a"), refuse("x"), work("c"), *([work("slow")] if cancel else []))
         results = await durably.gather(*calls, cancel_on_failure=cancel, return_exceptions=keep)
         return [str(result) for result in results]
@@ -57,7 +110,7 @@ def test_results_come_in_call_order_and_replay_finds_each_branch_where_it_was(
     app: durably.App, clock: FakeClock
 ) -> None:
     finished: list[str] = []
-    fan_app(app, finished, [], flaky={"a"})
+    fan_app(app, finished, [], flaky={"a"}, turns=Turns("b", "c", "a"))
     handle = app.start("fan", id="g-1")
     app.run_until_idle()  # b and c complete; a fails once: the run waits for its retry
     assert finished == ["b", "c"]
@@ -79,7 +132,7 @@ def test_a_branch_that_fails_cancels_the_others_and_completed_ones_are_undone_la
 ) -> None:
     finished: list[str] = []
     undone: list[str] = []
-    fan_app(app, finished, undone, flaky=set())
+    fan_app(app, finished, undone, flaky=set(), turns=Turns("c", "x", "a", everyone=["slow"]))
     app.start("fan_fails", True, False, id="g-2")
     app.run_until_idle()
 
@@ -93,7 +146,7 @@ def test_a_branch_that_fails_cancels_the_others_and_completed_ones_are_undone_la
     assert "Terminal" in failed[1]
     assert "BranchCancelled" in failed[0]  # a
     assert "BranchCancelled" in failed[3]  # slow
-    assert finished == ["c"]  # c finished before x failed; a (0.3 s) and slow were cancelled
+    assert finished == ["c"]  # c finished before x failed; a (after x) and slow were cancelled
     # c is undone, and so are slow and a: cut off in flight, they may have taken effect
     # (latest first: c completed after the others started); x failed by itself
     assert undone == ["c", "slow", "a"]
@@ -104,7 +157,8 @@ def test_without_cancelling_the_others_finish_and_failures_can_be_returned(
 ) -> None:
     finished: list[str] = []
     undone: list[str] = []
-    fan_app(app, finished, undone, flaky=set())
+    fan_app(app, finished, undone, flaky=set(), turns=Turns("c", "x", "a"))
+    kept_turns = Turns("x", "a")  # a finishes after x failed: nothing cancelled it
 
     @app.workflow
     async def kept() -> list[str]:
@@ -115,11 +169,13 @@ def test_without_cancelling_the_others_finish_and_failures_can_be_returned(
 
     @app.step
     async def work_a() -> str:
-        await asyncio.sleep(0.3)
+        await kept_turns.take("a")
         return "A"
 
     @app.step
     async def refuse_x() -> str:
+        await kept_turns.take("x")
+        kept_turns.done_when_over("x")
         raise durably.Terminal("no")
 
     app.start("kept", id="g-3")
@@ -137,7 +193,6 @@ def test_without_cancelling_the_others_finish_and_failures_can_be_returned(
 def test_a_branch_of_several_steps_is_refused_and_the_run_parked(app: durably.App) -> None:
     @app.step
     async def part(n: int) -> int:
-        await asyncio.sleep(0.01 * n)
         return n
 
     @app.workflow

@@ -36,8 +36,8 @@ def test_an_attempt_whose_heartbeats_stop_is_lost_and_the_next_resumes(
         for done in range(start["done"], rows, 100):
             durably.heartbeat({"done": done})
             if len(seen) == 1 and done == 300:
-                await asyncio.sleep(30)  # stuck: its heartbeats stop
-            await asyncio.sleep(0.01)
+                await asyncio.Event().wait()  # stuck: its heartbeats stop
+            await asyncio.sleep(0)  # let the loop record the beat
         return rows
 
     @app.workflow
@@ -45,9 +45,7 @@ def test_an_attempt_whose_heartbeats_stop_is_lost_and_the_next_resumes(
         return await export(1000)  # type: ignore[no-any-return]
 
     handle = app.start(nightly, id="hb-1")
-    began = time.monotonic()
-    app.run_until_idle()
-    assert time.monotonic() - began < 10  # lost after 0.3 s, not after 30 s
+    app.run_until_idle()  # the stuck attempt is lost after 0.3 s without a beat
     assert handle.result(timeout=0) == 1000
     assert seen == [{"done": 0}, {"done": 300}]  # the second attempt resumed part-way
 

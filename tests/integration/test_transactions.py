@@ -18,6 +18,8 @@ from durably.testing import FakeClock
 
 from .conftest import DEAD_LEASE, execute_sql, step_events
 
+WAIT = 30.0  # seconds: generous, for a loaded machine; nothing here is timed
+
 
 class Ledger:
     """The app's own table, `ledger(id, amount)`, in the store's database, read from outside."""
@@ -239,15 +241,16 @@ def test_a_commit_statement_of_its_own_fails_the_step_for_good(
 def test_an_attempt_past_its_timeout_is_rolled_back_and_retried(
     app: durably.App, ledger: Ledger, clock: FakeClock
 ) -> None:
-    slow = threading.Event()
-    slow.set()
+    slow: list[threading.Thread] = []  # the thread of the first attempt, the slow one
 
     @app.transaction(timeout="0.2s", retry=Retry(attempts=2, initial="1s"))
     def book_slowly(entry: str) -> str:
         ledger.insert(durably.connection(), entry, 1)
-        if slow.is_set():
-            slow.clear()
-            time.sleep(0.6)  # past its timeout: abandoned, its transaction rolls back
+        if not slow:
+            slow.append(threading.current_thread())
+            # past its timeout: abandoned, its transaction rolls back. It must end by itself:
+            # on SQLite its transaction holds the write lock until it does
+            time.sleep(0.6)
         return entry
 
     @app.workflow
@@ -257,7 +260,9 @@ def test_an_attempt_past_its_timeout_is_rolled_back_and_retried(
     handle = app.start(booking_slowly, "e-6")
     app.run_until_idle()
     assert app.get_run(handle.id).status is RunStatus.PENDING  # waiting for its retry
-    time.sleep(0.8)  # the abandoned body ends, and its transaction rolls back
+    [thread] = slow
+    thread.join(WAIT)  # the abandoned body ends, and its transaction rolls back
+    assert not thread.is_alive()
     assert ledger.rows() == []
     clock.advance("2s")
     app.run_until_idle()
@@ -334,7 +339,7 @@ def test_a_timed_out_attempt_is_not_unknown_and_takes_no_reconcile_hook(
 ) -> None:
     @app.transaction(timeout="0.1s", retry=Retry(attempts=2, initial="1s"))
     def book_late(entry: str) -> str:
-        time.sleep(0.3)
+        time.sleep(0.3)  # past its timeout; on SQLite it holds the write lock until it ends
         return entry
 
     with pytest.raises(ConfigError, match="takes no reconcile hook"):

@@ -8,7 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from durably.core.retry import Classification, GiveUp, Retry, RetryAt, classify, decide
+from durably.core.retry import (
+    NEVER_RETRIED,
+    Classification,
+    GiveUp,
+    Retry,
+    RetryAt,
+    classify,
+    decide,
+)
 from durably.errors import PayloadError, Terminal, Throttled
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,3 +165,23 @@ def test_retry_on_and_no_retry_on_override_the_defaults() -> None:
 def test_a_policy_that_makes_no_sense_is_refused(options: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Retry(**options)  # type: ignore[arg-type]
+
+
+def test_full_jitter_is_uniform_over_the_capped_backoff() -> None:
+    policy = Retry(initial="2s", backoff=3.0, max_delay="20s", jitter="full")
+    rng = random.Random(7)
+    for attempt, cap in [(1, 2.0), (2, 6.0), (3, 18.0), (4, 20.0), (9, 20.0)]:
+        waits = [policy.delay(attempt, rng).total_seconds() for _ in range(4_000)]
+        assert min(waits) >= 0
+        assert max(waits) <= cap
+        assert sum(waits) / len(waits) == pytest.approx(cap / 2, rel=0.05)
+    fixed = Retry(initial="2s", backoff=3.0, max_delay="20s", jitter="none")
+    assert [fixed.delay(n, rng).total_seconds() for n in range(1, 6)] == [2, 6, 18, 20, 20]
+
+
+def test_the_default_policy_is_three_attempts_with_capped_full_jitter() -> None:
+    policy = Retry()
+    assert (policy.attempts, policy.backoff, policy.jitter) == (3, 2.0, "full")
+    assert policy.delay(1, random.Random(1)) <= timedelta(seconds=1)
+    assert policy.delay(30, random.Random(1)) <= timedelta(seconds=60)
+    assert {TypeError, AssertionError, Terminal} <= set(NEVER_RETRIED)

@@ -19,6 +19,7 @@ import uvicorn
 
 import durably
 from durably.core.status import FINAL, PARKED, RunStatus
+from durably.testing import FakeClock
 from durably.web.auth import Tokens, hash_token, new_token
 from durably.web.server import create_app
 
@@ -47,8 +48,8 @@ def payments() -> Payments:
 
 
 @pytest.fixture
-def shop(store_url: str, payments: Payments) -> Iterator[durably.App]:
-    app = make_shop(store_url, payments)
+def shop(store_url: str, payments: Payments, clock: FakeClock) -> Iterator[durably.App]:
+    app = make_shop(store_url, payments, clock=clock)
     yield app
     app.close()
 
@@ -63,17 +64,21 @@ class Live:
         return {"Authorization": f"Bearer {token or self.keys.write}"}
 
 
-def settle(app: durably.App, *run_ids: str, timeout: float = 10.0) -> None:
-    """Run the app's due runs until each of `run_ids` ended or parked (retries are due after
-    a few milliseconds of the real clock)."""
-    deadline = time.monotonic() + timeout
-    while True:
+def settle(app: durably.App, *run_ids: str, rounds: int = 100) -> None:
+    """Run the app's due runs until each of `run_ids` ended or parked, moving its fake clock
+    on to the next due time (a retry's) between drains."""
+    clock = app.clock
+    assert isinstance(clock, FakeClock)
+    for _ in range(rounds):
         app.run_until_idle()
-        if all(app.get_run(run_id).status in _RESTING for run_id in run_ids):
+        runs = [app.get_run(run_id) for run_id in run_ids]
+        waiting = [run.available_at for run in runs if run.status not in _RESTING]
+        if not waiting:
             return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"runs did not settle: {[app.get_run(r) for r in run_ids]}")
-        time.sleep(0.01)
+        due = [at for at in waiting if at is not None]
+        assert due, f"runs wait for no time, nothing will come: {runs}"
+        clock.set(max(clock.now(), min(due)))
+    raise AssertionError(f"runs did not settle: {[app.get_run(r) for r in run_ids]}")
 
 
 def free_port() -> int:

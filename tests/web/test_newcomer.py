@@ -10,10 +10,11 @@ import html
 import re
 import subprocess
 import sys
-import time
 from datetime import timedelta
 
 import httpx
+
+from durably.testing import FakeClock
 
 from .conftest import Live, settle
 from .shop import Payments
@@ -43,7 +44,7 @@ def run_page(live: Live, run_id: str) -> str:
 
 
 def test_three_broken_runs_explain_themselves(
-    live: Live, payments: Payments, store_url: str
+    live: Live, payments: Payments, store_url: str, clock: FakeClock
 ) -> None:
     app = live.app
     payments.throttling = True
@@ -55,7 +56,7 @@ def test_three_broken_runs_explain_themselves(
         "worker-7", ["checkout"], now=app.clock.now(), lease=timedelta(milliseconds=50), limit=1
     )
     assert claim.run_id == "stranded"  # ... and worker-7 dies holding it
-    time.sleep(0.1)
+    clock.advance("100ms")  # its lease runs out
 
     cli, page = runs_show(store_url, "throttled"), run_page(live, "throttled")
     for said in (cli, page):

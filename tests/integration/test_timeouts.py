@@ -1,15 +1,16 @@
 """Timeouts: an attempt that runs past its timeout is unknown and retried; a workflow that
 passes its deadline is compensated and ends `timed_out`.
 
-Per-attempt timeouts are real time (that is the point of them), kept to tenths of a second.
+Per-attempt timeouts and deadlines shorter than the test are real time (that is the point of
+them), kept to tenths of a second. A body that hangs waits for an event nobody sets (the test
+sets `release` as it ends): were it not cut off, the drain would never end, and the test's
+timeout would fail it; nothing here waits on the clock for something to happen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -23,14 +24,7 @@ from durably.workflow.context import step_key
 from .conftest import data, events, keys_started, let_abandoned_threads_end, settle, step_events
 
 QUICK_RETRY = Retry(attempts=3, initial="1s", jitter="none")
-
-
-@pytest.fixture
-def release() -> Iterator[threading.Event]:
-    """Set at the end of the test, so a hung thread a test leaves behind ends with it."""
-    event = threading.Event()
-    yield event
-    event.set()
+WAIT = 30.0  # seconds: generous, for a loaded machine; nothing here is timed
 
 
 def test_an_async_step_past_its_timeout_is_unknown_and_retried(
@@ -42,7 +36,7 @@ def test_an_async_step_past_its_timeout_is_unknown_and_retried(
     async def fetch(x: int) -> int:
         calls.append(durably.idempotency_key())
         if len(calls) == 1:
-            await asyncio.sleep(30)  # the service hangs
+            await asyncio.Event().wait()  # the service hangs
         return x + 1
 
     @app.workflow
@@ -51,9 +45,7 @@ def test_an_async_step_past_its_timeout_is_unknown_and_retried(
         return result
 
     handle = app.start(flow, 1, id="flow-1")
-    began = time.monotonic()
-    assert app.run_until_idle() == 0
-    assert time.monotonic() - began < 5  # abandoned after its timeout, not after 30 s
+    assert app.run_until_idle() == 0  # abandoned after its timeout
 
     [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
     detail = data(failed)
@@ -84,7 +76,7 @@ def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
     def lookup(x: int) -> int:
         calls.append(durably.idempotency_key())  # the step's context reaches its thread
         if len(calls) == 1:
-            release.wait(3)  # a blocking call that never returns in time
+            release.wait()  # a blocking call that never returns (until the test ends)
         return x * 3
 
     @app.workflow
@@ -93,14 +85,11 @@ def test_a_hung_sync_step_is_abandoned_and_recorded_timed_out(
         return result
 
     handle = app.start(flow, 2, id="flow-2")
-    began = time.monotonic()
-    assert app.run_until_idle() == 0
-    took = time.monotonic() - began
+    assert app.run_until_idle() == 0  # the drain did not wait for the abandoned thread
 
     [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
     assert data(failed)["error_class"] == "durably.errors.StepTimeout"
     assert data(failed)["unknown"] is True
-    assert took < 2, f"the drain waited {took:.1f}s for the abandoned thread to end"
 
     settle(app, clock)
     assert handle.result(timeout=0) == 6
@@ -117,7 +106,7 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
     def stuck_sync() -> str:
         hanging.set()
         try:
-            release.wait(3)
+            release.wait()  # until the test ends
         finally:
             hanging.clear()
         return "late"
@@ -125,7 +114,7 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
     async def stuck_async() -> str:
         hanging.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()
         finally:
             hanging.clear()
         return "late"
@@ -142,10 +131,7 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
     @app.step
     async def hop(x: int) -> int:
         if x == 0:  # let the hung run go first
-            for _ in range(200):
-                if hanging.is_set():
-                    break
-                await asyncio.sleep(0.005)
+            await asyncio.to_thread(hanging.wait, WAIT)
         seen_while_hanging.append(hanging.is_set())
         return x + 1
 
@@ -158,9 +144,8 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
 
     stuck_run = app.start(slow_flow)
     fast_run = app.start(fast_flow)
-    began = time.monotonic()
-    assert app.run_until_idle() == 1  # the fast run ended in the same drain
-    took = time.monotonic() - began
+    assert app.run_until_idle() == 1  # the fast run ended in the same drain, which did not
+    # wait for the abandoned attempt either
 
     assert fast_run.result(timeout=0) == 3
     assert len(seen_while_hanging) == 3
@@ -168,7 +153,6 @@ def test_a_hung_step_does_not_block_other_runs_on_the_same_worker(
     assert stuck_run.status() is RunStatus.PENDING
     [failed] = events(app, stuck_run.id, EventKind.STEP_ATTEMPT_FAILED)
     assert data(failed)["unknown"] is True
-    assert took < 2, f"the drain waited {took:.1f}s for the abandoned thread to end"
 
 
 def order_with_deadline(
@@ -277,7 +261,7 @@ def test_a_deadline_that_passes_while_a_step_is_in_flight_stops_the_run(
 
     @app.step
     async def wait_for_stock(x: int) -> str:
-        await asyncio.sleep(30)
+        await asyncio.Event().wait()  # the stock never comes
         return "in stock"
 
     @app.workflow(deadline="200ms")
@@ -287,9 +271,7 @@ def test_a_deadline_that_passes_while_a_step_is_in_flight_stops_the_run(
         return result
 
     handle = app.start(order, 4)
-    began = time.monotonic()
-    assert app.run_until_idle() == 1
-    assert time.monotonic() - began < 5
+    assert app.run_until_idle() == 1  # cut off at the deadline
 
     assert undone == ["reservation-4"]
     run = app.get_run(handle.id)
@@ -304,6 +286,8 @@ def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
     """The deadline passes while a sync workflow's thread waits for a step. The run goes on
     to compensate; the abandoned thread must not start the next step behind its back."""
     log: list[str] = []
+    undoing = threading.Event()
+    workflow_threads: list[threading.Thread] = []
 
     @app.step
     def reserve() -> str:
@@ -313,11 +297,14 @@ def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
     @reserve.compensation
     async def release(reservation: str) -> None:
         log.append("release")
-        await asyncio.sleep(0.5)  # an undo that takes a while
+        undoing.set()
+        # the undo takes until the abandoned thread has gone on from slow_check, and ended
+        [thread] = workflow_threads
+        await asyncio.to_thread(thread.join, WAIT)
 
     @app.step
     def slow_check() -> str:
-        time.sleep(0.3)  # still running when the deadline passes
+        assert undoing.wait(WAIT)  # still running when the deadline passes
         return "checked"
 
     @app.step
@@ -327,6 +314,7 @@ def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
 
     @app.workflow(deadline="150ms")
     def order() -> str:
+        workflow_threads.append(threading.current_thread())
         reserve()
         slow_check()
         result: str = charge()

@@ -204,7 +204,7 @@ def test_a_compensation_past_its_timeout_is_retried(app: durably.App, clock: Fak
     async def unbook(room: str, booking: str) -> None:
         undo_calls.append(booking)
         if len(undo_calls) == 1:
-            await asyncio.sleep(30)  # the hotel's API hangs
+            await asyncio.Event().wait()  # the hotel's API hangs
 
     @app.workflow
     async def trip(room: str) -> None:

@@ -4,12 +4,8 @@ the step, fail), from the API and the CLI; escalation; poison pills."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +17,9 @@ from durably.testing import FakeClock
 from durably.workflow.context import step_key
 
 from .conftest import DEAD_LEASE, data, dying_worker, events, settle
+from .processes import REPO
+from .test_cli import durably_cli
 
-REPO = Path(__file__).resolve().parents[2]
 POLICY = Retry(attempts=3, initial="1s", jitter="none")
 
 
@@ -436,19 +433,6 @@ def test_a_run_within_the_recovery_limit_is_not_a_poison_pill(
 # -- the CLI ----------------------------------------------------------------------------------
 
 
-def durably_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key != "DURABLY_STORE"}
-    return subprocess.run(
-        [sys.executable, "-m", "durably", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_the_dlq_commands_act_on_parked_runs(
     app: durably.App, clock: FakeClock, store_url: str
 ) -> None:
@@ -457,7 +441,7 @@ def test_the_dlq_commands_act_on_parked_runs(
     to_retry, to_skip, to_fail = (park(app, clock, item) for item in ("lamp", "desk", "sofa"))
     shop.down = 0
 
-    listed = durably_cli("dlq", "list", "--store", store_url)
+    listed = durably_cli("dlq", "list", "--store", store_url, cwd=REPO)
     assert listed.returncode == 0, listed.stderr
     rows = [line for line in listed.stdout.splitlines() if line.startswith("order-")]
     assert len(rows) == 3
@@ -466,12 +450,16 @@ def test_the_dlq_commands_act_on_parked_runs(
         assert row.split()[1:4] == ["needs_attention", "charge", "3"]
         assert "ConnectionError: payment service unreachable" in row  # the root cause
 
-    retried = durably_cli("dlq", "retry", to_retry, "--store", store_url, "--by", "erin")
+    retried = durably_cli("dlq", "retry", to_retry, "--store", store_url, "--by", "erin", cwd=REPO)
     assert retried.returncode == 0, retried.stderr
     assert f"run {to_retry} is pending again" in retried.stdout
-    skipped = durably_cli("dlq", "skip", to_skip, "--result", '"cash"', "--store", store_url)
+    skipped = durably_cli(
+        "dlq", "skip", to_skip, "--result", '"cash"', "--store", store_url, cwd=REPO
+    )
     assert skipped.returncode == 0, skipped.stderr
-    failed = durably_cli("dlq", "fail", to_fail, "--reason", "out of stock", "--store", store_url)
+    failed = durably_cli(
+        "dlq", "fail", to_fail, "--reason", "out of stock", "--store", store_url, cwd=REPO
+    )
     assert failed.returncode == 0, failed.stderr
 
     settle(app, clock)  # the CLI acted on the real clock: the fake one catches up
@@ -482,9 +470,9 @@ def test_the_dlq_commands_act_on_parked_runs(
     [retried_event] = events(app, to_retry, EventKind.RUN_RETRIED)
     assert data(retried_event)["by"] == "erin"
 
-    refused = durably_cli("dlq", "retry", to_retry, "--store", store_url)
+    refused = durably_cli("dlq", "retry", to_retry, "--store", store_url, cwd=REPO)
     assert refused.returncode == 1
     assert f"cannot retry run '{to_retry}': it is completed" in refused.stderr
-    empty = durably_cli("dlq", "list", "--store", store_url)
+    empty = durably_cli("dlq", "list", "--store", store_url, cwd=REPO)
     assert empty.returncode == 0, empty.stderr
     assert "(no dead letters)" in empty.stdout

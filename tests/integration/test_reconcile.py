@@ -48,9 +48,9 @@ def checkout_app(app: durably.App, payments: Payments, *, hang: str | None = Non
         first = len(payments.bodies) == 1
         if first and hang == "after_effect":
             payments.charges[key] = f"ch-{x}"
-            await asyncio.sleep(30)  # the answer never comes back
+            await asyncio.Event().wait()  # the answer never comes back
         if first and hang == "before_effect":
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # it never answers
         return payments.charges.setdefault(key, f"ch-{x}")
 
     @charge.reconcile

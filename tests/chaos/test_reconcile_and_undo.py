@@ -23,14 +23,14 @@ from durably import RunStatus
 from durably.core.history import EventKind
 from durably.core.status import FINAL
 from durably.workflow.context import step_key
+from tests.integration.conftest import data, events
 
-from .chaos_app import Ledger, build_app
-from .conftest import data, events
+from .checkout_app import Ledger, build_app
 
 pytestmark = pytest.mark.chaos
 
 REPO = Path(__file__).resolve().parents[2]
-TARGET = "tests.failures.chaos_app:app"
+TARGET = "tests.chaos.checkout_app:app"
 WAIT = 60.0  # seconds for anything a test waits for
 
 
@@ -38,8 +38,8 @@ class Workers:
     """Worker processes of `durably worker`, each with its own log; all killed at the end."""
 
     def __init__(self, store_url: str, ledger: Ledger, logs: Path) -> None:
-        self.env = {**os.environ, "DURABLY_STORE": store_url, "FAILURES_LEDGER": ledger.path}
-        for name in ("FAILURES_CRASH_AFTER", "FAILURES_LATE_CHARGE", "FAILURES_HANG_UNDO"):
+        self.env = {**os.environ, "DURABLY_STORE": store_url, "CHECKOUT_LEDGER": ledger.path}
+        for name in ("CHECKOUT_CRASH_AFTER", "CHECKOUT_LATE_CHARGE", "CHECKOUT_HANG_UNDO"):
             self.env.pop(name, None)
         self.env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
@@ -123,7 +123,7 @@ def test_a_charge_done_by_a_worker_that_died_is_reconciled_not_repeated(
 ) -> None:
     handle = client.start("checkout", "o-1", id="crash-1")
     key = step_key("crash-1", 1, "charge")
-    doomed = workers.spawn(FAILURES_CRASH_AFTER="charge")
+    doomed = workers.spawn(CHECKOUT_CRASH_AFTER="charge")
     assert doomed.wait(timeout=WAIT) == 137, workers.output()  # died after charging
     assert ledger.effects()[key] == "ch-o-1"
     assert client.get_run(handle.id).status is RunStatus.RUNNING  # its lease is still there
@@ -148,7 +148,7 @@ def test_a_charge_that_answers_after_its_timeout_is_reconciled(
 ) -> None:
     handle = client.start("checkout", "o-2", id="late-1")
     key = step_key("late-1", 1, "charge")
-    workers.spawn(FAILURES_LATE_CHARGE="1")
+    workers.spawn(CHECKOUT_LATE_CHARGE="1")
 
     assert wait_for_end(client, handle.id, workers) is RunStatus.COMPLETED, workers.output()
     assert handle.result(timeout=0) == "ch-o-2"
@@ -168,7 +168,7 @@ def test_a_worker_killed_mid_refund_leaves_each_undo_done_once(
     handle = client.start("checkout", "reject-1", id="refund-1")
     refund_key = f"{step_key('refund-1', 1, 'charge')}:undo"
     release_key = f"{step_key('refund-1', 0, 'reserve')}:undo"
-    victim = workers.spawn(FAILURES_HANG_UNDO="refund")
+    victim = workers.spawn(CHECKOUT_HANG_UNDO="refund")
     wait_until("the refund is under way", lambda: refund_key in ledger.effects(), workers)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=WAIT)

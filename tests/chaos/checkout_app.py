@@ -1,14 +1,14 @@
-"""The app real worker processes run in test_chaos: `tests.failures.chaos_app:app`.
+"""The app test_reconcile_and_undo's worker processes run: `tests.chaos.checkout_app:app`.
 
 `checkout(order)` reserves stock, charges, then confirms; an order named "reject-..." is
 refused at confirmation, so the charge is refunded and the stock released. Every body, hook
-and undo writes to a ledger (a SQLite file named by $FAILURES_LEDGER) outside durably's
+and undo writes to a ledger (a SQLite file named by $CHECKOUT_LEDGER) outside durably's
 store: `calls` counts executions, `effects` holds each keyed side effect once.
 
 How a worker misbehaves is set by its environment:
-  FAILURES_CRASH_AFTER=charge   the process dies after the charge body, before the checkpoint
-  FAILURES_LATE_CHARGE=1        the first charge attempt charges, then answers too late
-  FAILURES_HANG_UNDO=refund     the refund applies its effect, then hangs (to be SIGKILLed)
+  CHECKOUT_CRASH_AFTER=charge   the process dies after the charge body, before the checkpoint
+  CHECKOUT_LATE_CHARGE=1        the first charge attempt charges, then answers too late
+  CHECKOUT_HANG_UNDO=refund     the refund applies its effect, then hangs (to be SIGKILLed)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Ledger:
 
     @property
     def path(self) -> str:
-        return self._path or os.environ["FAILURES_LEDGER"]
+        return self._path or os.environ["CHECKOUT_LEDGER"]
 
     def create(self) -> None:
         with closing(sqlite3.connect(self.path)) as db, db:
@@ -76,8 +76,8 @@ class Ledger:
 
 def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> durably.App:
     faults = Faults()
-    if os.environ.get("FAILURES_CRASH_AFTER"):
-        faults.crash_after(os.environ["FAILURES_CRASH_AFTER"])
+    if os.environ.get("CHECKOUT_CRASH_AFTER"):
+        faults.crash_after(os.environ["CHECKOUT_CRASH_AFTER"])
     app = durably.App(store, hooks=[faults])
     book = ledger or Ledger()
 
@@ -98,7 +98,7 @@ def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> dura
         key = durably.idempotency_key()
         runs = book.call("charge", key)
         charged = book.apply(key, f"ch-{order}")
-        if runs == 1 and os.environ.get("FAILURES_LATE_CHARGE"):
+        if runs == 1 and os.environ.get("CHECKOUT_LATE_CHARGE"):
             await asyncio.sleep(3)  # charged, but the answer comes after the timeout
         return charged
 
@@ -113,7 +113,7 @@ def build_app(store: str | None = None, *, ledger: Ledger | None = None) -> dura
         key = durably.idempotency_key()
         book.call("refund", key)
         book.apply(key, f"refunded {charge_id}")
-        if os.environ.get("FAILURES_HANG_UNDO") == "refund":
+        if os.environ.get("CHECKOUT_HANG_UNDO") == "refund":
             await asyncio.sleep(600)  # stuck after the effect, before its checkpoint
 
     @app.step
