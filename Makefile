@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit chaos soak bench bench-core bench-scaling bench-sleepers bench-fanout bench-priorities bench-schedules bench-retention clean
+.PHONY: demo test lint typecheck docs unit chaos soak bench bench-core clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,30 +39,16 @@ soak: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,soak]'
 	$(BIN)/pytest -m soak -s
 
+# What `make bench` runs: benchmark names, in order (`python -m benchmarks --list`); the ones
+# beside DBOS (compare, roundtrip) install the bench extra first, e.g. make bench WHAT=compare
+WHAT ?= core
+BENCH_EXTRA := $(BIN)/pip install --quiet -e '.[dev,bench]'
+
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	$(BIN)/python -m benchmarks.compare
+	$(if $(filter compare roundtrip,$(WHAT)),$(BENCH_EXTRA))
+	$(BIN)/python -m benchmarks $(WHAT)
 
-bench-core: $(STAMP)
-	$(BIN)/python -m benchmarks.core
-
-bench-scaling: $(STAMP)
-	$(BIN)/python -m benchmarks.scaling
-
-bench-sleepers: $(STAMP)
-	$(BIN)/python -m benchmarks.sleepers
-
-bench-fanout: $(STAMP)
-	$(BIN)/python -m benchmarks.fanout
-
-bench-priorities: $(STAMP)
-	$(BIN)/python -m benchmarks.priorities
-
-bench-schedules: $(STAMP)
-	$(BIN)/python -m benchmarks.schedules
-
-bench-retention: $(STAMP)
-	$(BIN)/python -m benchmarks.retention
+bench-core: ; $(MAKE) bench WHAT=core
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache durably.db durably.db-wal durably.db-shm

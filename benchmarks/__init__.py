@@ -1,6 +1,8 @@
-"""Benchmarks for durably, one harness (benchmarks.harness) behind three entry points:
-`python -m benchmarks.compare` (durably beside DBOS Transact; `make bench`, `durably bench`),
-`python -m benchmarks.core` (durably alone, against its store's commit floor; `make
-bench-core`) and `python -m benchmarks.scaling` (long histories, big stores, several worker
-processes; `make bench-scaling`). Each is a registry of workloads; see benchmarks/harness.py.
+"""Benchmarks for durably: one command, `python -m benchmarks NAME...` (benchmarks.__main__;
+`--list` names them), runs every benchmark of the registry (benchmarks.registry: each one's
+workloads, sizes, repetitions, engines, stores and targets, as data) through one harness
+(benchmarks.harness), and reports with benchmarks.report into benchmarks/results/.
+
+This package imports nothing: `python -m benchmarks.runners...` imports it before a runner's
+cold-start clock starts.
 """

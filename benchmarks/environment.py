@@ -1,4 +1,5 @@
-"""Where and on what a benchmark ran: machine, load, filesystem, and the durably measured."""
+"""Where and on what a benchmark ran: the machine and its load, and the durably measured (its
+version, git commit, and whether its tree had local changes)."""
 
 from __future__ import annotations
 
@@ -6,52 +7,50 @@ import os
 import platform
 import subprocess
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import durably
 
-__all__ = ["busy_note", "filesystem_of", "load_average", "run_context"]
+__all__ = ["busy_note", "load_average", "run_context"]
 
 
 def run_context() -> dict[str, Any]:
     """What was measured where, taken before measuring (the source may change meanwhile)."""
+    changes = git("status", "--porcelain", "--", ".")
+    version = next((d.version for d in metadata.distributions(name="durably")), None)
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next(
+        (line.split(":")[1].strip() for line in cpuinfo.splitlines() if "model name" in line), ""
+    )
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
-        "durably": {"version": _package_version(), **source_revision()},
-        "machine": machine(),
+        "durably": {
+            "version": version,
+            "commit": git("rev-parse", "HEAD"),
+            "local_changes": None if changes is None else bool(changes),
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": cpu or platform.processor(),
+            "cpus": os.cpu_count(),
+            "load_average": load_average(),
+        },
     }
 
 
-def machine() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "arch": platform.machine(),
-        "cpu": _cpu_model() or platform.processor(),
-        "cpus": os.cpu_count(),
-        "load_average": load_average(),  # other work on the machine makes figures noisy
-    }
-
-
-def source_revision() -> dict[str, Any]:
-    """The git commit of the durably measured, and whether its tree had local changes."""
-    package = Path(durably.__file__).parent
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    changes = git("status", "--porcelain", "--", ".")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "local_changes": None if changes is None else bool(changes),
-    }
+def git(*args: str) -> str | None:
+    """git's answer about the durably package's source, or None."""
+    where = str(Path(durably.__file__).parent)
+    try:
+        done = subprocess.run(
+            ["git", "-C", where, *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def busy_note() -> str | None:
@@ -62,42 +61,5 @@ def busy_note() -> str | None:
     return f"the machine is busy (load average {load[0]:.1f} on {cpus} CPUs): figures may be noisy"
 
 
-def filesystem_of(path: str) -> str:
-    """The type of the filesystem `path` lives on (Linux), e.g. ext4 or tmpfs."""
-    try:
-        mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return "unknown"
-    real = os.path.realpath(path)
-    inside = [
-        (point, kind)
-        for point, kind in mounts
-        if real == point or real.startswith(point.rstrip("/") + "/")
-    ]
-    return max(inside, key=lambda mount: len(mount[0]))[1] if inside else "unknown"
-
-
 def load_average() -> tuple[float, float, float] | None:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next(
-        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), ""
-    )
-
-
-def _package_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("durably")
-    except PackageNotFoundError:
-        return None
+    return os.getloadavg() if hasattr(os, "getloadavg") else None

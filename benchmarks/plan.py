@@ -1,35 +1,26 @@
-"""What a benchmark is made of, as data: workloads, their measures and targets, the figures
-they yield, and one trial (a repetition of a workload by a runner on a store).
-
-Everything else (the harness's loops, the report, the runners) imports this module and this
-module imports none of them: the runners are typed here by their protocol only.
+"""What a benchmark is, as data. A `Bench` (a name `python -m benchmarks` takes) is its
+workloads, repetitions, engines, stores, durably's targets and derived figures; a `Workload`
+is a measure at a size (full, and with --quick); a `Metric` is one figure a measure yields.
+A `Trial` is one repetition of a workload by one runner on one store: what a measure is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from benchmarks.runners.protocol import BenchmarkError, Runner
-from benchmarks.stores import Store
 
-__all__ = [
-    "STORE",
-    "Bench",
-    "Measure",
-    "Metric",
-    "Target",
-    "Trial",
-    "Values",
-    "Workload",
-    "at_least",
-    "at_most",
-    "number",
-]
+if TYPE_CHECKING:
+    from benchmarks.stores import Store
 
-STORE = "store"  # the one cell of a figure of the store alone, which no runner measured
+__all__ = ["STORE", "Asked", "Bench", "Derived", "Metric", "Target", "Trial", "Values", "Workload"]
+
+STORE = "store"  # the cell of a figure of the store alone, which no runner measured
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,75 +30,6 @@ class Target:
 
     def met_by(self, value: float) -> bool:
         return value >= self.limit if self.higher_is_better else value <= self.limit
-
-    def __str__(self) -> str:
-        return f"{'>=' if self.higher_is_better else '<='} {number(self.limit)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    """A figure a workload yields: its stable key (the results' and the targets'), how the
-    table words it, its unit, and which way is better."""
-
-    key: str
-    label: str
-    unit: str
-    higher_is_better: bool = False
-
-
-S = TypeVar("S")
-Values = dict[str, float | None]  # by figure key; None: the runner cannot tell that one apart
-
-
-class Measure(Protocol[S]):
-    """What a workload measures and how; S is the type of the workload's size."""
-
-    per_runner: bool  # False: it measures the store alone, once per repetition
-
-    def once(self, trial: Trial, w: Workload[S]) -> Values:
-        """One repetition by one runner (or of the store alone): values by figure key."""
-
-    def metrics(self, w: Workload[S], found: Mapping[str, float]) -> list[Metric]:
-        """Its figures, in table order; `found`, what the first repetition measured, is for a
-        label that names a value."""
-
-    def record(self, w: Workload[S]) -> dict[str, Any]:
-        """Its size, as the results file's "sizes" records it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Workload(Generic[S]):
-    """One thing a benchmark measures, as data."""
-
-    name: str  # for --only
-    title: str  # in progress lines, the results' "runs" and labels: "W1", "queue hop"
-    measure: Measure[S]
-    size: S
-    quick: S  # the size with --quick
-    report: tuple[str, ...] = ()  # the keys of the measure's figures to show; all if empty
-
-    def at(self, quick: bool) -> Workload[S]:
-        return replace(self, size=self.quick) if quick else self
-
-    def metrics(self, found: Mapping[str, float]) -> list[Metric]:
-        metrics = self.measure.metrics(self, found)
-        return [m for m in metrics if m.key in self.report] if self.report else metrics
-
-
-@dataclass(frozen=True, slots=True)
-class Bench:
-    """An entry point: its workloads, durably's targets, the engines it compares."""
-
-    name: str  # the results' "benchmark", and their file names
-    doc: str  # the module's docstring; its first paragraph describes it in --help
-    workloads: tuple[Workload[Any], ...]
-    targets: Mapping[tuple[str, str], Target] = field(default_factory=dict)  # (key, store)
-    engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
-    before: Callable[[Store], None] | None = None  # a check on each store, before measuring
-
-    @property
-    def side_by_side(self) -> bool:
-        return len(self.engines) > 1
 
 
 def at_least(limit: float) -> Target:
@@ -119,14 +41,90 @@ def at_most(limit: float) -> Target:
 
 
 @dataclass(frozen=True, slots=True)
+class Metric:
+    """A figure: its key (the results' and the targets'), how the table words it, its unit,
+    which way is better, and whether it is the 95th percentile of its samples (else their
+    median)."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool = False
+    p95: bool = False
+
+
+# By metric: this repetition's sample, samples to pool over the repetitions (a list), or None
+# where the runner cannot tell that figure apart.
+Values = dict[Metric, float | list[float] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload(Generic[S]):
+    """`measure` makes one repetition, by one runner (of the store alone, if `store_alone`),
+    at a size: its values by metric, in table order."""
+
+    name: str  # for --only, the progress lines and the results
+    measure: Callable[[Trial, S], Values]
+    size: S
+    quick: S  # the size with --quick
+    report: tuple[str, ...] = ()  # the keys of the figures to show; all if empty
+    store_alone: bool = False
+
+    def at(self, quick: bool) -> Workload[S]:
+        return replace(self, size=self.quick) if quick else self
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """A figure computed runner by runner from the values of two others, `combine(first,
+    second)`; the second may be of the store alone."""
+
+    metric: Metric
+    of: tuple[str, str]
+    combine: Callable[[float, float], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Bench:
+    name: str
+    about: str  # what it measures, for --list
+    workloads: tuple[Workload[Any], ...]
+    repeat: int = 3
+    engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
+    stores: tuple[str, ...] = ("sqlite", "postgres")
+    targets: Mapping[tuple[str, str], Target] = field(default_factory=dict)  # (key, store)
+    derived: tuple[Derived, ...] = ()
+
+    @property
+    def side_by_side(self) -> bool:
+        return len(self.engines) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The command's options (None: each bench's own)."""
+
+    repeat: int | None
+    quick: bool
+    stores: tuple[str, ...] | None
+    postgres_url: str
+    engines: tuple[str, ...] | None
+    fast: bool
+    only: tuple[str, ...] | None  # workload names
+    runner_options: Mapping[str, Mapping[str, object]]  # by engine, given to its commands
+
+
+@dataclass(frozen=True, slots=True)
 class Trial:
     """One repetition of one workload by one runner on one store."""
 
     store: Store
     runner: Runner | None  # None: the workload measures the store alone
-    workload: str  # its title
+    workload: str
     repetition: int  # from 1
     runs: list[dict[str, Any]]  # every runner process's output, for the results file
+    lasting: ExitStack  # closed after the workload's last repetition on this store
+    kept: dict[str, Any]  # what `keep` made, by runner
 
     @property
     def engine(self) -> Runner:
@@ -134,26 +132,25 @@ class Trial:
             raise BenchmarkError(f"{self.workload} measures the store alone: it has no runner")
         return self.runner
 
+    @property
+    def name(self) -> str:
+        return STORE if self.runner is None else self.runner.name
+
     def fresh(self) -> AbstractContextManager[str]:
         """A new empty store for one measurement: its URL."""
-        return self.store.fresh(STORE if self.runner is None else self.runner.name)
+        return self.store.fresh(self.name)
 
-    def record(
-        self, engine: str, command: str, options: Mapping[str, object], output: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Keep a runner process's output for the results file; return it."""
-        run: dict[str, Any] = {"store": self.store.label, "workload": self.workload}
-        run |= {"repetition": self.repetition, "engine": engine, "command": command}
-        run |= {"options": {name: str(value) for name, value in options.items()}}
+    def keep(self, make: Callable[[], AbstractContextManager[T]]) -> T:
+        """What `make` gives, made at the first repetition and kept for every repetition of
+        the workload on this store."""
+        if self.name not in self.kept:
+            self.kept[self.name] = self.lasting.enter_context(make())
+        kept: T = self.kept[self.name]
+        return kept
+
+    def record(self, command: str, options: Mapping[str, object], output: dict[str, Any]) -> None:
+        """Keep a runner process's output for the results file."""
+        run: dict[str, object] = {"store": self.store.label, "workload": self.workload}
+        run["engine"] = self.name
+        run |= {"repetition": self.repetition, "command": command, "options": dict(options)}
         self.runs.append({**run, "output": output})
-        return output
-
-
-def number(value: float) -> str:
-    if value == 0:
-        return "0"
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}"

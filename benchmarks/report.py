@@ -1,64 +1,70 @@
-"""What a benchmark found and how it is shown: a `Figure` (one runner's samples of one
-metric on one store), a `Row` (one metric for every runner), and `Results`, every row with
-the record around them: the table on stdout and the results files under benchmarks/results.
+"""What a bench found, and how it is shown: statistics of samples, a `Figure` (one runner's
+samples of one metric on one store), a `Row` (one metric for every runner), the table, and
+`Results`, every row with the record around them, written to benchmarks/results/.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
+import operator
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from benchmarks.environment import load_average
-from benchmarks.plan import STORE, Bench, Metric, Target, Workload, number
-from benchmarks.runners.processes import ProcessRunner
-from benchmarks.runners.protocol import CONCURRENCY
+from benchmarks.plan import STORE, Bench, Metric, Target
 
-if TYPE_CHECKING:
-    from benchmarks.runners.protocol import Runner
-    from benchmarks.stores import Store
-
-__all__ = ["RESULTS", "STORE", "Figure", "Metric", "Results", "Row", "Target", "number"]
+__all__ = ["RESULTS", "Figure", "Results", "Row", "number", "p95"]
 
 RESULTS = Path(__file__).parent / "results"
 
 
+def p95(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=20, method="inclusive")[18]
+
+
+def number(value: float) -> str:
+    if abs(value) >= 100 or value == 0:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.{3 if abs(value) < 1 else 2}f}"
+
+
 @dataclass(frozen=True, slots=True)
 class Figure:
-    """One runner's samples of one metric on one store, one per repetition."""
+    """One runner's samples of one metric on one store: one per repetition, or pooled."""
 
     metric: Metric
-    store: str
     samples: list[float]
     target: Target | None = None
+    pooled: bool = False
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
+    def value(self) -> float:
+        return p95(self.samples) if self.metric.p95 else statistics.median(self.samples)
 
-    @property
     def verdict(self) -> str:
-        if self.target is None:
+        if (target := self.target) is None:
             return ""
-        return "ok" if self.target.met_by(self.median) else "MISS"
+        return "ok" if target.met_by(self.value) else "MISS"
 
-    def as_json(self, *, cell: bool = False) -> dict[str, Any]:
-        """On its own, or as a cell of a side-by-side row (named by the row, with its range)."""
-        metric, samples = self.metric, self.samples
-        named = {} if cell else {"key": metric.key, "workload": metric.label, "unit": metric.unit}
-        spread = {"min": min(samples), "max": max(samples)} if cell else {}
+    def target_text(self) -> str:
+        if (target := self.target) is None:
+            return ""
+        return f"{'>=' if target.higher_is_better else '<='} {number(target.limit)}"
+
+    def as_json(self) -> dict[str, Any]:
         return {
-            **named,
-            "median": self.median,
-            **spread,
-            "samples": samples,
-            "target": None if self.target is None else str(self.target),
-            "verdict": self.verdict or None,
+            "value": self.value,
+            "min": min(self.samples),
+            "max": max(self.samples),
+            "samples": self.samples,
+            "pooled": self.pooled,
+            "target": self.target_text() or None,
+            "verdict": self.verdict() or None,
         }
 
 
@@ -70,219 +76,132 @@ class Row:
     store: str
     cells: dict[str, Figure | str]
 
-    @property
-    def figure(self) -> Figure | None:
-        """The first runner's figure: the only one where one runner is measured."""
-        return next((cell for cell in self.cells.values() if isinstance(cell, Figure)), None)
-
     def of(self, runner: str) -> Figure | None:
-        found = self.cells.get(runner)
+        """The runner's figure; where one runner (or the store alone) was measured, its one."""
+        found = self.cells.get(runner) if len(self.cells) > 1 else next(iter(self.cells.values()))
         return found if isinstance(found, Figure) else None
 
-    def ratio(self) -> float | None:
-        """How many times better durably is than dbos, in the metric's direction."""
-        ours, theirs = self.of("durably"), self.of("dbos")
-        if ours is None or theirs is None or ours.median <= 0 or theirs.median <= 0:
+    def ratio(self) -> tuple[float, list[float]] | None:
+        """How many times better durably is than dbos in the metric's direction, and the same
+        repetition by repetition (where both have one sample per repetition)."""
+        ours, theirs = self.cells.get("durably"), self.cells.get("dbos")
+        if not isinstance(ours, Figure) or not isinstance(theirs, Figure):
+            return None
+        if min(ours.samples + theirs.samples) <= 0:
             return None  # nothing to divide (or a fit gone wrong)
-        better = ours.median / theirs.median
-        return better if self.metric.higher_is_better else 1 / better
+
+        def better(a: float, b: float) -> float:
+            return a / b if self.metric.higher_is_better else b / a
+
+        whole = better(ours.value, theirs.value)
+        if len(ours.samples) != len(theirs.samples) or ours.pooled:
+            return whole, []
+        return whole, [better(a, b) for a, b in zip(ours.samples, theirs.samples, strict=True)]
 
     def as_json(self) -> dict[str, Any]:
+        ratio = self.ratio()
         return {
-            "key": self.metric.key,
-            "workload": self.metric.label,
+            **dataclasses.asdict(self.metric),
             "store": self.store,
-            "unit": self.metric.unit,
-            "higher_is_better": self.metric.higher_is_better,
-            "ratio": self.ratio(),
+            "ratio": ratio and ratio[0],
+            "ratio_by_repetition": ratio and ratio[1],
             "engines": {
-                name: {"missing": cell} if isinstance(cell, str) else cell.as_json(cell=True)
+                name: {"missing": cell} if isinstance(cell, str) else cell.as_json()
                 for name, cell in self.cells.items()
             },
         }
 
+    def cell(self, runner: str, spread: bool = False) -> str:
+        """The runner's value (and the range of its repetitions' samples), or why it has none."""
+        if isinstance(found := self.cells.get(runner, self.of(runner)), str):
+            return found
+        if found is None:
+            return "n/a"
+        low, high = min(found.samples), max(found.samples)
+        ranged = spread and low < high and not found.metric.p95
+        return number(found.value) + (f" [{number(low)}..{number(high)}]" if ranged else "")
 
-# -- the table -----------------------------------------------------------------------------
+    def ratio_text(self) -> str:
+        if (ratio := self.ratio()) is None:
+            return ""
+        whole, each = ratio
+        spread = f" [{number(min(each))}..{number(max(each))}]" if len(each) > 1 else ""
+        return f"{whole:.2f}x{spread}"
 
-Column = tuple[str, Callable[[Row], str], bool]  # header, cell, flush right
+    def target(self) -> str:
+        return "" if (ours := self.of("durably")) is None else ours.target_text()
 
-
-def single_columns(targets: bool) -> list[Column]:
-    """One runner: median, min..max, and durably's target where the benchmark has targets."""
-    columns: list[Column] = [
-        ("workload", lambda row: row.metric.label, False),
-        ("store", lambda row: row.store, False),
-        ("median", lambda row: _median(row.figure), True),
-        ("unit", lambda row: row.metric.unit, False),
-        ("min..max", lambda row: _span(row.figure), True),
-    ]
-    if targets:
-        columns.append(("target", lambda row: _target(row.figure), True))
-        columns.append(("ok", lambda row: _verdict(row.figure), False))
-    return columns
+    def met(self) -> str:
+        return "" if (ours := self.of("durably")) is None else ours.verdict()
 
 
-def side_by_side_columns(engines: Sequence[str]) -> list[Column]:
-    """Every engine's median, durably's over the other's, and durably's target."""
-
-    def engine(name: str) -> Column:
-        return name, lambda row: _cell(row.cells[name]), True
-
-    def ratio(row: Row) -> str:
-        return "" if (found := row.ratio()) is None else f"{found:.2f}x"
-
-    return [
+def table(bench: Bench, rows: list[Row]) -> list[str]:
+    """The rows in aligned columns under a header, numbers flush right: every engine's value
+    and the range of its repetitions; side by side, durably's over dbos's (and the same
+    repetition by repetition); durably's target, where the bench has targets."""
+    columns: list[tuple[str, Callable[[Row], str], bool]] = [  # header, cell, flush right
         ("workload", lambda row: row.metric.label, False),
         ("store", lambda row: row.store, False),
         ("unit", lambda row: row.metric.unit, False),
-        *(engine(name) for name in engines),
-        ("ratio", ratio, True),
-        ("durably target", lambda row: _target(row.of("durably")), True),
-        ("met", lambda row: _verdict(row.of("durably")), False),
     ]
-
-
-def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
-    """Rows in aligned columns under a header; numbers flush right so that they line up."""
-    table = [[header for header, _, _ in columns]]
-    table += [[cell(row) for _, cell, _ in columns] for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-    for n, line in enumerate(table):
-        cells = [
+    if bench.side_by_side:
+        for name in bench.engines:
+            columns.append((f"{name} [range]", operator.methodcaller("cell", name, True), True))
+        columns.append(("ratio [by repetition]", Row.ratio_text, True))
+    else:
+        columns.append(("value [range]", operator.methodcaller("cell", "durably", True), True))
+    if bench.targets:
+        columns += [("durably target", Row.target, True), ("met", Row.met, False)]
+    cells = [[header for header, _, _ in columns]]
+    cells += [[cell(row) for _, cell, _ in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = [
+        "  ".join(
             text.rjust(width) if right else text.ljust(width)
             for text, width, (_, _, right) in zip(line, widths, columns, strict=True)
-        ]
-        print("  ".join(cells).rstrip())
-        if n == 0:
-            print("  ".join("-" * width for width in widths))
-
-
-def _cell(cell: Figure | str) -> str:
-    return number(cell.median) if isinstance(cell, Figure) else cell
-
-
-def _median(figure: Figure | None) -> str:
-    return "n/a" if figure is None else number(figure.median)
-
-
-def _span(figure: Figure | None) -> str:
-    if figure is None or len(figure.samples) < 2:
-        return ""
-    return f"{number(min(figure.samples))}..{number(max(figure.samples))}"
-
-
-def _target(figure: Figure | None) -> str:
-    return "" if figure is None or figure.target is None else str(figure.target)
-
-
-def _verdict(figure: Figure | None) -> str:
-    return "" if figure is None else figure.verdict
-
-
-# -- the record --------------------------------------------------------------------------
+        ).rstrip()
+        for line in cells
+    ]
+    return [lines[0], "  ".join("-" * width for width in widths), *lines[1:]]
 
 
 @dataclass(slots=True)
 class Results:
-    """Every row a command measured, and the record around them."""
+    """Every row a bench measured, and the record around them."""
 
     bench: Bench
-    context: dict[str, Any]  # machine, date, source: taken before measuring
-    every: Sequence[Workload[Any]]  # every workload at the size asked, run or not
-    repeat: int
+    record: dict[str, Any]  # machine, date, source, engines, sizes: taken before measuring
     fast: bool
-    runners: Sequence[Runner]
     rows: list[Row] = field(default_factory=list)
     durability: dict[str, dict[str, Any]] = field(default_factory=dict)  # by store name
     runs: list[dict[str, Any]] = field(default_factory=list)  # every runner process's output
     notes: list[str] = field(default_factory=list)
 
-    def note(self, note: str) -> None:
-        self.notes.append(note)
-        print(note, file=sys.stderr)
-
-    def add(self, store: Store, rows: list[Row]) -> None:
-        """A store's rows; one runner's are written at once, so that a failure on a later
-        store leaves them."""
-        self.rows += rows
-        self.durability[store.name] = settings = store.settings()
-        if not self.bench.side_by_side:
-            figures = [figure.as_json() for row in rows if (figure := row.figure)]
-            name = f"{self.bench.name}-{store.name}"
-            path = self.write(name, {"store": store.name}, {"durability": settings}, figures)
-            self.notes.append(f"{store.name}: results written to {path}")
-
-    def write_side_by_side(self) -> None:
-        """Every store's rows, engines side by side, the store's own figures apart."""
-        rows, apart = [], []
-        for row in self.rows:
-            if STORE not in row.cells:
-                rows.append(row.as_json())
-            elif figure := row.figure:
-                apart.append({**figure.as_json(), "store": figure.store})
-        engines = {r.name: r.describe() for r in self.runners if isinstance(r, ProcessRunner)}
-        mode = "fast" if self.fast else "durable"
-        path = self.write(
-            f"{self.bench.name}-fast" if self.fast else self.bench.name,
-            {"mode": mode},
-            {"engines": engines, "durability": self.durability},
-            rows,
-            {"floors": apart, "runs": self.runs, "notes": list(self.notes)},
-        )
-        self.notes.append(f"every sample: {path}")
-
-    def write(
-        self,
-        name: str,
-        scope: dict[str, Any],
-        settings: dict[str, Any],
-        figures: list[dict[str, Any]],
-        more: dict[str, Any] | None = None,
-    ) -> Path:
-        """benchmarks/results/<name>-latest.json, replaced whole (never left half-written)."""
-        sizes = {key: value for w in self.every for key, value in w.measure.record(w).items()}
-        report = {
-            "benchmark": self.bench.name,
-            **scope,
-            **self.context,
-            "load_average_after": load_average(),
-            **settings,
-            "sizes": {**sizes, "concurrency": CONCURRENCY, "repeat": self.repeat},
-            "figures": figures,
-            **(more or {}),
-        }
+    def write(self, more: dict[str, Any]) -> Path:
+        """benchmarks/results/<bench>[-fast]-latest.json, replaced whole (never half-written)."""
+        figures = [row.as_json() for row in self.rows]
+        report = {**self.record, **more, "durability": self.durability, "figures": figures}
+        report |= {"runs": self.runs, "notes": self.notes}
         RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"{name}-latest.json"
+        path = RESULTS / f"{self.bench.name}{'-fast' if self.fast else ''}-latest.json"
         partial = path.with_name(path.name + ".tmp")
-        partial.write_text(json.dumps(report, indent=2) + "\n")
+        partial.write_text(json.dumps(report, indent=1, default=str) + "\n")
         partial.replace(path)
         return path
 
     def show(self) -> None:
         """The table, then what it rests on: repetitions, targets missed, notes."""
-        print()
-        if not self.bench.side_by_side:
-            print_table(self.rows, single_columns(targets=bool(self.bench.targets)))
-        else:
-            engines = [row for row in self.rows if STORE not in row.cells]
-            print_table(engines, side_by_side_columns(self.bench.engines))
-            for row in self.rows:
-                if row.metric.key == "floor_commit_ms" and (floor := row.figure):
-                    median, per_s = number(floor.median), f"{1000 / floor.median:,.0f}/s"
-                    print(f"{row.metric.label}, {row.store}: {median} ms/commit ({per_s})")
-        print(f"\nmedians of {self.repeat} repetition(s); {self.verdict()}")
+        apart = [row for row in self.rows if self.bench.side_by_side and STORE in row.cells]
+        print(f"\n{self.bench.name}")
+        print("\n".join(table(self.bench, [row for row in self.rows if row not in apart])))
+        for row in apart:
+            print(f"{row.metric.label}, {row.store}: {row.cell(STORE, True)} {row.metric.unit}")
+        missed = sum(row.met() == "MISS" for row in self.rows)
+        print(f"\nfrom {self.record['sizes']['repeat']} repetition(s)", end="")
+        print(f"; {missed} durably target(s) missed" if self.bench.targets else "")
         if self.bench.side_by_side:
-            print("ratio: how many times better durably is than dbos, in each row's direction")
+            print("ratio: how many times better durably is than dbos, in the row's direction")
         if self.fast:
             print("the faster durability mode (SQLite NORMAL, PostgreSQL off): no targets;")
             print("the floor is the durable one (SQLite FULL, PostgreSQL on)")
-        for note in self.notes:
-            print(note)
-
-    def verdict(self) -> str:
-        if not self.bench.targets:
-            return f"{os.cpu_count()} CPUs"
-        missed = [
-            row for row in self.rows if (ours := row.of("durably")) and ours.verdict == "MISS"
-        ]
-        return f"{len(missed)} {'durably ' if self.bench.side_by_side else ''}target(s) missed"
+        print("\n".join(self.notes))

@@ -1,14 +1,13 @@
-"""The stores measured on: a fresh, empty one per measurement, the store's own commit floor,
-and its durability settings for the record.
-
-SQLite is a new file in a temp dir (WAL, synchronous=FULL); PostgreSQL a new schema, or for
-engines in processes of their own a new database (DBOS wants one), with
-synchronous_commit=on, dropped afterwards. For durably in this process the URL carries the
-durability; runner processes set it themselves (benchmarks/runners/__init__.py).
+"""The stores measured on: a fresh, empty one per measurement (SQLite: a new file in a temp
+dir, in WAL; PostgreSQL: a new database, dropped afterwards), with synchronous=FULL or
+synchronous_commit=on in its URL for durably in this process (runner processes set it
+themselves); the store's own commit floor; its settings for the record; and stores filled in
+bulk through the store's own writes, a thousand runs a transaction, then vacuumed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import tempfile
@@ -17,21 +16,28 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import durably
-from benchmarks.environment import filesystem_of
+from benchmarks.runners.protocol import durable
+from durably.client.ids import new_run_id
+from durably.core.history import Event, EventKind
+from durably.stores import Checkpoint, Claim, NewRun
+from durably.stores import Store as DurablyStore
 
-__all__ = ["POSTGRES_URL", "Store", "open_store", "postgres_problem"]
+__all__ = ["POSTGRES_URL", "Store", "fill", "open_store", "postgres_problem", "vacuum"]
 
 POSTGRES_URL = os.environ.get("DURABLY_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+SYNCHRONOUS = "-c synchronous_commit=on"
+LEASE = timedelta(minutes=5)  # of a fill's claims
 
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    name: str  # sqlite | postgres: the targets' key, the results file's name
+    name: str  # sqlite | postgres: the targets' key
     label: str  # in the tables: the name, and the faster durability mode if asked
     fresh: Callable[[str], AbstractContextManager[str]]  # runner -> the URL of an empty store
     commit_floor: Callable[[int], float]  # seconds for n single-row commits, one at a time
@@ -40,42 +46,29 @@ class Store:
 
 def open_store(name: str, server: str, *, runner_processes: bool, fast: bool) -> Store:
     """The store `name` (sqlite | postgres), for durably in this process or for runner
-    processes (which set the durability, the faster mode if `fast`, themselves)."""
+    processes (which set the durability, the faster one if `fast`, themselves)."""
+
+    @contextmanager
+    def fresh(runner: str) -> Iterator[str]:
+        with fresh_file(runner) if name == "sqlite" else fresh_database(server) as url:
+            yield url if runner_processes else durable(url)
+
     if name == "sqlite":
         label = "sqlite (synchronous=NORMAL)" if fast else "sqlite"
-        fresh = fresh_sqlite_file if runner_processes else lambda _: fresh_sqlite()
         return Store(name, label, fresh, sqlite_floor, lambda: sqlite_settings(fast))
     label = "postgres (synchronous_commit=off)" if fast else "postgres"
-    return Store(
-        name,
-        label,
-        (lambda _: fresh_database(server)) if runner_processes else lambda _: fresh_schema(server),
-        lambda commits: postgres_floor(server, commits),
-        lambda: postgres_settings(server, fast),
-    )
-
-
-# -- SQLite --------------------------------------------------------------------------------
+    floor = functools.partial(postgres_floor, server)
+    return Store(name, label, fresh, floor, lambda: postgres_settings(server, fast))
 
 
 @contextmanager
-def fresh_sqlite() -> Iterator[str]:
+def fresh_file(runner: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="durably-bench-") as tmp:
-        yield f"sqlite:///{tmp}/bench.db?synchronous=FULL"
-
-
-@contextmanager
-def fresh_sqlite_file(runner: str) -> Iterator[str]:
-    """A file name in a new temp dir; the runner opens it with the durability it is asked."""
-    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
         yield f"sqlite:///{tmp}/{runner}.db"  # tmp is absolute: sqlite:////tmp/...
 
 
 def sqlite_floor(commits: int) -> float:
-    with (
-        tempfile.TemporaryDirectory(prefix="durably-bench-") as tmp,
-        closing(sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)) as db,
-    ):
+    with fresh_file("floor") as url, closing(sqlite3.connect(url[10:], isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = FULL")
         db.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
@@ -88,21 +81,21 @@ def sqlite_floor(commits: int) -> float:
 
 
 def sqlite_settings(fast: bool) -> dict[str, Any]:
-    with fresh_sqlite() as url:
+    with fresh_file("settings") as url:
         app = durably.App(url)
-        path = app.store.url.removeprefix("sqlite:///")  # opening the store creates the file
-        with closing(sqlite3.connect(path)) as db:
+        app.store.close()  # opening the store creates the file
+        with closing(sqlite3.connect(url[10:])) as db:
             journal_mode = db.execute("PRAGMA journal_mode").fetchone()[0]  # kept in the file
-        app.close()
+    proc = Path("/proc/mounts")
+    mounts = [line.split()[1:3] for line in proc.read_text().splitlines()] if proc.exists() else []
+    here = os.path.realpath(tempfile.gettempdir()) + "/"
+    inside = [(point, kind) for point, kind in mounts if here.startswith(point.rstrip("/") + "/")]
     return {
         "journal_mode": journal_mode,
         "synchronous": "NORMAL" if fast else "FULL",
         "sqlite_version": sqlite3.sqlite_version,
-        "filesystem": filesystem_of(tempfile.gettempdir()),
+        "filesystem": max(inside, key=lambda m: len(m[0]))[1] if inside else "?",  # ext4, tmpfs
     }
-
-
-# -- PostgreSQL ----------------------------------------------------------------------------
 
 
 def postgres_problem(url: str) -> str | None:
@@ -114,24 +107,6 @@ def postgres_problem(url: str) -> str | None:
             return None
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}".strip()
-
-
-@contextmanager
-def fresh_schema(url: str) -> Iterator[str]:
-    """The URL of a new schema on the server (synchronous_commit=on), dropped afterwards."""
-    import psycopg
-    from psycopg import sql
-
-    schema = f"durably_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as db:
-        db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    try:
-        separator = "&" if "?" in url else "?"
-        options = f"-csearch_path%3D{schema}%20-csynchronous_commit%3Don"
-        yield f"{url}{separator}options={options}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as db:
-            db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @contextmanager
@@ -149,18 +124,20 @@ def fresh_database(server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server, autocommit=True) as db:
             made = db.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{name}%",)
-            ).fetchall()
-            for (database,) in made:
-                db.execute(
-                    sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database))
-                )
+                "SELECT datname FROM pg_database WHERE datname LIKE %s", (name + "%",)
+            )
+            for (database,) in made.fetchall():
+                drop = sql.SQL("DROP DATABASE {} WITH (FORCE)")
+                db.execute(drop.format(sql.Identifier(database)))
 
 
-def postgres_floor(url: str, commits: int) -> float:
+def postgres_floor(server: str, commits: int) -> float:
     import psycopg
 
-    with fresh_schema(url) as schema_url, psycopg.connect(schema_url, autocommit=True) as db:
+    with (
+        fresh_database(server) as url,
+        psycopg.connect(url, autocommit=True, options=SYNCHRONOUS) as db,
+    ):
         db.execute("CREATE TABLE floor (id integer PRIMARY KEY, data text NOT NULL)")
         began = time.perf_counter()
         for i in range(commits):  # autocommit: one round trip, one WAL flush each
@@ -168,13 +145,66 @@ def postgres_floor(url: str, commits: int) -> float:
         return time.perf_counter() - began
 
 
-def postgres_settings(url: str, fast: bool) -> dict[str, Any]:
+def postgres_settings(server: str, fast: bool) -> dict[str, Any]:
     import psycopg
 
     from durably.stores.postgres.store import redact
 
     names = ["server_version", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay"]
-    with fresh_schema(url) as schema_url, psycopg.connect(schema_url) as db:
-        rows = {name: db.execute(f"SHOW {name}").fetchone() for name in names}
-    settings = {"url": redact(url), **{name: row and row[0] for name, row in rows.items()}}
-    return {**settings, "synchronous_commit": "off"} if fast else settings
+    with psycopg.connect(server, options=SYNCHRONOUS) as db:
+        settings = {name: (db.execute(f"SHOW {name}").fetchone() or [None])[0] for name in names}
+    return {"url": redact(server), **settings} | ({"synchronous_commit": "off"} if fast else {})
+
+
+def fill(
+    store: DurablyStore,
+    workflow: str,
+    count: int,
+    *,
+    at: datetime,
+    ended: bool = False,
+    later: timedelta | None = None,
+    priority: Callable[[int], int] = lambda n: 0,
+) -> None:
+    """`count` runs of `workflow` started at `at`: pending and due then; or handed back by a
+    worker then, due `later`; or, if `ended`, completed then after three steps (9 events)."""
+    for first in range(0, count, 1_000):
+        runs = [
+            NewRun(new_run_id(), workflow, "[]", priority=priority(n))
+            for n in range(min(1_000, count - first))
+        ]
+        store.create_runs(runs, now=at)
+        if ended or later is not None:
+            claims = store.claim("filler", [workflow], now=at, lease=LEASE, limit=len(runs))
+            due = at + (later or LEASE)
+            store.commit(
+                [completed(c, at) if ended else handed_back(c, due) for c in claims], now=at
+            )
+
+
+def handed_back(claim: Claim, due: datetime) -> Checkpoint:
+    """A claimed run handed back, pending, due then (a run that sleeps)."""
+    return Checkpoint(claim.run_id, claim.epoch, (), durably.RunStatus.PENDING, available_at=due)
+
+
+def completed(claim: Claim, at: datetime) -> Checkpoint:
+    """A claimed run's checkpoint: three steps started and completed, and its end."""
+    seq, events = claim.events[-1].seq, []
+    for n in range(3):
+        events.append(Event(seq + 1 + 2 * n, EventKind.STEP_STARTED, at, n, f"step_{n}", 1))
+        events.append(Event(seq + 2 + 2 * n, EventKind.STEP_COMPLETED, at, n, f"step_{n}", 1, "1"))
+    events.append(Event(seq + 7, EventKind.RUN_COMPLETED, at))
+    return Checkpoint(
+        claim.run_id, claim.epoch, tuple(events), durably.RunStatus.COMPLETED, result="1"
+    )
+
+
+def vacuum(url: str) -> None:
+    """VACUUM ANALYZE a PostgreSQL store after a fill, as autovacuum would do within minutes
+    (until then the planner knows nothing of the rows, and indexes hold dead versions that
+    every claim steps over). SQLite gets nothing: durably never runs ANALYZE."""
+    if url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(url.split("?")[0], autocommit=True) as db:
+            db.execute("VACUUM ANALYZE durably_runs, durably_events")

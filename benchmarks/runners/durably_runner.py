@@ -1,30 +1,19 @@
-"""The durably runner: the comparison's workloads written as a durably user would write them.
+"""durably as every benchmark drives it: the runner `InProcess` (durably in the harness's own
+process), the workflows its measurements run (chains of trivial steps, the queue hop, the long
+chain a crash cuts), the check that they ran, a worker serving in a thread, and the runner
+process's commands (benchmarks.runners.protocol), each as a durably user writes it:
 
-    python -m benchmarks.runners.durably_runner <command> --url URL [options]
+    python -m benchmarks.runners.durably_runner COMMAND --url URL [--NAME VALUE]... [--fast]
 
-The commands, their options and the JSON line each prints are the runner protocol
-(benchmarks/runners/__init__.py). How durably does each:
-
-    throughput        app.start of every run (timed on its own: start_seconds), then
-                      app.run_until_idle(concurrency=C); every result is checked
-    w3-work           app.start of every run, then a worker named "w3-worker" (concurrency
-                      32) until SIGKILL
-    w3-recover        a new worker under the same name, in a thread of this process, until
-                      the store has no run left pending or running
-    queue-hop         in-process: a worker serving in a thread of this process;
-                      cross-process: a worker in a child process (`serve`, below); the
-                      client here calls app.start and waits on the run's handle
-    queue-throughput  a worker serving in a thread; app.start from the main thread; the
-                      last completion is when the worker has ended N runs
-    cold-start        import durably, App(url), register a workflow, open (migrate) the store
-    serve             (not in the protocol) the child of queue-hop's cross-process mode:
-                      prints "ready" once the store is open, then worker.run() until SIGTERM
-
-Stores: SQLite with synchronous=FULL (NORMAL with --fast); PostgreSQL with
-synchronous_commit=on (off with --fast), set per connection.
-
-The clock of cold-start and W3's ready time starts before this module imports anything, and
-durably is imported inside the commands, so that both include importing it.
+throughput starts every run (app.start) and times app.run_until_idle apart; w3-work starts
+every run, then a worker named "w3-worker" runs them until SIGKILL, and w3-recover starts a
+worker under that name in a thread; queue-hop and queue-throughput call app.start here, the
+worker serving in a thread (in-process) or as a `durably worker` process (cross-process);
+roundtrip waits on app.start(...).result() here, the worker a `durably worker` process polling
+once a minute, so that only its wake-ups move a run; starts (durably's own) times --workflows
+starts on an empty store by --mode loop (app.start), batch (start_many of 100) or threads (8
+calling app.start). The clock of cold-start and of W3's ready time starts before anything is
+imported.
 """
 
 # ruff: noqa: E402  (the clock starts before the imports)
@@ -33,302 +22,363 @@ from __future__ import annotations
 
 import time
 
-LOADED = time.perf_counter()  # before anything is imported: cold start and W3 count from here
+LOADED = time.perf_counter()
 
-import argparse
+import asyncio
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.runners.protocol import BenchmarkError, emit, parse_command
+import durably
+from benchmarks.runners import effects
+from benchmarks.runners.protocol import (
+    BenchmarkError,
+    Fresh,
+    Load,
+    Timing,
+    durable,
+    emit,
+    parse_command,
+)
 
 if TYPE_CHECKING:
-    import durably
-    from benchmarks.runners.inprocess import BackgroundWorker
+    from benchmarks.plan import Trial
 
-__all__ = ["main"]
+__all__ = ["STOP_AT", "BackgroundWorker", "InProcess", "add_hop", "add_long_chain", "chain_app"]
 
-MODULE = "benchmarks.runners.durably_runner"
-W3_WORKER = "w3-worker"  # W3's worker keeps its name across the SIGKILL and the restart
-RESULT_WAIT = "60s"  # how long a finished run's handle may take to answer
-RECOVERY_LIMIT = 600.0  # seconds w3-recover waits for the runs to end before reporting
+STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the long_chain step input that kills a worker process
+Figures = dict[str, Any]
 
 
-# -- stores --------------------------------------------------------------------------------
+class InProcess:
+    """durably run by the harness's own interpreter: every run started first (app.start),
+    then app.run_until_idle runs them; the Timing tells the two apart."""
+
+    name = "durably"
+    missing: str | None = None
+
+    def warm_up(self, fresh: Fresh) -> None:
+        """One tiny run, so that imports and type adapters are not timed."""
+        with fresh() as url:
+            run_chain(url, Load(4, 2, concurrency=2))
+
+    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+        return run_chain(url, load)
 
 
-def store_url(url: str, *, fast: bool) -> str:
-    """The harness's URL with the durability the protocol asks for, set per connection."""
-    separator = "&" if "?" in url else "?"
-    if url.startswith("sqlite:"):
-        return f"{url}{separator}synchronous={'NORMAL' if fast else 'FULL'}"
-    return f"{url}{separator}synchronous_commit={'off' if fast else 'on'}"
-
-
-def open_app(url: str) -> durably.App:
-    import durably
-
-    return durably.App(url)
-
-
-def ready(app: durably.App) -> None:
-    """Open the store now (connect, migrate), so that no timed part pays for it."""
-    app.store  # noqa: B018 (opening is the point)
-
-
-def wait_until(done: Callable[[], bool], limit: float, pause: float) -> bool:
-    """Poll `done` every `pause` seconds for at most `limit` seconds; whether it came true."""
-    deadline = time.monotonic() + limit
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-    return True
-
-
-def completed_runs(app: durably.App, expected: int) -> int:
-    import durably
-
-    return len(app.runs(status=durably.RunStatus.COMPLETED, limit=expected + 1))
-
-
-def check_results(
-    app: durably.App, handles: list[durably.RunHandle], expect: Callable[[int], Any]
-) -> None:
-    """Every run completed with the value `expect(i)`, and the store agrees on the count."""
-    for i, handle in enumerate(handles):
-        if (result := handle.result(timeout=RESULT_WAIT)) != expect(i):
-            raise BenchmarkError(f"run {i} ({handle.id}) returned {result!r}, not {expect(i)!r}")
-    if (completed := completed_runs(app, len(handles))) != len(handles):
-        raise BenchmarkError(f"{completed} runs are completed in the store, not {len(handles)}")
-
-
-# -- throughput ----------------------------------------------------------------------------
-
-
-def throughput(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.runners.inprocess import chain_app
-
-    app, chain = chain_app(args.store, args.steps)
+def run_chain(url: str, load: Load, setup: Callable[[durably.App], object] | None = None) -> Timing:
+    """Start every run of `load` on a fresh app (`setup` first, untimed), then run them all
+    (app.run_until_idle)."""
+    app, chain = chain_app(url, load.steps)
     try:
-        ready(app)
+        if setup is not None:
+            setup(app)
         began = time.perf_counter()
-        handles = [app.start(chain, i) for i in range(args.workflows)]
+        handles = [app.start(chain, i) for i in range(load.workflows)]
         started = time.perf_counter()
-        finished = app.run_until_idle(concurrency=args.concurrency)
+        finished = app.run_until_idle(concurrency=load.concurrency)
         ended = time.perf_counter()
-        if finished != args.workflows:
-            raise BenchmarkError(f"run_until_idle ended {finished} runs, not {args.workflows}")
-        check_results(app, handles, lambda i: i + args.steps)
+        check_completed(app, handles, load, finished)
     finally:
         app.close()
-    return {
-        "start_seconds": started - began,
-        "total_seconds": ended - began,
-        "completed": args.workflows,
-    }
+    return Timing(start_seconds=started - began, total_seconds=ended - began)
 
 
-# -- W3: a worker killed mid-flight, and its successor --------------------------------------
+def chain_app(url: str | None, steps: int) -> tuple[durably.App, durably.Workflow]:
+    """A fresh app (on $DURABLY_STORE if `url` is None) with one workflow, chain_<steps>(x):
+    `steps` trivial steps in a row, each adding one."""
+    app = durably.App(url)
+
+    @app.step
+    async def add_one(x: int) -> int:
+        return x + 1
+
+    @app.workflow(name=f"chain_{steps}")
+    async def chain(x: int) -> int:
+        for _ in range(steps):
+            x = await add_one(x)
+        return x
+
+    return app, chain
 
 
-def w3_app(args: argparse.Namespace) -> tuple[durably.App, durably.Workflow]:
+def check_completed(
+    app: durably.App, handles: Sequence[durably.RunHandle], load: Load, finished: int
+) -> None:
+    """The worker ended every run of `load` (run i started with i), and they are the runs that
+    completed last, the first and last with i + steps."""
+    completed = app.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows)
+    if finished != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
+        raise BenchmarkError(f"{load}: {finished} runs ended, not all of them completed")
+    for i in (0, len(handles) - 1):
+        if (result := handles[i].result(timeout="1s")) != i + load.steps:
+            raise BenchmarkError(f"{load}: run {i} returned {result}, not {i + load.steps}")
+
+
+def add_hop(app: durably.App) -> durably.Workflow:
+    """Register hop(t0): one step, which returns how long ago (time.time()) t0 was."""
+
+    @app.step
+    async def since(t0: float) -> float:
+        return time.time() - t0
+
+    @app.workflow(name="hop")
+    async def hop(t0: float) -> float:
+        elapsed: float = await since(t0)
+        return elapsed
+
+    return hop
+
+
+def time_hops(app: durably.App, hop: durably.Workflow, count: int, idle: float) -> list[float]:
+    """Milliseconds from app.start to the body of the run's first step, one run at a time,
+    each after the worker has idled `idle` seconds; one hop first, untimed, once it serves."""
+    hops: list[float] = []
+    for i in range(-1, count):
+        elapsed = app.start(hop, time.time()).result(timeout="60s")
+        if not isinstance(elapsed, float) or not 0 <= elapsed < 60:
+            raise BenchmarkError(f"a hop returned {elapsed!r}, not the seconds since its start")
+        hops += [1000 * elapsed] if i >= 0 else []
+        time.sleep(idle)  # the worker goes back to waiting for work
+    return hops
+
+
+def add_long_chain(
+    app: durably.App, stop_at: int | None, on_stop: Callable[[], None]
+) -> durably.Workflow:
+    """Register long_chain(x, steps): `steps` trivial steps, each adding one; the step given
+    x == stop_at calls on_stop() first."""
+
+    @app.step
+    async def add_one_or_stop(x: int) -> int:
+        if x == stop_at:
+            on_stop()
+        return x + 1
+
+    @app.workflow(name="long_chain")
+    async def long_chain(x: int, steps: int) -> int:
+        for _ in range(steps):
+            x = await add_one_or_stop(x)
+        return x
+
+    return long_chain
+
+
+class BackgroundWorker:
+    """A worker serving in a thread of this process (asyncio.run(worker.serve())) for the
+    length of a `with` block; a worker that dies is a BenchmarkError."""
+
+    def __init__(self, worker: durably.Worker) -> None:
+        self.worker = worker
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._serving = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._serving.set()
+            await self.worker.serve()
+
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:  # reported by check(), in the caller's thread
+            self.error = exc
+            self._serving.set()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise BenchmarkError(f"the worker died: {self.error!r}") from self.error
+
+    def __enter__(self) -> BackgroundWorker:
+        self._thread.start()
+        self._serving.wait()
+        self.check()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.worker.stop)
+        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            raise BenchmarkError("the worker did not stop within 30 s of worker.stop()")
+        self.check()
+
+
+# -- the runner process's commands ---------------------------------------------------------
+
+
+def wait_until(done: Callable[[], bool], pause: float, limit: float = 600.0) -> bool:
+    """Whether `done()` came true within `limit` seconds, asked every `pause` seconds."""
+    deadline = time.monotonic() + limit
+    while not done() and time.monotonic() < deadline:
+        time.sleep(pause)
+    return done()
+
+
+@contextmanager
+def serving(app: durably.App, url: str, mode: str, *options: str) -> Iterator[durably.Worker]:
+    """A worker for `app` (concurrency 32): in a thread here, or `durably worker OPTIONS` in a
+    child process; the store opened and migrated first."""
+    from benchmarks.runners.processes import wait_ready, workers
+
+    app.store  # noqa: B018 (opening is the point)
+    worker = app.worker(concurrency=32)
+    if mode == "in-process":
+        with BackgroundWorker(worker):
+            yield worker
+        return
+    with workers(url, 1, *options) as started:
+        wait_ready(started)
+        yield worker  # not serving: the child process is
+
+
+def throughput(args: SimpleNamespace) -> Figures:
+    load = Load(args.workflows, args.steps, args.concurrency)
+    timing = run_chain(args.store, load, setup=lambda app: app.store)  # opened before timing
+    total, start = timing.total_seconds, timing.start_seconds
+    return {"start_seconds": start, "total_seconds": total, "completed": args.workflows}
+
+
+def w3_app(args: SimpleNamespace) -> durably.App:
     """W3's workflow: `steps` steps, each sleeping, then applying its keyed side effect."""
-    import asyncio
-
-    from benchmarks.runners import effects
-
-    app = open_app(args.store)
-    pause, sink, steps = args.sleep_ms / 1000, args.effects, args.steps
+    app = durably.App(args.store)
 
     @app.step
     async def touch(workflow_index: int, step_index: int) -> None:
-        await asyncio.sleep(pause)
-        effects.apply(sink, f"{workflow_index}:{step_index}")
+        await asyncio.sleep(args.sleep_ms / 1000)
+        effects.apply(args.effects, f"{workflow_index}:{step_index}")
 
     @app.workflow(name="w3")
     async def w3(workflow_index: int) -> int:
-        for step_index in range(steps):
+        for step_index in range(args.steps):
             await touch(workflow_index, step_index)
         return workflow_index
 
-    return app, w3
+    return app
 
 
-def w3_work(args: argparse.Namespace) -> None:
-    app, w3 = w3_app(args)
+def w3_work(args: SimpleNamespace) -> None:
+    app = w3_app(args)
     for i in range(args.workflows):
-        app.start(w3, i)
+        app.start("w3", i)
     emit({"started": args.workflows})
-    app.worker(concurrency=args.concurrency, name=W3_WORKER).run()  # until SIGKILL
+    app.worker(concurrency=args.concurrency, name="w3-worker").run()  # until SIGKILL
     raise BenchmarkError("the worker stopped before it was killed")
 
 
-def w3_recover(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.runners.inprocess import BackgroundWorker
-
-    app, _ = w3_app(args)
-    ready(app)
+def w3_recover(args: SimpleNamespace) -> Figures:
+    app = w3_app(args)
+    app.store  # noqa: B018 (open it: ready)
     ready_seconds = time.perf_counter() - LOADED
-    worker = app.worker(concurrency=args.concurrency, name=W3_WORKER)
-    with BackgroundWorker(worker) as background:
-        ended = wait_until(lambda: nothing_left(app, background), RECOVERY_LIMIT, pause=0.01)
-        recovered_seconds = time.perf_counter() - LOADED
-    completed = completed_runs(app, args.workflows)
-    if not ended:
-        progress(f"w3-recover: runs still pending or running after {RECOVERY_LIMIT:g} s")
+    left = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)
+    with BackgroundWorker(app.worker(concurrency=args.concurrency, name="w3-worker")) as serving:
+
+        def nothing_left() -> bool:
+            serving.check()
+            return not any(app.runs(status=status, limit=1) for status in left)
+
+        wait_until(nothing_left, pause=0.01)  # a run left after that is a run lost
+    done = app.runs(status=durably.RunStatus.COMPLETED, limit=args.workflows + 1)
     app.close()
-    return {
-        "ready_seconds": ready_seconds,
-        "completed": completed,
-        "recovered_seconds": recovered_seconds,
-    }
+    return {"ready_seconds": ready_seconds, "completed": len(done)}
 
 
-def nothing_left(app: durably.App, background: BackgroundWorker) -> bool:
-    """No run is waiting to be claimed or held by a worker (dead or alive)."""
-    import durably
-
-    background.check()
-    return not any(
-        app.runs(status=status, limit=1)
-        for status in (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)
-    )
-
-
-# -- the queue -----------------------------------------------------------------------------
-
-
-def hop_app(url: str) -> tuple[durably.App, durably.Workflow]:
-    """A workflow whose first step returns how long ago the client started it."""
-    from benchmarks.runners.inprocess import add_hop
-
-    app = open_app(url)
-    return app, add_hop(app)
-
-
-def queue_hop(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.runners.inprocess import time_hops
-
-    app, hop = hop_app(args.store)
-    ready(app)
-    serving = in_process_worker(app) if args.mode == "in-process" else child_worker(args)
-    with serving:
+def queue_hop(args: SimpleNamespace) -> Figures:
+    app = durably.App(args.store)
+    hop = add_hop(app)
+    with serving(app, args.store, args.mode):
         hops = time_hops(app, hop, args.hops, idle=0.05)
     app.close()
     return {"hop_ms": hops}
 
 
-@contextmanager
-def in_process_worker(app: durably.App) -> Iterator[None]:
-    from benchmarks.runners.inprocess import BackgroundWorker
-
-    with BackgroundWorker(app.worker()):
-        yield
-
-
-@contextmanager
-def child_worker(args: argparse.Namespace) -> Iterator[None]:
-    """A worker in a child process (`serve`), stopped with SIGTERM afterwards."""
-    import subprocess
-
-    argv = [sys.executable, "-m", MODULE, "serve", "--url", args.url]
-    argv += ["--fast"] if args.fast else []
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)  # stderr: this one's
-    try:
-        assert child.stdout is not None
-        if (line := child.stdout.readline().strip()) != "ready":
-            raise BenchmarkError(f"the worker process said {line!r}, not 'ready' (see its stderr)")
-        yield
-    finally:
-        child.terminate()
-        try:
-            code = child.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            raise BenchmarkError("the worker process did not stop within 60 s of SIGTERM") from None
-    if code != 0:
-        raise BenchmarkError(f"the worker process exited with {code} on SIGTERM")
-
-
-def serve(args: argparse.Namespace) -> None:
-    app, _ = hop_app(args.store)
-    ready(app)
-    print("ready", flush=True)
-    app.worker(concurrency=args.concurrency).run()
-    app.close()
-
-
-def queue_throughput(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.runners.inprocess import BackgroundWorker, chain_app
-
+def queue_throughput(args: SimpleNamespace) -> Figures:
     app, one_step = chain_app(args.store, 1)
-    ready(app)
-    worker = app.worker(concurrency=args.concurrency)
-    with BackgroundWorker(worker) as background:
+    with serving(app, args.store, "in-process") as worker:
         began = time.perf_counter()
         handles = [app.start(one_step, i) for i in range(args.workflows)]
-
-        def all_ended() -> bool:
-            background.check()
-            return bool(worker.completed >= args.workflows)
-
-        if not wait_until(all_ended, limit=600, pause=0.001):
+        if not wait_until(lambda: worker.completed >= args.workflows, pause=0.001):
             raise BenchmarkError(f"the worker ended {worker.completed} of {args.workflows} runs")
         ended = time.perf_counter()
-    check_results(app, handles, lambda i: i + 1)
+    check_completed(app, handles, Load(args.workflows, 1), args.workflows)
     app.close()
     return {"total_seconds": ended - began, "completed": args.workflows}
 
 
-# -- cold start ----------------------------------------------------------------------------
-
-
-def cold_start(args: argparse.Namespace) -> dict[str, Any]:
-    app = open_app(args.store)  # imports durably
-
-    @app.workflow
-    async def nothing() -> None:
-        return None
-
-    ready(app)
+def cold_start(args: SimpleNamespace) -> Figures:
+    """durably was imported after LOADED: here, App(url), a workflow, the store opened."""
+    app, _ = chain_app(args.store, 1)
+    app.store  # noqa: B018 (opening is the point)
     ready_seconds = time.perf_counter() - LOADED
     app.close()
     return {"ready_seconds": ready_seconds}
 
 
-# -- the command ---------------------------------------------------------------------------
+def roundtrip(args: SimpleNamespace) -> Figures:
+    client, chain = chain_app(args.store, args.steps)
+    totals: list[float] = []
+    heard: list[float] = []
+    with serving(client, args.store, "cross-process", "--poll", "60s", "--concurrency", "4"):
+        for n in range(-args.warm_up, args.workflows):  # connections, caches, the listener
+            began = time.perf_counter()
+            handle = client.start(chain, n)
+            if (result := handle.result(timeout="60s")) != n + args.steps:
+                raise BenchmarkError(f"run {n} returned {result!r}, not {n + args.steps}")
+            ended, wall = time.perf_counter(), time.time()
+            if n >= 0:  # the run's last commit is stamped with the worker's clock before it
+                totals.append(1000 * (ended - began))
+                heard.append(1000 * (wall - client.get_run(handle.id).updated_at.timestamp()))
+    client.close()
+    return {"roundtrip_ms": totals, "heard_after_end_ms": heard, "worker_poll_seconds": 60}
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], dict[str, Any] | None]] = {
+def starts(args: SimpleNamespace) -> Figures:
+    client, chain = chain_app(args.store, 3)
+    client.start(chain, -1)  # the store opened and migrated before the clock starts
+    count, every = args.workflows, 8 if args.mode == "threads" else 1
+
+    def starter(first: int) -> None:
+        for n in range(first, count, every):
+            client.start(chain, n)
+
+    threads = [threading.Thread(target=starter, args=(i,)) for i in range(every)]
+    began = time.perf_counter()
+    if args.mode == "batch":
+        for first in range(0, count, 100):
+            batch = range(first, min(count, first + 100))
+            client.start_many([durably.Start(chain, (n,)) for n in batch])
+    else:  # a loop: one thread alone
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    elapsed = time.perf_counter() - began
+    if (found := len(client.runs(limit=count + 2))) != count + 1:
+        raise BenchmarkError(f"{found} runs in the store, not {count + 1}")
+    client.close()
+    return {"starts_per_s": count / elapsed}
+
+
+COMMANDS: dict[str, Callable[[SimpleNamespace], Figures | None]] = {
     "throughput": throughput,
     "w3-work": w3_work,
     "w3-recover": w3_recover,
     "queue-hop": queue_hop,
     "queue-throughput": queue_throughput,
     "cold-start": cold_start,
-    "serve": serve,
+    "roundtrip": roundtrip,
+    "starts": starts,
 }
 
-
-def progress(message: str) -> None:
-    print(f"durably runner: {message}", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_command(f"python -m {MODULE}", argv, commands={"serve": {"concurrency": 32}})
-    args.store = store_url(args.url, fast=args.fast)
-    try:
-        figures = COMMANDS[args.command](args)
-    except BenchmarkError as exc:
-        progress(f"{args.command}: {exc}")
-        return 1
-    if figures is not None:
-        emit(figures)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    command, args = parse_command(sys.argv[1:])
+    args.store = durable(args.url, fast=args.fast)
+    try:
+        emit(COMMANDS[command](args) or {})
+    except BenchmarkError as exc:
+        sys.exit(f"durably runner: {command}: {exc}")

@@ -1,7 +1,6 @@
-"""The W3 side-effect sink: a SQLite file outside every engine's store, shared by processes.
-
-`apply` records one application of a keyed effect. A key seen twice is a duplicate: the
-effect would have happened twice in the world (a card charged twice).
+"""W3's side-effect sink: a SQLite file outside every engine's store, shared by processes.
+`apply` records one application of a keyed effect; a key seen twice is a duplicate (the
+effect happened twice in the world: a card charged twice).
 """
 
 from __future__ import annotations
@@ -21,18 +20,14 @@ def create(path: str | Path) -> None:
         db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT NOT NULL)")
 
 
-def _connection(path: str) -> sqlite3.Connection:
-    db: sqlite3.Connection | None = getattr(_local, "db", None)
-    if db is None or getattr(_local, "path", None) != path:
-        db = sqlite3.connect(path, isolation_level=None, timeout=30)
-        db.execute("PRAGMA synchronous = NORMAL")
-        _local.db, _local.path = db, path
-    return db
-
-
 def apply(path: str | Path, key: str) -> None:
     """Record one application of the effect named `key` (committed before returning)."""
-    _connection(str(path)).execute("INSERT INTO effects (key) VALUES (?)", (key,))
+    db: sqlite3.Connection | None = getattr(_local, "db", None)
+    if db is None or getattr(_local, "path", None) != str(path):
+        db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        db.execute("PRAGMA synchronous = NORMAL")
+        _local.db, _local.path = db, str(path)
+    db.execute("INSERT INTO effects (key) VALUES (?)", (key,))
 
 
 def applied(path: str | Path) -> int:

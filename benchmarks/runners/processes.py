@@ -1,7 +1,7 @@
-"""Engines in processes of their own: the runner adapter `ProcessRunner` runs an engine's
-runner module in a fresh process per measurement (engines never share an interpreter: DBOS is
-a process-wide singleton), and `Child` is a process read while it runs (a runner, or a
-`durably worker`).
+"""Engines in processes of their own: `ProcessRunner` runs an engine's runner module in a
+fresh process per measurement (engines never share an interpreter: DBOS is a process-wide
+singleton); a `Child` is a process read while it runs: a runner, or a `durably worker` of
+benchmarks.worker_app (`durably_worker`, and `workers`, which stops them at the end).
 """
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,30 +23,31 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.runners.protocol import BenchmarkError, Fresh, Load, Timing
 
 if TYPE_CHECKING:
-    from benchmarks.runners.protocol import Recorder
+    from benchmarks.plan import Trial
 
-__all__ = ["ROOT", "Child", "ProcessRunner"]
+__all__ = ["Child", "ProcessRunner", "durably_worker", "workers"]
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: `-m benchmarks...` works
-RUN_LIMIT = 900.0  # seconds any one runner process may take
-INSTALL_HINT = "pip install -e '.[bench]'"
+LIMIT = 900.0  # seconds any one process may take
 
 
 class ProcessRunner:
     """An engine driven through its runner module, benchmarks/runners/<engine>_runner.py, one
-    measurement per process, under the protocol of benchmarks/runners/__init__.py."""
+    measurement per process (benchmarks.runners.protocol); `options` go to every command."""
 
-    def __init__(self, name: str, *, fast: bool) -> None:
-        self.name, self.fast = name, fast
+    def __init__(self, name: str, *, fast: bool, options: Mapping[str, object]) -> None:
+        self.name, self.fast, self.options = name, fast, options
         self.module = f"benchmarks.runners.{name}_runner"
-        self.version, self.missing = _probe(name, self.module)
+        found = importlib.util.find_spec(name) is not None
+        self.missing = None if found else "not installed (pip install -e '.[bench]')"
+        self.version = next((d.version for d in metadata.distributions(name=name)), None)
 
     def describe(self) -> dict[str, Any]:
         return {"version": self.version, "runner": self.module, "missing": self.missing}
 
     def argv(self, command: str, url: str, options: Mapping[str, object]) -> list[str]:
         argv = [sys.executable, "-m", self.module, command, "--url", url]
-        for name, value in options.items():
+        for name, value in {**options, **self.options}.items():
             argv += [f"--{name}", str(value)]
         return argv + (["--fast"] if self.fast else [])
 
@@ -52,46 +55,33 @@ class ProcessRunner:
         """One cold start, not recorded: bytecode compiled, files in the page cache."""
         with fresh() as url:
             argv = self.argv("cold-start", url, {})
-            subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=RUN_LIMIT)
+            subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=LIMIT)
 
-    def throughput(self, trial: Recorder, url: str, load: Load) -> Timing:
+    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
         options = {"workflows": load.workflows, "steps": load.steps}
         output = self.run(trial, "throughput", url, **options, concurrency=load.concurrency)
         if output.get("completed") != load.workflows:
             raise BenchmarkError(f"completed: {output}", [self.module, "throughput"])
         return Timing(output["start_seconds"], output["total_seconds"])
 
-    def run(self, trial: Recorder, command: str, url: str, **options: object) -> dict[str, Any]:
+    def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:
         """Run one command to its end; its JSON line, recorded in the trial."""
         argv = self.argv(command, url, options)
         try:
-            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=RUN_LIMIT)
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=LIMIT)
         except subprocess.TimeoutExpired as exc:
             stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
-            raise BenchmarkError(f"still running after {RUN_LIMIT:g} s", argv, stderr) from None
-        if done.returncode != 0:
-            raise BenchmarkError(f"exited with {done.returncode}", argv, done.stderr)
+            raise BenchmarkError(f"still running after {LIMIT:g} s", argv, stderr) from None
         lines = done.stdout.strip().splitlines()
-        if (output := _json_object(lines[-1]) if lines else None) is None:
-            raise BenchmarkError("its last stdout line is not a JSON object", argv, done.stderr)
-        return trial.record(self.name, command, options, output)
+        if done.returncode != 0 or (output := _json_object(lines[-1] if lines else "")) is None:
+            why = f"exited with {done.returncode}, its last stdout line no JSON object"
+            raise BenchmarkError(why, argv, done.stderr)
+        trial.record(command, options, output)
+        return output
 
     def spawn(self, command: str, url: str, options: Mapping[str, object]) -> Child:
         """A command left running, to be read as it goes (and killed)."""
         return Child(self.argv(command, url, options))
-
-
-def _probe(name: str, module: str) -> tuple[str | None, str | None]:
-    """The engine's version, and why it cannot run here (None if it can)."""
-    if importlib.util.find_spec(name) is None:
-        return None, f"not installed ({INSTALL_HINT})"
-    try:
-        version: str | None = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        version = None
-    if importlib.util.find_spec(module) is None:
-        return version, f"no runner ({module.replace('.', '/')}.py)"
-    return version, None
 
 
 class Child:
@@ -99,38 +89,31 @@ class Child:
     `ready`, a line that says it has started), its stdout read line by line or dropped."""
 
     def __init__(
-        self,
-        argv: list[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        ready: str | None = None,
-        stdout: bool = True,
+        self, argv: list[str], *, env: Mapping[str, str] = {}, ready: str = "", stdout: bool = True
     ) -> None:
         self.argv, self._ready = argv, ready
-        self.ready_at: float | None = None  # perf_counter when it logged `ready`
         self.log: list[str] = []
+        self.ready_at: float | None = None  # perf_counter when it logged `ready`
         self.spawned_at = time.perf_counter()
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,
-            env=None if env is None else {**os.environ, **env},
+            env={**os.environ, **env},
             stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        self._reader = threading.Thread(
-            target=self._read_log, name=f"log-{self.process.pid}", daemon=True
-        )
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
 
     def _read_log(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
-            if self.ready_at is None and self._ready is not None and self._ready in line:
+            if self.ready_at is None and self._ready and self._ready in line:
                 self.ready_at = time.perf_counter()
             self.log.append(line.rstrip())
 
-    def json_line(self, key: str, limit: float) -> dict[str, Any]:
+    def json_line(self, key: str, limit: float = LIMIT) -> dict[str, Any]:
         """The first stdout line that is a JSON object with `key`, within `limit` seconds."""
         assert self.process.stdout is not None
         timer = threading.Timer(limit, self.process.kill)
@@ -141,11 +124,10 @@ class Child:
                     return found
         finally:
             timer.cancel()
-        code = self.process.wait()
-        why = f"exited with {code} before printing {{{key!r}: ...}}"
+        why = f"exited with {self.process.wait()} before printing {{{key!r}: ...}}"
         raise self.failed(f"{why} (killed if still running after {limit:g} s)")
 
-    def wait(self, limit: float) -> int:
+    def wait(self, limit: float = LIMIT) -> int:
         """Its exit code; killed, and a failure, if it runs past `limit` seconds."""
         try:
             return self.process.wait(timeout=limit)
@@ -157,9 +139,6 @@ class Child:
         self.process.kill()  # SIGKILL
         self.process.wait()
 
-    def tail(self) -> str:
-        return " | ".join(self.log[-5:]) or "(nothing logged)"
-
     def failed(self, why: str) -> BenchmarkError:
         self._reader.join(timeout=5)  # the rest of its stderr, if it has ended
         return BenchmarkError(why, self.argv, "\n".join(self.log))
@@ -170,6 +149,45 @@ class Child:
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._reader.join(timeout=5)
+
+
+def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Child:
+    """`durably worker benchmarks.worker_app:app OPTIONS` on the store at `url`, watched for
+    the line it logs once it has opened its store."""
+    argv = [sys.executable, "-m", "durably", "worker", "benchmarks.worker_app:app", *options]
+    return Child(
+        argv, env={"DURABLY_STORE": url, **env}, ready="started (concurrency", stdout=False
+    )
+
+
+@contextmanager
+def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
+    """`count` durably workers on the store at `url`; at the end each is stopped with SIGTERM
+    once it has started (before its handler is in, SIGTERM would kill it), and must exit 0."""
+    started = [durably_worker(url, *options) for _ in range(count)]
+    try:
+        yield started
+        wait_ready(started)
+        for child in started:
+            child.process.send_signal(signal.SIGTERM)
+        for child in started:
+            if (code := child.wait(limit=30)) != 0:
+                raise child.failed(f"exited with {code} on SIGTERM")
+    finally:
+        for child in started:
+            child.close()
+
+
+def wait_ready(children: list[Child]) -> None:
+    """Until every child has logged that it started; one that exits first is a failure."""
+    deadline = time.monotonic() + LIMIT
+    while any(child.ready_at is None for child in children):
+        for child in children:
+            if child.ready_at is None and child.process.poll() is not None:
+                raise child.failed(f"exited with {child.process.returncode} before it started")
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"a worker did not start within {LIMIT:g} s")
+        time.sleep(0.005)
 
 
 def _json_object(line: str) -> dict[str, Any] | None:

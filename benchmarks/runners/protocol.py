@@ -1,49 +1,41 @@
-"""The runner protocol from both ends: how the harness drives an engine (`Runner`, over a
-`Load`, giving a `Timing`), and the command line an engine's runner process takes
-(`parse_command`) and answers on (`emit`), as benchmarks/runners/__init__.py describes it.
+"""The runner protocol from both ends: how the harness drives an engine (a `Runner`, over a
+`Load`, giving a `Timing`), and the command line of an engine's runner module, which makes
+one measurement per process:
 
-Standard library only: a runner process imports this once its cold-start clock runs, and
-anything heavier would be counted as the engine's.
+    python -m benchmarks.runners.<engine>_runner COMMAND --url URL [--NAME VALUE]... [--fast]
+
+URL names an empty store (`sqlite:////abs/dir/engine.db`, or a new PostgreSQL database),
+which the runner keeps in WAL with synchronous=FULL, or synchronous_commit=on (--fast: NORMAL,
+off). It prints progress to stderr and one JSON object, the last line of stdout, and exits
+non-zero, saying why, if the engine did not do the work. The commands (each runner's
+docstring tells how its engine does them): throughput (-> start_seconds, total_seconds,
+completed), w3-work (prints {"started": N}, then works until SIGKILLed), w3-recover
+(-> ready_seconds, completed), queue-hop (-> hop_ms), queue-throughput (-> total_seconds,
+completed), cold-start (-> ready_seconds), roundtrip (-> roundtrip_ms, heard_after_end_ms).
+
+Standard library only: a runner imports this once its cold-start clock runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = [
-    "CONCURRENCY",
-    "BenchmarkError",
-    "Fresh",
-    "Load",
-    "Recorder",
-    "Runner",
-    "Timing",
-    "emit",
-    "parse_command",
-]
+if TYPE_CHECKING:
+    from benchmarks.plan import Trial
 
-
-class Recorder(Protocol):
-    """Where a runner keeps what its processes printed (a benchmark's Trial)."""
-
-    def record(
-        self, engine: str, command: str, options: Mapping[str, object], output: dict[str, Any]
-    ) -> dict[str, Any]: ...
-
+__all__ = ["CONCURRENCY", "BenchmarkError", "Load", "Runner", "Timing", "durable", "emit"]
 
 CONCURRENCY = 32  # runs in flight at once, unless a load says otherwise
-
-Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement: its URL
+Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
 
 
 class BenchmarkError(Exception):
-    """The engine did not do what was measured, or its process failed: no figure may come of it."""
+    """The engine did not do what was measured, or its process failed: no figure comes of it."""
 
     def __init__(self, why: str, argv: Sequence[str] = (), stderr: str = "") -> None:
         super().__init__(why)
@@ -66,27 +58,23 @@ class Load:
     steps: int
     concurrency: int = CONCURRENCY
 
-    def __str__(self) -> str:  # as the tables and the results files name it
+    def __str__(self) -> str:
         return f"{self.workflows:,} wf x {self.steps} steps"
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """How long a runner took over a load."""
-
     start_seconds: float | None  # starting every run; None where the engine cannot tell
     total_seconds: float  # from the first start to the last completion
 
     @property
     def run_seconds(self) -> float:
-        """From every run started to every run ended."""
         return self.total_seconds - (self.start_seconds or 0.0)
 
 
 class Runner(Protocol):
-    """An engine as the harness drives it. Adapters: durably in this process
-    (benchmarks.runners.inprocess.InProcess) and an engine's runner module in processes of
-    its own (benchmarks.runners.processes.ProcessRunner)."""
+    """An engine as the harness drives it: durably in this process (runners.inprocess), or
+    an engine's runner module in processes of its own (runners.processes)."""
 
     name: str  # the engine: durably, dbos
     missing: str | None  # why it cannot run here; None if it can
@@ -94,65 +82,31 @@ class Runner(Protocol):
     def warm_up(self, fresh: Fresh) -> None:
         """Something small and unrecorded first: imports done, files in the page cache."""
 
-    def throughput(self, trial: Recorder, url: str, load: Load) -> Timing:
-        """Start every run of `load` on the empty store at `url` and run them to the end;
-        raise BenchmarkError unless every one returned what it should."""
+    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+        """Start every run of `load` on the empty store at `url` and run them to the end."""
 
 
-# -- the runner process's side -------------------------------------------------------------
-
-COMMANDS: dict[str, dict[str, object]] = {  # the protocol's commands and their defaults
-    "throughput": {},
-    "w3-work": {"workflows": 500, "steps": 10, "sleep_ms": 10, "concurrency": CONCURRENCY},
-    "w3-recover": {"workflows": 500, "steps": 10, "sleep_ms": 10, "concurrency": CONCURRENCY},
-    "queue-hop": {"hops": 30, "mode": "in-process"},
-    "queue-throughput": {"workflows": 1000, "concurrency": CONCURRENCY},
-    "cold-start": {},
-}
-REQUIRED = {
-    "throughput": ("workflows", "steps", "concurrency"),
-    "w3-work": ("effects",),
-    "w3-recover": ("effects",),
-}
-MODES: dict[str, tuple[str, ...]] = {"queue-hop": ("in-process", "cross-process")}
+def durable(url: str, *, fast: bool = False) -> str:
+    """A store's URL with the durability asked for, which durably sets per connection."""
+    separator = "&" if "?" in url else "?"
+    if url.startswith("sqlite:"):
+        return f"{url}{separator}synchronous={'NORMAL' if fast else 'FULL'}"
+    return f"{url}{separator}synchronous_commit={'off' if fast else 'on'}"
 
 
-def parse_command(
-    prog: str,
-    argv: Sequence[str] | None,
-    *,
-    commands: Mapping[str, Mapping[str, object]] | None = None,
-    modes: Mapping[str, tuple[str, ...]] | None = None,
-    more: Callable[[argparse.ArgumentParser], None] | None = None,
-) -> argparse.Namespace:
-    """`<command> --url URL [options]`; a runner adds its own commands and defaults
-    (`commands`), --mode values (`modes`) and options (`more`)."""
-    defaults = {**COMMANDS}
-    for name, own in (commands or {}).items():
-        defaults[name] = {**defaults.get(name, {}), **own}
-    allowed = {**MODES, **(modes or {})}
-    parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("command", choices=sorted(defaults))
-    parser.add_argument("--url", required=True, help="an empty store made for this measurement")
-    parser.add_argument("--fast", action="store_true", help="SQLite NORMAL / PostgreSQL off")
-    for name in ("workflows", "steps", "concurrency", "sleep-ms", "hops"):
-        parser.add_argument(f"--{name}", type=int)
-    parser.add_argument("--effects", help="W3's side-effect sink (a SQLite file)")
-    parser.add_argument("--mode", help=", ".join(f"{c}: {'|'.join(m)}" for c, m in allowed.items()))
-    if more is not None:
-        more(parser)
-    args = parser.parse_args(argv)
-    for name, value in defaults[args.command].items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    for name in REQUIRED.get(args.command, ()):
-        if getattr(args, name) is None:
-            parser.error(f"{args.command} needs --{name.replace('_', '-')}")
-    if (choices := allowed.get(args.command)) and args.mode not in choices:
-        parser.error(f"{args.command}: --mode is one of {', '.join(choices)}")
-    return args
+def parse_command(argv: Sequence[str]) -> tuple[str, SimpleNamespace]:
+    """COMMAND --url URL [--NAME VALUE]... [--fast]: the command, its options (numbers as
+    numbers)."""
+    command, *rest = argv
+    options: dict[str, Any] = {"fast": "--fast" in rest}
+    pairs = [item for item in rest if item != "--fast"]
+    for name, value in zip(pairs[::2], pairs[1::2], strict=True):
+        number = value.lstrip("-").replace(".", "", 1).isdigit()
+        parsed = (float(value) if "." in value else int(value)) if number else value
+        options[name.removeprefix("--").replace("-", "_")] = parsed
+    return command, SimpleNamespace(**options)
 
 
 def emit(figures: Mapping[str, Any]) -> None:
     """The runner's answer: one JSON object, the last line of its stdout."""
-    print(json.dumps(figures), file=sys.stdout, flush=True)
+    print(json.dumps(figures), flush=True)

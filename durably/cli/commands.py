@@ -486,19 +486,19 @@ def demo(orders: int, store_url: str | None) -> None:
 )
 @click.argument("options", nargs=-1, type=click.UNPROCESSED)
 def bench(options: tuple[str, ...]) -> None:
-    """durably beside DBOS Transact on the same workloads (python -m benchmarks.compare).
+    """durably beside DBOS Transact on the same workloads (python -m benchmarks compare).
 
     Runs from a durably source checkout; OPTIONS go to the benchmark (--help lists them).
     """
     sys.path.insert(0, os.getcwd())
     try:
-        compare = importlib.import_module("benchmarks.compare")
+        benchmarks = importlib.import_module("benchmarks.__main__")
     except ImportError as exc:
         raise click.ClickException(
             f"durably bench runs the benchmarks of a durably source checkout ({exc}): run it "
             "from the checkout's root, after pip install -e '.[bench]' for the DBOS side"
         ) from exc
-    sys.exit(compare.main(list(options)))
+    sys.exit(benchmarks.main(["compare", *options]))
 
 
 @cli.command(epilog=PRECEDENCE)

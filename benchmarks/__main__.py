@@ -1,0 +1,90 @@
+"""The benchmarks' one command:
+
+    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite,postgres] [--only W,...]
+    python -m benchmarks --list
+
+runs the benchmarks named, in order (make bench WHAT="core scaling"; durably bench runs
+compare): the table to stdout, progress to stderr, every sample, the machine, the date and the
+durability settings to benchmarks/results/<name>[-fast]-latest.json. Without a reachable
+PostgreSQL server ($DURABLY_BENCH_POSTGRES, or postgresql://postgres@127.0.0.1:5432/test) its
+rows are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+
+from benchmarks.harness import run
+from benchmarks.plan import Asked
+from benchmarks.registry import BENCHES
+from benchmarks.stores import POSTGRES_URL
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        "python -m benchmarks", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("names", nargs="*", metavar="NAME", help=", ".join(BENCHES))
+    parser.add_argument("--list", action="store_true", help="what each benchmark measures")
+    parser.add_argument("--repeat", type=int, help="repetitions of each (default: its own)")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--stores", help="comma-separated: sqlite,postgres (default: both)")
+    parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL server")
+    parser.add_argument("--only", help="comma-separated: the workloads to run (default: all)")
+    parser.add_argument("--engines", help="side by side: comma-separated, durably,dbos")
+    parser.add_argument(
+        "--fast", action="store_true", help="side by side: SQLite NORMAL, PostgreSQL off"
+    )
+    parser.add_argument("--dbos-queue-poll-ms", type=float, help="DBOS's queue poll (default 200)")
+    args = parser.parse_args(argv)
+    if args.list:
+        for bench in BENCHES.values():
+            workloads = ", ".join(w.name for w in bench.workloads)
+            times = "1 repetition" if bench.repeat == 1 else f"{bench.repeat} repetitions"
+            print(f"{bench.name}: {workloads} ({times} by default)")
+            print(textwrap.fill(bench.about, 88, initial_indent="    ", subsequent_indent="    "))
+        return 0
+    listed = {name: split(getattr(args, name)) for name in ("stores", "engines", "only")}
+    known = {
+        "names": BENCHES,
+        "stores": ("sqlite", "postgres"),
+        "engines": ("durably", "dbos"),
+        "only": [w.name for name in args.names if name in BENCHES for w in BENCHES[name].workloads],
+    }
+    for option, choices in known.items():
+        if unknown := set(args.names if option == "names" else listed[option] or ()) - set(choices):
+            parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(choices)})")
+    if not args.names or (args.repeat or 1) < 1:
+        parser.error("name a benchmark (--list lists them); --repeat is at least 1")
+    poll = args.dbos_queue_poll_ms
+    asked = Asked(
+        args.repeat,
+        args.quick,
+        listed["stores"],
+        args.postgres_url,
+        listed["engines"],
+        args.fast,
+        listed["only"],
+        {} if poll is None else {"dbos": {"queue-poll-ms": poll}},
+    )
+    benches = [BENCHES[name] for name in args.names]
+    only = asked.only or [w.name for bench in benches for w in bench.workloads]
+    return max(
+        run(bench, asked) for bench in benches if any(w.name in only for w in bench.workloads)
+    )
+
+
+def split(option: str | None) -> tuple[str, ...] | None:
+    """A comma-separated option's items; None if it was not given."""
+    if option is None:
+        return None
+    return tuple(item.strip() for item in option.split(",") if item.strip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Every benchmark `python -m benchmarks` runs, by name, as data: its workloads at their sizes
+(full, and with --quick), repetitions, engines, durably's targets and derived figures. The
+measures are in benchmarks/workloads/ (chains, engines, scaling, features).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.plan import Bench, Derived, Metric, Workload, at_least, at_most
+from benchmarks.runners.protocol import Load
+from benchmarks.workloads import chains, engines, features, scaling
+from benchmarks.workloads.features import Backlog
+from benchmarks.workloads.scaling import StoreSizes
+
+__all__ = ["BENCHES"]
+
+BOTH = ("sqlite", "postgres")
+CORE_TARGETS = {  # durably's, by figure key and store; in the durable mode only
+    ("step_checkpoint_ms", "sqlite"): at_most(0.30),
+    ("step_checkpoint_ms", "postgres"): at_most(0.70),
+    ("w1_workflows_per_s", "sqlite"): at_least(1_000),
+    ("w1_workflows_per_s", "postgres"): at_least(700),
+    ("w2_steps_per_s", "sqlite"): at_least(10_000),
+    ("w2_steps_per_s", "postgres"): at_least(8_000),
+}
+COMPARE_TARGETS = CORE_TARGETS | {
+    ("workflow_fixed_ms", "sqlite"): at_most(0.4),
+    ("workflow_fixed_ms", "postgres"): at_most(1.0),
+    **{(f"hop_{mode}_ms", "sqlite"): at_most(2) for mode in ("in_process", "cross_process")},
+    **{(f"hop_{mode}_ms", "postgres"): at_most(3) for mode in ("in_process", "cross_process")},
+    **{("w3_recovery_s", store): at_most(2) for store in BOTH},
+    **{("w3_lost_runs", store): at_most(0) for store in BOTH},
+    **{("cold_start_ms", store): at_most(150) for store in BOTH},
+}
+OVER_FLOOR = Derived(
+    Metric("step_over_floor", "per-step checkpoint / floor commit", "x"),
+    ("step_checkpoint_ms", "floor_commit_ms"),
+    lambda step, floor: step / floor,
+)
+BEYOND_COMMITS = Derived(  # what a run commits: its start, its claim, and one per step
+    Metric("beyond_commits_ms", "round trip beyond 6 commits of the floor", "ms"),
+    ("roundtrip_ms", "floor_commit_ms"),
+    lambda trip, floor: trip - 6 * floor,
+)
+
+
+def chains_of(started_first: bool, w1: tuple[str, ...], w2: tuple[str, ...]) -> list[Workload[Any]]:
+    """W1 (1,000 wf x 3 steps, c=32), W2 (200 x 20), the sequential fit (200 x 3 and 50 x 20
+    at c=1), reporting the figures named (all if none)."""
+    throughput, fit = chains.throughput, chains.sequential(started_first=started_first)
+    seq = (Load(200, 3, concurrency=1), Load(50, 20, concurrency=1))
+    fewer = (Load(50, 3, concurrency=1), Load(15, 20, concurrency=1))
+    return [
+        Workload(
+            "w1", throughput("w1", started_first=started_first), Load(1_000, 3), Load(200, 3), w1
+        ),
+        Workload(
+            "w2", throughput("w2", started_first=started_first), Load(200, 20), Load(50, 20), w2
+        ),
+        Workload("seq", fit, seq, fewer),
+    ]
+
+
+def floor(commits: int, quick: int) -> Workload[int]:
+    return Workload("floor", chains.floor, commits, quick, store_alone=True)
+
+
+CORE = Bench(
+    "core",
+    "durably alone against its store's commit floor: W1, W2 (runs started first, only "
+    "app.run_until_idle timed), the sequential fit, 2,000 single-row commits",
+    (*chains_of(True, (), ("w2_workflows_per_s", "w2_steps_per_s")), floor(2_000, 500)),
+    targets=CORE_TARGETS,
+    derived=(OVER_FLOOR,),
+)
+COMPARE = Bench(
+    "compare",
+    "durably beside DBOS Transact 3.4, each measurement in a fresh process on a fresh store: "
+    "W1, W2 and the fit (starts timed), W3, queue hops, a burst, the cold start; --fast",
+    (
+        *chains_of(False, ("w1_workflows_per_s", "start_ms"), ("w2_steps_per_s",)),
+        Workload("w3", engines.recovery, (Load(500, 10), 10), (Load(100, 10), 10)),
+        Workload("hop", engines.hop, 30, 10),
+        Workload("queue", engines.queue, Load(1_000, 1), Load(200, 1)),
+        Workload("cold", engines.cold_start, None, None),
+        floor(2_000, 500),
+    ),
+    engines=("durably", "dbos"),
+    targets=COMPARE_TARGETS,
+    derived=(OVER_FLOOR,),
+)
+ROUNDTRIP = Bench(
+    "roundtrip",
+    "start -> result from outside the worker, beside DBOS, one at a time (after 10 unrecorded"
+    " ones), and beyond 6 commits of the store's floor; durably's starts/s",
+    (
+        Workload("roundtrip", engines.roundtrip, (150, 10), (30, 5)),
+        floor(500, 200),
+        Workload("starts", engines.starts, 1_000, 200),
+    ),
+    repeat=5,
+    engines=("durably", "dbos"),
+    derived=(BEYOND_COMMITS,),
+)
+SCALING = Bench(
+    "scaling",
+    "long histories, taking over a 10,000-step run from a SIGKILLed worker, claims and hops "
+    "on stores of 100,000 runs, 1/2/4 `durably worker` processes",
+    (
+        Workload("history", scaling.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
+        Workload("pickup", scaling.pickup, (10_000, 100), (1_000, 20)),
+        Workload(
+            "stores",
+            scaling.big_stores,
+            StoreSizes((0, 10_000, 100_000), backlog=100_000, hops=50, claims=200),
+            StoreSizes((0, 2_000, 10_000), backlog=10_000, hops=20, claims=50),
+        ),
+        Workload(
+            "processes", scaling.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
+        ),
+    ),
+)
+SLEEPERS = Bench(
+    "sleepers",
+    "W1 and the per-step fit beside 100,000 runs that sleep a day, and on an empty store; "
+    "10,000 timers due at once",
+    (
+        Workload("beside", features.beside, 100_000, 10_000),
+        Workload("due", features.due, 10_000, 2_000),
+    ),
+)
+PRIORITIES = Bench(
+    "priorities",
+    "one claim of 32 runs from 1,000 or 100,000 due runs, or 1,000 beside 100,000 sleeping "
+    "priority-10 runs (30 claims pooled)",
+    (
+        Workload("backlog-1k", features.priorities, Backlog(1_000, 0, 30), Backlog(1_000, 0, 10)),
+        Workload(
+            "backlog-100k", features.priorities, Backlog(100_000, 0, 30), Backlog(10_000, 0, 10)
+        ),
+        Workload(
+            "sleepers-100k",
+            features.priorities,
+            Backlog(1_000, 100_000, 30),
+            Backlog(1_000, 10_000, 10),
+        ),
+    ),
+    repeat=1,
+)
+SCHEDULES = Bench(
+    "schedules",
+    "W1 by an app with 200 more workflows, none scheduled and each scheduled hourly",
+    (Workload("schedules", features.schedules, 200, 50),),
+)
+RETENTION = Bench(
+    "retention",
+    "W1 beside 100,000 runs ended two days ago, kept or deleted by retention; then the rest, "
+    "deleted",
+    (Workload("retention", features.retention, 100_000, 20_000),),
+)
+FANOUT = Bench(
+    "fanout",
+    "one workflow gathering 1,000 trivial steps against one calling them in a row",
+    (Workload("fanout", features.fanout, 1_000, 200),),
+)
+BENCHES = {
+    bench.name: bench
+    for bench in (
+        CORE,
+        COMPARE,
+        ROUNDTRIP,
+        SCALING,
+        SLEEPERS,
+        PRIORITIES,
+        SCHEDULES,
+        RETENTION,
+        FANOUT,
+    )
+}

@@ -1,0 +1,140 @@
+"""What engines in processes of their own are compared on (compare, roundtrip), beyond chains:
+W3 (a worker SIGKILLed half way, and its successor), a hop to an idle worker, a burst on the
+queue, the cold start, a start -> result round trip from outside the worker, and durably's
+starts per second. Each is a command of the engines' runners (benchmarks.runners.protocol).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.plan import Metric, Trial, Values
+from benchmarks.report import p95
+from benchmarks.runners import effects
+from benchmarks.runners.processes import ProcessRunner
+from benchmarks.runners.protocol import BenchmarkError, Load
+
+__all__ = ["cold_start", "hop", "queue", "recovery", "roundtrip", "starts"]
+
+LIMIT = 900.0  # seconds to start every W3 run, to apply half the effects, to recover
+
+
+def runner_of(trial: Trial) -> ProcessRunner:
+    if not isinstance(runner := trial.engine, ProcessRunner):
+        raise BenchmarkError(f"{trial.workload} needs an engine in processes of its own")
+    return runner
+
+
+def run(trial: Trial, command: str, **options: object) -> dict[str, Any]:
+    """The trial's engine's runner, run on a fresh store: its JSON line."""
+    with trial.fresh() as url:
+        return runner_of(trial).run(trial, command, url, **options)
+
+
+def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
+    """W3: `load`, each step sleeping `sleep_ms`, then applying a keyed side effect. w3-work
+    runs until half the effects are applied and is SIGKILLed; w3-recover is timed from its
+    spawn to its result line (every run ended). Runs lost, effects applied twice."""
+    (load, sleep_ms), runner = size, runner_of(trial)
+    with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
+        effects.create(sink := Path(tmp) / "effects.db")
+        options: dict[str, object] = {"workflows": load.workflows, "steps": load.steps}
+        options["sleep-ms"] = sleep_ms
+        options |= {"concurrency": load.concurrency, "effects": sink}
+        work = runner.spawn("w3-work", url, options)
+        try:
+            if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:
+                raise work.failed(f"started {started} runs, not {load.workflows}")
+            deadline = time.monotonic() + LIMIT
+            while effects.applied(sink) < load.workflows * load.steps // 2:
+                if work.process.poll() is not None or time.monotonic() > deadline:
+                    raise work.failed(f"ended ({work.process.returncode}) or took {LIMIT:g} s")
+                time.sleep(0.002)
+        finally:
+            work.close()  # SIGKILL
+        began, recover = time.perf_counter(), runner.spawn("w3-recover", url, options)
+        try:
+            output = recover.json_line("completed", LIMIT)
+            if (code := recover.wait(limit=60)) != 0:
+                raise recover.failed(f"exited with {code}")
+        finally:
+            recover.close()
+        seconds, applied = time.perf_counter() - began, effects.applied(sink)
+        trial.record("w3-recover", options, output)
+        duplicates = effects.duplicates(sink)
+    if output["completed"] == load.workflows and applied != load.workflows * load.steps:
+        raise BenchmarkError(f"every run completed, yet {applied} effects applied")
+    workload = f"W3 ({load}, {sleep_ms} ms each, SIGKILL at 50%)"
+    return {
+        Metric("w3_recovery_s", f"{workload}: recovery", "s"): seconds,
+        Metric("w3_lost_runs", "W3: runs lost", "runs"): load.workflows - output["completed"],
+        Metric("w3_duplicate_effects", "W3: effects applied twice", "effects"): duplicates,
+        Metric("w3_ready_s", "W3: new process ready", "s"): output["ready_seconds"],
+    }
+
+
+def hop(trial: Trial, hops: int) -> Values:
+    """An idle worker, in the client's process or another: enqueue -> the first step runs,
+    `hops` hops 50 ms apart: median and p95."""
+    values: Values = {}
+    for mode in ("in-process", "cross-process"):
+        if len(hop_ms := run(trial, "queue-hop", hops=hops, mode=mode)["hop_ms"]) != hops:
+            raise BenchmarkError(f"{len(hop_ms)} hops, not {hops}")
+        key, label = f"hop_{mode.replace('-', '_')}", f"queue hop, idle, {mode} ({hops} hops)"
+        values[Metric(f"{key}_ms", label, "ms (median)")] = statistics.median(hop_ms)
+        values[Metric(f"{key}_p95_ms", label, "ms (p95)")] = p95(hop_ms)
+    return values
+
+
+def queue(trial: Trial, load: Load) -> Values:
+    """One-step workflows enqueued as fast as the client can to a running worker, first
+    enqueue to last completion."""
+    options = {"workflows": load.workflows, "concurrency": load.concurrency}
+    if (output := run(trial, "queue-throughput", **options))["completed"] != load.workflows:
+        raise BenchmarkError(f"queue-throughput: {output}")
+    label = f"queue ({load.workflows:,} one-step wf, c={load.concurrency})"
+    return {
+        Metric("queue_workflows_per_s", label, "workflows/s", True): load.workflows
+        / output["total_seconds"]
+    }
+
+
+def cold_start(trial: Trial, size: None) -> Values:
+    """Importing the engine, opening it on the store, ready to run work."""
+    ready_ms = 1000 * run(trial, "cold-start")["ready_seconds"]
+    return {Metric("cold_start_ms", "cold start (import -> ready)", "ms"): ready_ms}
+
+
+def roundtrip(trial: Trial, size: tuple[int, int]) -> Values:
+    """Start -> result of a 3-step workflow, one at a time, run by a worker in another process,
+    after `warm_up` unrecorded ones: this repetition's median, every round trip (pooled) for
+    the p95, and the time from the run's last commit to the caller having its result."""
+    runs, warm_up = size
+    output = run(trial, "roundtrip", workflows=runs, steps=3, warm_up=warm_up)
+    if len(totals := output["roundtrip_ms"]) != runs:
+        raise BenchmarkError(f"{len(totals)} round trips, not {runs}")
+    heard = [ms for ms in output["heard_after_end_ms"] or () if ms is not None]
+    label = f"round trip, start -> result ({runs} of 3 steps)"
+    return {
+        Metric("roundtrip_ms", label, "ms (median)"): statistics.median(totals),
+        Metric("roundtrip_p95_ms", label, "ms (p95)", p95=True): totals,
+        Metric("heard_ms", "round trip: heard after the run's last commit", "ms"): heard or None,
+    }
+
+
+def starts(trial: Trial, count: int) -> Values:
+    """durably's starts/s on an empty store, no worker: app.start in a loop, start_many in
+    batches of 100, 8 threads calling app.start at once (none for the other engines)."""
+    ways = {"loop": "app.start in a loop", "batch": "start_many of 100", "threads": "8 threads"}
+    return {
+        Metric(f"starts_{mode}_per_s", f"{count:,} starts: {how}", "starts/s", True): (
+            run(trial, "starts", workflows=count, mode=mode)["starts_per_s"]
+            if trial.engine.name == "durably"
+            else None
+        )
+        for mode, how in ways.items()
+    }
