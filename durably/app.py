@@ -10,20 +10,14 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from durably.client.approvals import PendingApproval
-from durably.client.client import Client, Delivered
-from durably.client.control import Steered
-from durably.client.dead_letters import DeadLetter
+from durably.client.client import Client
 from durably.client.handles import RunHandle
 from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
-from durably.core.history import Event
-from durably.core.payloads import Decision
 from durably.core.priority import check_priority
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
-from durably.core.status import RunStatus
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
 from durably.resilience import Dependency
@@ -31,7 +25,7 @@ from durably.runtime.engine import Settings
 from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
 from durably.runtime.worker import Worker
-from durably.stores import RunRecord, Store, open_store, resolve_url
+from durably.stores import Store, open_store, resolve_url
 from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
 from durably.workflow.registry import Registry
 
@@ -379,118 +373,14 @@ class App:
         self.client.get(run_id)
         return RunHandle(self.client, run_id)
 
-    def get_run(self, run_id: str) -> RunRecord:
-        return self.client.get(run_id)
-
-    def runs(
-        self, *, status: RunStatus | None = None, workflow: str | None = None, limit: int = 100
-    ) -> list[RunRecord]:
-        """The first page of `client.runs`: most recently updated first."""
-        return self.client.runs(status=status, workflow=workflow, limit=limit).runs
-
-    def history(self, run_id: str) -> list[Event]:
-        return self.client.history(run_id)
-
-    # -- a person's actions on parked runs (the dead-letter list) ----------------------
-
-    def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
-        """Runs parked for a person (needs_attention, compensation_failed), newest first."""
-        return self.client.dead_letters(limit=limit)
-
-    def retry(self, run_id: str, *, from_step: int | None = None, by: str = "app") -> None:
-        """Fresh attempts for a parked run, with the same idempotency keys."""
-        self.client.retry(run_id, by=by, from_step=from_step)
-
-    def skip_step(self, run_id: str, *, result: Any = None, by: str = "app") -> None:
-        """Record `result` for the failed step (or answer an escalation); the run goes on."""
-        self.client.skip_step(run_id, by=by, result=result)
-
-    def fail(self, run_id: str, *, reason: str = "failed by a person", by: str = "app") -> None:
-        """Give up on a parked run: its completed steps are compensated, then it fails."""
-        self.client.fail(run_id, by=by, reason=reason)
-
-    # -- steering a run -------------------------------------------------------------------
-
-    def cancel(self, run_id: str, *, reason: str | None = None, by: str = "app") -> Steered:
-        """Cancel the run: its completed steps are compensated, then it ends `cancelled`."""
-        return self.client.cancel(run_id, by=by, reason=reason)
-
-    def pause(self, run_id: str, *, reason: str | None = None, by: str = "app") -> Steered:
-        """Pause the run before its next step, until `resume`."""
-        return self.client.pause(run_id, by=by, reason=reason)
-
-    def resume(self, run_id: str, *, by: str = "app") -> Steered:
-        """Resume a paused run from where it stopped."""
-        return self.client.resume(run_id, by=by)
-
-    def restart(
-        self, run_id: str, *, from_step: int | str, id: str | None = None, by: str = "app"
-    ) -> RunHandle:
-        """Restart an ended run from a step as a new run (see Client.restart); its handle."""
-        run = self.client.restart(run_id, from_step=from_step, by=by, id=id)
-        return RunHandle(self.client, run.id)
-
-    # -- approvals (durably.approval) and escalations ------------------------------------
-
-    def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
-        """Approvals and escalations waiting for a person, oldest request first."""
-        return self.client.approvals(limit=limit)
-
-    def approve(
-        self, run_id: str, name: str, *, by: str = "app", comment: str | None = None
-    ) -> Decision:
-        """Approve the pending approval `name` of a run, as an operator (see Client.decide)."""
-        return self.client.decide(run_id, name, approved=True, by=by, comment=comment)
-
-    def reject(
-        self, run_id: str, name: str, *, by: str = "app", comment: str | None = None
-    ) -> Decision:
-        """Reject the pending approval `name` of a run, as an operator."""
-        return self.client.decide(run_id, name, approved=False, by=by, comment=comment)
-
-    def decide_with_token(
-        self, token: str, *, approved: bool, by: str = "app", comment: str | None = None
-    ) -> Decision:
-        """Approve or reject the approval a token (given to the notify step) was made for."""
-        return self.client.decide_with_token(token, approved=approved, by=by, comment=comment)
-
-    def send(
-        self,
-        run_id: str,
-        kind: str,
-        *,
-        name: str | None = None,
-        data: Any = None,
-        by: str = "app",
-        dedupe_key: str | None = None,
-    ) -> Delivered:
-        """Put a message in the run's inbox (see Client.send)."""
-        return self.client.send(run_id, kind, by=by, name=name, data=data, dedupe_key=dedupe_key)
-
-    def signal(
-        self,
-        run_id: str,
-        name: str,
-        payload: Any = None,
-        *,
-        by: str = "app",
-        dedupe_key: str | None = None,
-    ) -> Delivered:
-        """Send the signal `name` (with a JSON `payload`) to a run's durably.wait_for_signal
-        (see Client.signal)."""
-        return self.client.signal(run_id, name, payload, by=by, dedupe_key=dedupe_key)
-
-    async def signal_async(
-        self,
-        run_id: str,
-        name: str,
-        payload: Any = None,
-        *,
-        by: str = "app",
-        dedupe_key: str | None = None,
-    ) -> Delivered:
-        """`signal` from an event loop, without blocking it."""
-        return await self.client.signal_async(run_id, name, payload, by=by, dedupe_key=dedupe_key)
+    def __getattr__(self, name: str) -> Any:
+        moved = _ON_THE_CLIENT.get(name)
+        if moved is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(
+            f"App.{name} is gone: what a caller does to runs goes through the app's client, "
+            f"app.client.{moved} (see docs/reference/api.md#durablyclient)"
+        )
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""
@@ -534,6 +424,29 @@ class App:
         if self._store is not None:
             self._store.close()
             self._store = None if self._url is not None else self._store
+
+
+# What App once did itself and its client does now: the name on the client, with its call.
+_ON_THE_CLIENT = {
+    "get_run": "get(run_id)",
+    "runs": "runs(...).runs",
+    "history": "history(run_id)",
+    "dead_letters": "dead_letters()",
+    "retry": "retry(run_id)",
+    "skip_step": "skip_step(run_id, result=...)",
+    "fail": "fail(run_id)",
+    "cancel": "cancel(run_id)",
+    "pause": "pause(run_id)",
+    "resume": "resume(run_id)",
+    "restart": "restart(run_id, from_step=...) (app.handle(its id) to wait for it)",
+    "approvals": "approvals()",
+    "approve": "decide(run_id, name, approved=True)",
+    "reject": "decide(run_id, name, approved=False)",
+    "decide_with_token": "decide_with_token(token, approved=...)",
+    "send": "send(run_id, kind, ...)",
+    "signal": "signal(run_id, name, payload)",
+    "signal_async": "signal_async(run_id, name, payload)",
+}
 
 
 def _check_recoveries(limit: int | None) -> None:

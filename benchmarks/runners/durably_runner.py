@@ -110,7 +110,7 @@ def check_completed(
 ) -> None:
     """The worker ended every run of `load` (run i started with i), and they are the runs that
     completed last, the first and last with i + steps."""
-    completed = app.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows)
+    completed = app.client.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows).runs
     if finished != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
         raise BenchmarkError(f"{load}: {finished} runs ended, not all of them completed")
     for i in (0, len(handles) - 1):
@@ -280,10 +280,10 @@ def w3_recover(args: SimpleNamespace) -> Figures:
 
         def nothing_left() -> bool:
             serving.check()
-            return not any(app.runs(status=status, limit=1) for status in left)
+            return not any(app.client.runs(status=status, limit=1).runs for status in left)
 
         wait_until(nothing_left, pause=0.01)  # a run left after that is a run lost
-    done = app.runs(status=durably.RunStatus.COMPLETED, limit=args.workflows + 1)
+    done = app.client.runs(status=durably.RunStatus.COMPLETED, limit=args.workflows + 1).runs
     app.close()
     return {"ready_seconds": ready_seconds, "completed": len(done)}
 

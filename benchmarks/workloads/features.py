@@ -72,7 +72,10 @@ def park(url: str, count: int, seconds: float, clock: FakeClock | None = None) -
         app.start_many([durably.Start("sleeper", (seconds,))] * min(1_000, count - first))
     app.run_until_idle(concurrency=256)
     elapsed = time.perf_counter() - began
-    if len(pending := app.runs(status=durably.RunStatus.PENDING, limit=count + 1)) != count:
+    if (
+        len(pending := app.client.runs(status=durably.RunStatus.PENDING, limit=count + 1).runs)
+        != count
+    ):
         raise BenchmarkError(f"{len(pending)} runs sleep, not {count}")
     app.close()
     return elapsed

@@ -59,7 +59,7 @@ def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
             finished = app.run_until_idle(concurrency=1)
             seconds = time.perf_counter() - began
             check_completed(app, handles, Load(runs, steps), finished)
-            starts = [step_starts(app.history(handle.id)) for handle in handles]
+            starts = [step_starts(app.client.history(handle.id)) for handle in handles]
             app.close()
         total = sum((each[-1] - each[0]).total_seconds() for each in starts)
         per_step[steps] = 1000 * total / sum(len(each) - 1 for each in starts)
@@ -112,7 +112,7 @@ def pickup(trial: Trial, size: tuple[int, int]) -> Values:
         if (code := crashing.wait()) != -signal.SIGKILL:
             raise crashing.failed(f"the crashing worker exited {code}")
         crashing.close()
-        run, history = app.get_run(handle.id), app.history(handle.id)
+        run, history = app.client.get(handle.id), app.client.history(handle.id)
         if run.status is not durably.RunStatus.RUNNING or len(step_starts(history)) != done + 1:
             raise BenchmarkError(f"the dead worker left a {run.status} run")
         assert run.available_at is not None  # when its lease expires
@@ -120,7 +120,7 @@ def pickup(trial: Trial, size: tuple[int, int]) -> Values:
         timer.calls.clear()
         began = time.perf_counter()
         check_completed(app, [handle], Load(1, done + left), app.run_until_idle(concurrency=1))
-        after = app.history(handle.id)[len(history) :]
+        after = app.client.history(handle.id)[len(history) :]
         app.close()
     taken = [(start, end) for start, end, runs in timer.calls if runs]
     claimed = [event for event in after if event.kind is durably.EventKind.CLAIMED]
@@ -202,7 +202,7 @@ def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
             handles = [app.start(chain, i) for i in range(load.workflows)]
             began, deadline = time.perf_counter(), time.monotonic() + 600
             with workers(url, count, "--concurrency", str(load.concurrency)) as started:
-                while any(app.runs(status=status, limit=1) for status in left):
+                while any(app.client.runs(status=status, limit=1).runs for status in left):
                     if any(c.process.poll() is not None for c in started):
                         raise BenchmarkError(f"one of {count} workers exited")
                     if time.monotonic() > deadline:

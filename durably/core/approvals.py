@@ -145,7 +145,7 @@ def parse_token(token: str) -> tuple[str, int, str]:
 class ApprovalRequest:
     """What a durably.approval's notify step is called with: the request (`notice` 0) and
     each reminder (1, 2, ...), and a notice that it escalated (`escalated`). `token` decides
-    the approval (app.decide_with_token, `durably approve --token`); each notice carries a
+    the approval (app.client.decide_with_token, `durably approve --token`); each notice carries a
     fresh one, and every one stays good until the approval is decided. Never log it: whoever
     has it can decide."""
 

@@ -79,7 +79,9 @@ def _spawn_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def _count_finished(app: durably.App) -> int:
-    return sum(len(app.runs(status=status, limit=1_000_000)) for status in FINAL | PARKED)
+    return sum(
+        len(app.client.runs(status=status, limit=1_000_000).runs) for status in FINAL | PARKED
+    )
 
 
 def _report(app: durably.App, services: Services, orders: int, killed: bool) -> None:
@@ -87,9 +89,9 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
     retried: dict[str, int] = {}
     taken_over = reconciled = 0
     dependencies = {name: step.options.dependency for name, step in app.registry.steps.items()}
-    for run in app.runs(limit=1_000_000):
+    for run in app.client.runs(limit=1_000_000).runs:
         by_status[run.status] = by_status.get(run.status, 0) + 1
-        for event in app.history(run.id):
+        for event in app.client.history(run.id):
             if event.kind is EventKind.STEP_ATTEMPT_FAILED and event.name:
                 service = dependencies.get(event.name) or event.name
                 retried[service] = retried.get(service, 0) + 1
@@ -100,7 +102,7 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
                 elif isinstance(payload, StepReconciled) and payload.found:
                     reconciled += 1
     effects = services.report()
-    letters = app.dead_letters(limit=1_000)
+    letters = app.client.dead_letters(limit=1_000)
     rows: list[tuple[str, object]] = [
         ("orders", orders),
         ("completed", by_status.get(RunStatus.COMPLETED, 0)),

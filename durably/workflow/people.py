@@ -84,8 +84,8 @@ _ESCALATION = Step(_ask_a_person, ESCALATION)
 def escalate(reason: str) -> Any:
     """Park the run for a person, with `reason`; returns the answer they give.
 
-    The run waits in the dead-letter list (needs_attention). `app.skip_step(run_id,
-    result=answer)` resumes it with `escalate(...)` returning `answer`; `app.fail(run_id)`
+    The run waits in the dead-letter list (needs_attention). `app.client.skip_step(run_id,
+    result=answer)` resumes it with `escalate(...)` returning `answer`; `app.client.fail(run_id)`
     compensates and fails it. Await it in an async workflow, like a step.
     """
     if current_execution() is None:

@@ -38,7 +38,7 @@ def sleep_until(moment: datetime) -> Any:
 
 
 def wait_for_signal(name: str, *, timeout: Duration | None = None) -> Any:
-    """The payload of the next signal `name` sent to this run (app.signal, `durably signal`),
+    """The payload of the next signal `name` sent to this run (app.client.signal, `durably signal`),
     waiting for it durably. Signals sent before the wait are kept and taken in the order they
     came, each by one wait. Raises durably.SignalTimeout if `timeout` passes first."""
     check_signal_name(name)

@@ -94,7 +94,7 @@ def drain(app: durably.App, seconds: float = 20.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         app.run_until_idle(name=NAME)
-        if all(run.status in FINAL for run in app.runs(limit=100)):
+        if all(run.status in FINAL for run in app.client.runs(limit=100).runs):
             return
         time.sleep(0.02)  # a timer of 50 ms is due soon: real time is what it waits for
 

@@ -33,7 +33,7 @@ def words(path: Path, what: str) -> list[list[str]]:
 
 
 def children_of(client: durably.App, run_id: str) -> list[str]:
-    return [run.id for run in client.runs(workflow="kid") if run.parent == run_id]
+    return [run.id for run in client.client.runs(workflow="kid").runs if run.parent == run_id]
 
 
 def test_a_worker_that_dies_at_the_commit_that_starts_a_child_leaves_no_child(
@@ -50,7 +50,7 @@ def test_a_worker_that_dies_at_the_commit_that_starts_a_child_leaves_no_child(
             timeout=60,
         )
         assert crashed.returncode == 137, crashed.stderr.decode()[-2000:]
-        history = client.history("f-1")
+        history = client.client.history("f-1")
         assert [e.name for e in history if e.kind is EventKind.STEP_STARTED] == ["note"]
         assert started_children(history) == []  # neither the start nor the child
         assert children_of(client, "f-1") == []
@@ -77,13 +77,13 @@ def test_a_worker_killed_just_after_starting_a_child_leaves_one_child_to_the_nex
         wait_until("linger started", lambda: bool(words(effects, "linger")), first)
         kill(processes[0])
         assert children_of(client, "f-2") == ["f-2.1.kid"]
-        assert client.get_run("f-2").status is RunStatus.RUNNING  # leased to the dead worker
+        assert client.client.get("f-2").status is RunStatus.RUNNING  # leased to the dead worker
 
         processes.append(start_worker(store_url, second, *options, target=TARGET))
         assert handle.result(timeout=WAIT) == "kid says kid"
         assert children_of(client, "f-2") == ["f-2.1.kid"]  # the replay found the start
-        assert [c.run for c in started_children(client.history("f-2"))] == ["f-2.1.kid"]
+        assert [c.run for c in started_children(client.client.history("f-2"))] == ["f-2.1.kid"]
         assert len(words(effects, "linger")) == 2  # the lost attempt, then the next
-        assert client.get_run("f-2.1.kid").status is RunStatus.COMPLETED
+        assert client.client.get("f-2.1.kid").status is RunStatus.COMPLETED
     finally:
         client.close()

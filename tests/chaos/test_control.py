@@ -31,7 +31,7 @@ WAIT = 30.0  # seconds: generous; nothing here is timed
 
 
 def events(client: durably.App, run_id: str, kind: EventKind) -> list[Event]:
-    return [event for event in client.history(run_id) if event.kind is kind]
+    return [event for event in client.client.history(run_id) if event.kind is kind]
 
 
 def started(client: durably.App, run_id: str, name: str) -> bool:
@@ -53,12 +53,12 @@ def test_a_cancel_reaches_the_step_running_in_another_process(
         processes.append(start_worker(store_url, log, target=TARGET))
         wait_until("charge started", lambda: bool(lines(effects, "charge")), log)
 
-        steered = client.cancel("o-1", reason="customer left", by="ops")
+        steered = client.client.cancel("o-1", reason="customer left", by="ops")
         assert (steered.changed, steered.status) == (True, RunStatus.RUNNING)
         with pytest.raises(WorkflowFailed, match="RunCancelled: cancelled by ops: customer left"):
             handle.result(timeout=WAIT)
 
-        assert client.get_run("o-1").status is RunStatus.CANCELLED
+        assert client.client.get("o-1").status is RunStatus.CANCELLED
         assert lines(effects, "charge-cancelled") == [["charge-cancelled", "o-1:1:charge"]]
         # the completed step was undone once, with its key and its recorded result
         assert lines(effects, "release") == [["release", "o-1:0:reserve:undo", "hold-lamp"]]
@@ -69,7 +69,7 @@ def test_a_cancel_reaches_the_step_running_in_another_process(
         assert (failed.name, payload.reason) == ("charge", "cancelled")
         assert payload.error.error_class == "durably.errors.RunCancelled"
         assert len(events(client, "o-1", EventKind.COMPENSATION_COMPLETED)) == 1
-        assert client.history("o-1")[-1].kind is EventKind.RUN_CANCELLED
+        assert client.client.history("o-1")[-1].kind is EventKind.RUN_CANCELLED
         assert processes[0].poll() is None  # the worker goes on, unharmed
     finally:
         client.close()
@@ -86,7 +86,7 @@ def test_a_worker_killed_while_undoing_a_cancelled_run_leaves_the_undo_to_the_ne
         handle = client.start("slow_undo", "room", str(effects), id="u-1")
         processes.append(start_worker(store_url, first, *options, target=TARGET))
         wait_until("hang started", lambda: bool(lines(effects, "hang")), first)
-        assert client.cancel("u-1", by="ops").changed
+        assert client.client.cancel("u-1", by="ops").changed
 
         def undoing() -> bool:
             return bool(events(client, "u-1", EventKind.COMPENSATION_STARTED)) and bool(
@@ -96,13 +96,13 @@ def test_a_worker_killed_while_undoing_a_cancelled_run_leaves_the_undo_to_the_ne
         wait_until("the undo started", undoing, first)
         kill(processes[0])  # in the middle of the undo (it takes a while)
         assert lines(effects, "unbook-done") == []
-        assert client.get_run("u-1").status is RunStatus.RUNNING  # still leased to the dead
+        assert client.client.get("u-1").status is RunStatus.RUNNING  # still leased to the dead
 
         processes.append(start_worker(store_url, second, *options, target=TARGET))
         with pytest.raises(WorkflowFailed, match="RunCancelled: cancelled by ops"):
             handle.result(timeout=WAIT)
 
-        assert client.get_run("u-1").status is RunStatus.CANCELLED
+        assert client.client.get("u-1").status is RunStatus.CANCELLED
         key = "u-1:0:book:undo"
         # tried again by the next worker, with the same idempotency key; done once
         assert lines(effects, "unbook-started") == [["unbook-started", key, "booking-room"]] * 2
@@ -114,7 +114,7 @@ def test_a_worker_killed_while_undoing_a_cancelled_run_leaves_the_undo_to_the_ne
         assert (done.position, done.name) == (0, "book")
         assert len(events(client, "u-1", EventKind.COMPENSATING)) == 1
         assert lines(effects, "book") == [["book", "u-1:0:book"]]  # not run again
-        assert client.history("u-1")[-1].kind is EventKind.RUN_CANCELLED
+        assert client.client.history("u-1")[-1].kind is EventKind.RUN_CANCELLED
     finally:
         client.close()
 
@@ -129,11 +129,11 @@ def test_a_pause_lets_the_step_running_in_another_process_finish_then_stops(
         processes.append(start_worker(store_url, log, target=TARGET))
         wait_until("slow started", lambda: bool(lines(effects, "slow")), log)
 
-        steered = client.pause("p-1", reason="look first", by="ops")
+        steered = client.client.pause("p-1", reason="look first", by="ops")
         assert (steered.changed, steered.status) == (True, RunStatus.RUNNING)
         wait_until(
             "the run was paused",
-            lambda: client.get_run("p-1").status is RunStatus.PAUSED,
+            lambda: client.client.get("p-1").status is RunStatus.PAUSED,
             log,
         )
         assert lines(effects, "slow-done") == [["slow-done", "p-1:0:slow"]]
@@ -142,12 +142,12 @@ def test_a_pause_lets_the_step_running_in_another_process_finish_then_stops(
         assert not started(client, "p-1", "after")
         assert lines(effects, "after") == []
         assert len(events(client, "p-1", EventKind.RUN_PAUSED)) == 1
-        assert [run.id for run in client.runs(status=RunStatus.PAUSED)] == ["p-1"]
+        assert [run.id for run in client.client.runs(status=RunStatus.PAUSED).runs] == ["p-1"]
         time.sleep(1.5)  # the worker, still up, leaves it alone
-        assert client.get_run("p-1").status is RunStatus.PAUSED
+        assert client.client.get("p-1").status is RunStatus.PAUSED
         assert lines(effects, "after") == []
 
-        resumed = client.resume("p-1", by="ops")
+        resumed = client.client.resume("p-1", by="ops")
         assert (resumed.changed, resumed.status) == (True, RunStatus.PAUSED)
         assert handle.result(timeout=WAIT) == "after x"
         assert lines(effects, "slow") == [["slow", "p-1:0:slow"]]  # not run again

@@ -40,15 +40,15 @@ class Outcome:
 
 
 def _approve(app: durably.App) -> None:
-    app.approve("r", "ship", by="maria")
+    app.client.decide("r", "ship", by="maria", approved=True)
 
 
 def _cancel(app: durably.App) -> None:
-    app.cancel("r", by="ops")
+    app.client.cancel("r", by="ops")
 
 
 def _signal(app: durably.App) -> None:
-    app.signal("r", "go", "x", by="ops")
+    app.client.signal("r", "go", "x", by="ops")
 
 
 # scenario -> (its workflow's arguments, what a person does once it waits, or before it runs)
@@ -116,8 +116,8 @@ def outcome(url: str, log: Path) -> Outcome:
     app = build(durably.App(url), str(log))
     try:
         drain(app)  # a worker of the crashed one's name: it recovers the run at once
-        run = app.get_run("r")
-        history = app.history("r")
+        run = app.client.get("r")
+        history = app.client.history("r")
         assert sum(e.kind in ENDINGS for e in history) == 1, [str(e.kind) for e in history]
         per_position = Counter(e.position for e in history if e.kind is EventKind.STEP_COMPLETED)
         assert set(per_position.values()) <= {1}, per_position

@@ -54,7 +54,7 @@ class Deploys:
     def waiting(self, client: durably.App, *orders: str) -> None:
         def all_wait() -> bool:
             return all(
-                EventKind.SIGNAL_WAITING in {e.kind for e in client.history(order)}
+                EventKind.SIGNAL_WAITING in {e.kind for e in client.client.history(order)}
                 for order in orders
             )
 
@@ -88,7 +88,7 @@ def test_a_patched_deploy_finishes_old_runs_on_the_old_path_and_an_unpatched_one
         v2.start("order", order, log, id=order)
     deploys.waiting(v2, "new-1", "new-2")
     for order in ("old-1", "old-2", "new-1", "new-2"):
-        v2.signal(order, "go")
+        v2.client.signal(order, "go")
     for order in ("old-1", "old-2", "new-1", "new-2"):
         assert v2.handle(order).result(timeout=WAIT) == f"shipped {order}"
     assert deploys.steps("old-1") == ["reserve", "ship"]  # the old path: no check
@@ -103,15 +103,15 @@ def test_a_patched_deploy_finishes_old_runs_on_the_old_path_and_an_unpatched_one
     v3 = deploys.deploy("v3", monkeypatch)
     v3.start("order", "new-3", log, id="new-3")
     deploys.waiting(v3, "new-3")
-    v3.signal("old-3", "go")
-    v3.signal("new-3", "go")
+    v3.client.signal("old-3", "go")
+    v3.client.signal("new-3", "go")
     assert v3.handle("new-3").result(timeout=WAIT) == "shipped new-3"
 
     def parked() -> bool:
-        return v3.get_run("old-3").status is RunStatus.NEEDS_ATTENTION
+        return v3.client.get("old-3").status is RunStatus.NEEDS_ATTENTION
 
     wait_until("old-3 parked", parked, deploys.worker_log)
-    run = v3.get_run("old-3")
+    run = v3.client.get("old-3")
     assert run.error is not None
     assert run.error.error_class == "durably.errors.NonDeterminismError"
     assert "'check_fraud'" in run.error.message

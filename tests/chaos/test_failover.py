@@ -65,7 +65,7 @@ def test_workers_carry_on_after_a_failover_and_lose_no_acknowledged_checkpoint(
         standby.promote()
 
         def done() -> bool:
-            runs = patiently(lambda: client.runs(limit=RUNS + 1))
+            runs = patiently(lambda: client.client.runs(limit=RUNS + 1).runs)
             return len(runs) == RUNS and all(r.status is RunStatus.COMPLETED for r in runs)
 
         log = tmp_path / "worker-0.log"
@@ -73,13 +73,13 @@ def test_workers_carry_on_after_a_failover_and_lose_no_acknowledged_checkpoint(
         expected = sum(range(STEPS))
         for run_id in ids:
             assert client.handle(run_id).result(timeout=0) == expected
-            history = client.history(run_id)
+            history = client.client.history(run_id)
             completed = [e.position for e in history if e.kind is EventKind.STEP_COMPLETED]
             assert sorted(completed) == list(range(STEPS)), (run_id, completed)
         # every checkpoint a step saw acknowledged survived the loss of the primary
         for line in seen:
             run_id, position = line.split()
-            history = client.history(run_id)
+            history = client.client.history(run_id)
             assert any(
                 e.kind is EventKind.STEP_COMPLETED and e.position == int(position) for e in history
             ), f"{run_id}: the acknowledged checkpoint of step {position} was lost"

@@ -67,10 +67,10 @@ def test_runs_survive_resets_latency_and_lost_answers(
             run_id = pending.pop(0) if pending else None
             if run_id is not None:
                 if run_id in cancelled:
-                    patiently(lambda r=run_id: faulty.cancel(r, by="chaos"))  # type: ignore[misc]
+                    patiently(lambda r=run_id: faulty.client.cancel(r, by="chaos"))  # type: ignore[misc]
                 else:
                     patiently(
-                        lambda r=run_id: faulty.signal(
+                        lambda r=run_id: faulty.client.signal(
                             r,
                             "go",
                             by="chaos",  # type: ignore[misc]
@@ -107,8 +107,8 @@ def _check(client: durably.App, ids: list[str], cancelled: set[str], effects: Pa
         if line.startswith("undo")
     }
     for n, run_id in enumerate(ids):
-        run = client.get_run(run_id)
-        history = client.history(run_id)
+        run = client.client.get(run_id)
+        history = client.client.history(run_id)
         finals = [e for e in history if e.kind in _ENDINGS]
         assert len(finals) == 1, (run_id, [str(e.kind) for e in history])
         completions = Counter(e.position for e in history if e.kind is EventKind.STEP_COMPLETED)
@@ -131,14 +131,14 @@ _ENDINGS = {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELL
 
 
 def _all_final(client: durably.App, ids: list[str]) -> bool:
-    return all(client.get_run(run_id).status in FINAL for run_id in ids)
+    return all(client.client.get(run_id).status in FINAL for run_id in ids)
 
 
 def _stranded(client: durably.App, ids: list[str], folder: Path) -> str:
     lines = [
-        f"{run_id}: {client.get_run(run_id).status}"
+        f"{run_id}: {client.client.get(run_id).status}"
         for run_id in ids
-        if client.get_run(run_id).status not in FINAL
+        if client.client.get(run_id).status not in FINAL
     ]
     logs = "\n".join(log.read_text()[-3000:] for log in sorted(folder.glob("worker-*.log")))
     return "\n".join(lines) + "\n" + logs

@@ -90,11 +90,11 @@ def test_a_worker_cut_off_is_taken_over_and_fenced_and_stops_once_the_cut_heals(
         Path(f"{log}.hurry.{other.pid}").touch()  # the taker-over's grinds end at once
         wait_until(
             "the other side took the runs over and completed them",
-            lambda: all(client.get_run(r).status is RunStatus.COMPLETED for r in RUNS),
+            lambda: all(client.client.get(r).status is RunStatus.COMPLETED for r in RUNS),
             other_log,
             timeout=60,
         )
-        settled = {run_id: client.history(run_id) for run_id in RUNS}
+        settled = {run_id: client.client.history(run_id) for run_id in RUNS}
         for run_id in RUNS:
             assert client.handle(run_id).result(timeout=0) == other.pid
             claims = [e for e in settled[run_id] if e.kind is EventKind.CLAIMED]
@@ -114,7 +114,7 @@ def test_a_worker_cut_off_is_taken_over_and_fenced_and_stops_once_the_cut_heals(
         wait_until(what, stopped, cut_off_log, timeout=STOP_WITHIN)
         print(f"stopped {time.monotonic() - healed_at:.1f}s after the heal")
         for run_id in RUNS:  # its late writes were refused: nothing of it came in
-            assert client.history(run_id) == settled[run_id]
+            assert client.client.history(run_id) == settled[run_id]
         assert cut_off.poll() is None  # it goes on serving
         fresh = client.start("haul", str(log), 0.0, id="p-3")
         Path(f"{log}.hurry.{cut_off.pid}").touch()

@@ -40,21 +40,21 @@ def test_only_the_run_that_kills_its_workers_is_parked(
     crashes = _supervise(client, store_url, tmp_path, processes, [*ids, "poison"])
 
     for run_id in ids:
-        record = client.get_run(run_id)
+        record = client.client.get(run_id)
         assert record.status is RunStatus.COMPLETED, (run_id, record.status, record.error)
         assert client.handle(run_id).result(timeout=0) == 2 * int(run_id.split("-")[1])
-        assert EventKind.RUN_PARKED not in {event.kind for event in client.history(run_id)}
-    poisoned = client.get_run("poison")
+        assert EventKind.RUN_PARKED not in {event.kind for event in client.client.history(run_id)}
+    poisoned = client.client.get("poison")
     assert poisoned.status is RunStatus.NEEDS_ATTENTION
     assert poisoned.error is not None
     assert poisoned.error.error_class == "durably.errors.PoisonPill"
-    story = [(str(e.kind), e.data) for e in client.history("poison") if e.position is None]
+    story = [(str(e.kind), e.data) for e in client.client.history("poison") if e.position is None]
     assert 1 <= crashes <= LIMIT + 1, f"{crashes} crashes: {story}"
     # some healthy runs shared a worker with it when it died, and were taken over
     shared = [
         run_id
         for run_id in ids
-        if any(event.kind is EventKind.RUNNING_ALONE for event in client.history(run_id))
+        if any(event.kind is EventKind.RUNNING_ALONE for event in client.client.history(run_id))
     ]
     assert shared, "no healthy run was on the worker the poison run killed"
     client.close()
@@ -82,7 +82,7 @@ def _supervise(
 
     worker = start()
     while time.monotonic() < deadline:
-        if all(client.get_run(run_id).status in SETTLED for run_id in run_ids):
+        if all(client.client.get(run_id).status in SETTLED for run_id in run_ids):
             worker.terminate()
             assert worker.wait(timeout=30) == 0
             return crashes
@@ -91,5 +91,5 @@ def _supervise(
             crashes += 1
             worker = start()
         time.sleep(0.05)
-    statuses = {run_id: client.get_run(run_id).status for run_id in run_ids}
+    statuses = {run_id: client.client.get(run_id).status for run_id in run_ids}
     pytest.fail(f"runs did not settle after {crashes} crashes: {statuses}")

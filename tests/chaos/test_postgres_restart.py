@@ -73,9 +73,9 @@ def test_the_first_client_call_after_a_restart_succeeds(
         cluster.restart(mode="immediate")
         assert handle.status() is RunStatus.PENDING
         cluster.restart(mode="immediate")
-        assert app.get_run("r1").status is RunStatus.PENDING
+        assert app.client.get("r1").status is RunStatus.PENDING
         cluster.restart(mode="immediate")
-        assert [run.id for run in app.runs()] == ["r1"]
+        assert [run.id for run in app.client.runs().runs] == ["r1"]
     finally:
         app.close()
 
@@ -327,7 +327,7 @@ def _status(store: Store, run_id: str) -> RunStatus:
 
 
 def _finished(app: durably.App) -> int:
-    return len(app.runs(status=RunStatus.COMPLETED, limit=1_000))
+    return len(app.client.runs(status=RunStatus.COMPLETED, limit=1_000).runs)
 
 
 def _wait_for_finished(app: durably.App, count: int) -> None:
@@ -349,7 +349,7 @@ def _polling(app: durably.App, run_ids: list[str]) -> Iterator[list[_Call]]:
         while not stop.is_set():
             started, error = time.monotonic(), None
             try:
-                app.get_run(run_ids[n % len(run_ids)])
+                app.client.get(run_ids[n % len(run_ids)])
             except Exception as exc:
                 error = exc
             calls.append(_Call(started, time.monotonic(), error))
@@ -384,10 +384,12 @@ def _check_polls(calls: list[_Call], downtimes: list[_Downtime]) -> None:
 
 def _check_results(app: durably.App, seeds: dict[str, int]) -> None:
     for run_id, seed in seeds.items():
-        run = app.get_run(run_id)
+        run = app.client.get(run_id)
         assert run.status is RunStatus.COMPLETED, f"{run_id} is {run.status}"
         assert json.loads(run.result or "null") == expected_result(seed), run_id
-        positions = [e.position for e in app.history(run_id) if e.kind is EventKind.STEP_COMPLETED]
+        positions = [
+            e.position for e in app.client.history(run_id) if e.kind is EventKind.STEP_COMPLETED
+        ]
         assert positions == list(range(STEPS)), f"{run_id} recorded steps {positions}"
 
 

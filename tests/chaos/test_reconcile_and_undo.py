@@ -114,8 +114,8 @@ def wait_until(what: str, condition: Callable[[], bool], workers: Workers) -> No
 
 
 def wait_for_end(client: durably.App, run_id: str, workers: Workers) -> durably.RunStatus:
-    wait_until(f"run {run_id} ends", lambda: client.get_run(run_id).status in FINAL, workers)
-    return client.get_run(run_id).status
+    wait_until(f"run {run_id} ends", lambda: client.client.get(run_id).status in FINAL, workers)
+    return client.client.get(run_id).status
 
 
 def test_a_charge_done_by_a_worker_that_died_is_reconciled_not_repeated(
@@ -126,7 +126,7 @@ def test_a_charge_done_by_a_worker_that_died_is_reconciled_not_repeated(
     doomed = workers.spawn(CHECKOUT_CRASH_AFTER="charge")
     assert doomed.wait(timeout=WAIT) == 137, workers.output()  # died after charging
     assert ledger.effects()[key] == "ch-o-1"
-    assert client.get_run(handle.id).status is RunStatus.RUNNING  # its lease is still there
+    assert client.client.get(handle.id).status is RunStatus.RUNNING  # its lease is still there
 
     workers.spawn()
     assert wait_for_end(client, handle.id, workers) is RunStatus.COMPLETED, workers.output()
@@ -176,7 +176,7 @@ def test_a_worker_killed_mid_refund_leaves_each_undo_done_once(
     workers.spawn()
     assert wait_for_end(client, handle.id, workers) is RunStatus.FAILED, workers.output()
 
-    history = client.history(handle.id)
+    history = client.client.history(handle.id)
     done = Counter(e.position for e in history if e.kind is EventKind.COMPENSATION_COMPLETED)
     assert done == {1: 1, 0: 1}  # each compensation completed exactly once
     started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
@@ -187,6 +187,6 @@ def test_a_worker_killed_mid_refund_leaves_each_undo_done_once(
     effects = ledger.effects()
     assert effects[refund_key] == "refunded ch-reject-1"  # applied once, by its key
     assert effects[release_key] == "released res-reject-1"
-    run = client.get_run(handle.id)
+    run = client.client.get(handle.id)
     assert run.error is not None
     assert "reject-1 is refused" in run.error.message

@@ -45,11 +45,11 @@ def test_three_workers_start_each_tick_exactly_once(
     for process in processes:
         assert process.wait(timeout=30) == 0
 
-    store = durably.App(store_url)
+    app = durably.App(store_url)
     try:
-        runs = [run for run in store.runs(limit=1000) if run.id.startswith(PREFIX)]
+        runs = [run for run in app.client.runs(limit=1000).runs if run.id.startswith(PREFIX)]
     finally:
-        store.close()
+        app.close()
     ticks = sorted(datetime.fromisoformat(run.id.removeprefix(PREFIX)) for run in runs)
     ran = [line.split()[1] for line in journal(beats)]
     completed = {run.id.removeprefix(PREFIX) for run in runs if run.status is RunStatus.COMPLETED}
@@ -98,12 +98,12 @@ def test_ticks_survive_workers_killed_in_the_middle_of_them(
     for process in live.values():
         assert process.wait(timeout=30) == 0
 
-    store = durably.App(store_url)
+    app = durably.App(store_url)
     try:
-        runs = [run for run in store.runs(limit=1000) if run.id.startswith(PREFIX)]
-        histories = {run.id: store.history(run.id) for run in runs}
+        runs = [run for run in app.client.runs(limit=1000).runs if run.id.startswith(PREFIX)]
+        histories = {run.id: app.client.history(run.id) for run in runs}
     finally:
-        store.close()
+        app.close()
     ticks = sorted(datetime.fromisoformat(run.id.removeprefix(PREFIX)) for run in runs)
     ran = Counter(line.split()[1] for line in journal(beats))
     assert kills >= 6

@@ -108,8 +108,10 @@ def test_a_full_disk_makes_the_worker_wait_and_then_resume_with_nothing_lost(
         wait_until(
             "every run completed",
             lambda: (
-                all(r.status is RunStatus.COMPLETED for r in client.runs(limit=RUNS + 1))
-                and len(client.runs(limit=RUNS + 1)) == RUNS
+                all(
+                    r.status is RunStatus.COMPLETED for r in client.client.runs(limit=RUNS + 1).runs
+                )
+                and len(client.client.runs(limit=RUNS + 1).runs) == RUNS
             ),
             log,
             timeout=60,

@@ -94,7 +94,7 @@ def test_four_worker_processes_share_one_sqlite_file_under_load(
         assert all(results[run_id] == expected(seed) for run_id, seed in chains.items())
         assert all(results[run_id] == f"go-{seed} {seed}" for run_id, seed in gates.items())
         assert all(records[run_id].status is RunStatus.CANCELLED for run_id in doomed)
-        histories = {run_id: client.history(run_id) for run_id in records}
+        histories = {run_id: client.client.history(run_id) for run_id in records}
         broken = {run_id: why for run_id, events in histories.items() if (why := problem(events))}
         assert not broken, f"broken histories: {list(broken.items())[:10]}"
 
@@ -158,10 +158,10 @@ def steer(
             run_id = words[1].split(":")[0]
             if words[0] == "knock" and run_id not in signalled:
                 seed = int(run_id.removeprefix("gate-"))
-                assert client.signal(run_id, "go", f"go-{seed}", by="load test").stored
+                assert client.client.signal(run_id, "go", f"go-{seed}", by="load test").stored
                 signalled.add(run_id)
             elif words[0] == "hang" and run_id not in cancelled:
-                assert client.cancel(run_id, reason="load test", by="load test").changed
+                assert client.client.cancel(run_id, reason="load test", by="load test").changed
                 cancelled.add(run_id)
         records = client.store.runs(limit=total + 1)
         if sum(record.status in FINAL for record in records) == total:

@@ -43,7 +43,7 @@ def booked(store_url: str) -> list[str]:
 
 
 def completed(client: durably.App, run_id: str) -> list[str | None]:
-    return [e.name for e in client.history(run_id) if e.kind is EventKind.STEP_COMPLETED]
+    return [e.name for e in client.client.history(run_id) if e.kind is EventKind.STEP_COMPLETED]
 
 
 def lines(path: Path, what: str) -> list[str]:
@@ -81,7 +81,7 @@ def test_a_worker_that_dies_just_before_the_commit_leaves_no_row_and_no_outcome(
         assert lines(effects, "book") == ["book b-1:0:book"]  # the body ran
         assert booked(store_url) == []  # and its row died with its transaction
         assert completed(client, "b-1") == []
-        assert EventKind.STEP_STARTED not in {e.kind for e in client.history("b-1")}
+        assert EventKind.STEP_STARTED not in {e.kind for e in client.client.history("b-1")}
 
         processes.append(start_worker(store_url, log, "--name", NAME, target=TARGET))
         assert handle.result(timeout=WAIT) == ["booked e-1", "told e-1"]
@@ -104,7 +104,7 @@ def test_a_worker_that_dies_just_after_the_commit_leaves_the_row_and_the_outcome
         crash_at_commit(store_url, "after")
         assert booked(store_url) == ["e-2"]
         assert completed(client, "b-2") == ["book"]
-        assert client.get_run("b-2").status is RunStatus.RUNNING  # leased to the dead worker
+        assert client.client.get("b-2").status is RunStatus.RUNNING  # leased to the dead worker
 
         processes.append(start_worker(store_url, log, "--name", NAME, target=TARGET))
         assert handle.result(timeout=WAIT) == ["booked e-2", "told e-2"]

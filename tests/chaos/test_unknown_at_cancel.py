@@ -50,19 +50,19 @@ def test_a_step_killed_after_its_effect_is_undone_when_the_run_is_cancelled(
         processes.append(start_worker(store_url, first, *name, target=TARGET))
         wait_until("charge's effect happened", lambda: bool(lines(effects, "charge")), first)
         kill(processes[0])  # its outcome is now unknown: the effect is in the world
-        assert client.get_run("o-1").status is RunStatus.RUNNING  # leased to the dead
-        assert client.cancel("o-1", by="ops").changed
+        assert client.client.get("o-1").status is RunStatus.RUNNING  # leased to the dead
+        assert client.client.cancel("o-1", by="ops").changed
 
         processes.append(start_worker(store_url, second, *name, target=TARGET))
         with pytest.raises(WorkflowFailed, match="RunCancelled: cancelled by ops"):
             handle.result(timeout=WAIT)
-        assert client.get_run("o-1").status is RunStatus.CANCELLED
+        assert client.client.get("o-1").status is RunStatus.CANCELLED
         # the unknown step is undone first (it came last), with no result; then the other
         assert lines(effects, "refund") == [["refund", "o-1:1:charge:undo", "None"]]
         assert lines(effects, "release") == [["release", "o-1:0:reserve:undo", "hold-1"]]
         order = [line.split()[0] for line in journal(effects)]
         assert order == ["reserve", "charge", "refund", "release"]
-        claims = [e for e in client.history("o-1") if e.kind is EventKind.CLAIMED]
+        claims = [e for e in client.client.history("o-1") if e.kind is EventKind.CLAIMED]
         assert len(claims) == 2  # the fault really happened: the run moved to a new worker
     finally:
         client.close()
@@ -114,17 +114,17 @@ def test_a_storm_of_kills_and_cancels_leaves_no_effect_of_a_cancelled_run_undone
                 undone.add(key.removesuffix(":undo"))
         unknown_at_cancel = 0
         for run_id in ids:
-            status = client.get_run(run_id).status
+            status = client.client.get(run_id).status
             mine = effects_of.get(run_id, set())
             if status is RunStatus.CANCELLED:
                 assert mine <= undone, (
                     f"{run_id}: effects never undone: {mine - undone}; its history:\n"
                     + "\n".join(
                         f"{e.seq} {e.kind} {e.position} {e.name} {e.attempt} {e.data}"
-                        for e in client.history(run_id)
+                        for e in client.client.history(run_id)
                     )
                 )
-                history = client.history(run_id)
+                history = client.client.history(run_id)
                 completed = {
                     (e.position, e.name) for e in history if e.kind is EventKind.STEP_COMPLETED
                 }
@@ -148,7 +148,9 @@ def _next_to_cancel(client: durably.App, pending: list[str]) -> str:
     so that cancels meet steps in flight (on a slow machine, a run cancelled before any
     worker took it has nothing to cut off)."""
     running = [
-        i for i, run_id in enumerate(pending) if client.get_run(run_id).status is RunStatus.RUNNING
+        i
+        for i, run_id in enumerate(pending)
+        if client.client.get(run_id).status is RunStatus.RUNNING
     ]
     return pending.pop(running[0] if running else -1)
 
@@ -156,11 +158,11 @@ def _next_to_cancel(client: durably.App, pending: list[str]) -> str:
 def _cancel(client: durably.App, run_id: str) -> None:
     """Cancel the run, unless it ended first (a cancel that comes too late changes nothing)."""
     try:
-        client.cancel(run_id, by="storm")
+        client.client.cancel(run_id, by="storm")
     except durably.DurablyError as exc:
         if "it has finished" not in str(exc):
             raise
 
 
 def _all_ended(client: durably.App, ids: list[str]) -> bool:
-    return all(client.get_run(run_id).status in FINAL for run_id in ids)
+    return all(client.client.get(run_id).status in FINAL for run_id in ids)

@@ -35,18 +35,18 @@ def test_a_timer_due_while_every_worker_is_down_fires_when_one_starts(
         processes.append(start_worker(store_url, log, target=TARGET))
         wait_until(
             "the timer was set",
-            lambda: any(e.kind is EventKind.TIMER_SET for e in client.history("nap-1")),
+            lambda: any(e.kind is EventKind.TIMER_SET for e in client.client.history("nap-1")),
             log,
         )
         kill(processes[0])  # the only worker dies while the run sleeps
         time.sleep(1.5)  # the timer comes due with nobody to run it
-        run = client.get_run("nap-1")
+        run = client.client.get("nap-1")
         assert run.status is RunStatus.PENDING
         assert run.lease_owner is None  # it held no worker while it slept
 
         processes.append(start_worker(store_url, tmp_path / "second.log", target=TARGET))
         assert handle.result(timeout=30) == "woke"
-        fired = [e for e in client.history("nap-1") if e.kind is EventKind.TIMER_FIRED]
+        fired = [e for e in client.client.history("nap-1") if e.kind is EventKind.TIMER_FIRED]
         assert len(fired) == 1
     finally:
         client.close()
@@ -63,7 +63,7 @@ def test_signals_sent_while_the_worker_is_killed_arrive_once_each_in_order(
         processes.append(start_worker(store_url, tmp_path / "w0.log", *options, target=TARGET))
         kills = 0
         for item in range(count):
-            client.signal("c-1", "item", item, by="sender")
+            client.client.signal("c-1", "item", item, by="sender")
             if item in (7, 15, 23):  # kill the worker right after a signal, and replace it
                 kill(processes[-1])
                 kills += 1
@@ -74,7 +74,7 @@ def test_signals_sent_while_the_worker_is_killed_arrive_once_each_in_order(
 
         taken = [
             read_payload(e, SignalReceived).message
-            for e in client.history("c-1")
+            for e in client.client.history("c-1")
             if e.kind is EventKind.SIGNAL_RECEIVED
         ]
         assert len(taken) == count
@@ -93,22 +93,22 @@ def test_an_approval_nobody_answers_times_out_by_itself_across_worker_deaths(
         processes.append(start_worker(store_url, log, target=TARGET))
         wait_until(
             "the approval was requested",
-            lambda: client.get_run("refund-1").status is RunStatus.NEEDS_ATTENTION,
+            lambda: client.client.get("refund-1").status is RunStatus.NEEDS_ATTENTION,
             log,
         )
-        [pending] = client.approvals()
+        [pending] = client.client.approvals()
         assert (pending.run_id, pending.name, pending.details) == ("refund-1", "refund", "40")
         kill(processes[0])  # nobody answers, and the worker dies while it waits
         time.sleep(1.5)  # the timeout passes with no worker running
-        assert client.get_run("refund-1").status is RunStatus.NEEDS_ATTENTION
+        assert client.client.get("refund-1").status is RunStatus.NEEDS_ATTENTION
 
         processes.append(start_worker(store_url, tmp_path / "second.log", target=TARGET))
         assert handle.result(timeout=30) == "rejected by durably (timeout)"
-        history = client.history("refund-1")
+        history = client.client.history("refund-1")
         assert [e.kind for e in history].count(EventKind.APPROVAL_DECIDED) == 1
         asked = [e for e in history if e.kind is EventKind.STEP_COMPLETED]
         assert [e.name for e in asked] == ["ask_manager"]  # the request went out once
-        assert client.approvals() == []
+        assert client.client.approvals() == []
     finally:
         client.close()
 
@@ -126,7 +126,7 @@ def test_a_long_step_resumes_from_its_last_heartbeat_after_its_worker_dies(
         def progress() -> list[int]:
             return [
                 json.loads(e.data or "{}")["done"]
-                for e in client.history("export-1")
+                for e in client.client.history("export-1")
                 if e.kind is EventKind.STEP_HEARTBEAT
             ]
 

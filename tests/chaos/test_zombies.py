@@ -106,8 +106,10 @@ def test_a_zombie_is_fenced_off_and_stops_its_steps_when_it_wakes(
 
         stall.keeps_serving()
         for run_id in runs:
-            assert client.history(run_id) == stall.settled[run_id], f"{run_id}'s history moved"
-            assert client.get_run(run_id).status is RunStatus.COMPLETED
+            assert client.client.history(run_id) == stall.settled[run_id], (
+                f"{run_id}'s history moved"
+            )
+            assert client.client.get(run_id).status is RunStatus.COMPLETED
     finally:
         client.close()
 
@@ -201,14 +203,14 @@ class Stall:
             write(str(effects), hurry(key, successor.pid))
         wait_until(
             "the successor completed the runs",
-            lambda: all(client.get_run(run_id).status is RunStatus.COMPLETED for run_id in runs),
+            lambda: all(client.client.get(run_id).status is RunStatus.COMPLETED for run_id in runs),
             successor_log,
         )
         # real time is the point here: the zombie stays stopped well past its leases' expiry
         held_until = max(expiry.values()) + timedelta(seconds=HELD_PAST)
         time.sleep(max(0.0, (held_until - datetime.now(UTC)).total_seconds()))
         assert process_state(zombie.pid) == "T", "the zombie was not stopped all along"
-        settled = {run_id: client.history(run_id) for run_id in runs}
+        settled = {run_id: client.client.history(run_id) for run_id in runs}
         for run_id in runs:
             check_taken_over(settled[run_id], expiry[run_id])
         return cls(
@@ -288,7 +290,7 @@ def stop_quietly(
         os.kill(worker.pid, signal.SIGSTOP)
         wait_until("the worker stopped", lambda: process_state(worker.pid) == "T", log)
         if store_is_free(store_url, runs):
-            records = [client.get_run(run_id) for run_id in runs]
+            records = [client.client.get(run_id) for run_id in runs]
             expiry = {}
             for record in records:
                 assert (record.status, record.lease_owner) == (RunStatus.RUNNING, ZOMBIE)

@@ -63,12 +63,14 @@ def settle(app: durably.App, clock: FakeClock, *, rounds: int = 100) -> int:
         if due is None:
             return ended
         clock.set(max(clock.now(), due))
-    raise AssertionError(f"runs still waiting after {rounds} rounds: {app.runs(limit=10)}")
+    raise AssertionError(
+        f"runs still waiting after {rounds} rounds: {app.client.runs(limit=10).runs}"
+    )
 
 
 def next_due(app: durably.App) -> datetime | None:
     """The earliest due time of a pending run, if any."""
-    pending = app.runs(status=durably.RunStatus.PENDING, limit=10_000)
+    pending = app.client.runs(status=durably.RunStatus.PENDING, limit=10_000).runs
     due = [run.available_at for run in pending if run.available_at is not None]
     return min(due, default=None)
 
@@ -99,7 +101,7 @@ def sql_rows(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple[An
 
 def events(app: durably.App, run_id: str, kind: EventKind | None = None) -> list[Event]:
     """The run's history, or its events of one kind."""
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     return history if kind is None else [event for event in history if event.kind is kind]
 
 

@@ -80,7 +80,7 @@ def wait_for_step_start(
 ) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if EventKind.STEP_STARTED in {event.kind for event in client.history(run_id)}:
+        if EventKind.STEP_STARTED in {event.kind for event in client.client.history(run_id)}:
             return
         if worker.poll() is not None:
             pytest.fail(f"the worker exited with {worker.returncode}:\n{log.read_text()}")

@@ -1,4 +1,4 @@
-"""What the tests of a person steering a run (app.cancel, app.pause, app.resume) share: a
+"""What the tests of a person steering a run (app.client.cancel, pause, resume) share: a
 worker that drains in a thread of its own while the test steers, a step body held in flight
 until the test lets it go, a reserve step whose undo is logged, an order that waits, and the
 checks of a run that ended cancelled.
@@ -156,16 +156,16 @@ def order(app: durably.App, reserve: durably.Step, calls: list[str]) -> durably.
 
 def step_started(app: durably.App, run_id: str, name: str) -> bool:
     started = EventKind.STEP_STARTED
-    return any(event.kind is started and event.name == name for event in app.history(run_id))
+    return any(event.kind is started and event.name == name for event in app.client.history(run_id))
 
 
 def assert_cancelled(app: durably.App, run_id: str, by: str, reason: str | None) -> None:
     """The run ended cancelled, compensated, with the error that names who and why."""
-    run = app.get_run(run_id)
+    run = app.client.get(run_id)
     assert run.status is RunStatus.CANCELLED
     why = f": {reason}" if reason else ""
     assert run.error == ErrorInfo("durably.errors.RunCancelled", f"cancelled by {by}{why}")
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     assert history[-1].kind is EventKind.RUN_CANCELLED
     [compensating] = [e for e in history if e.kind is EventKind.COMPENSATING]
     payload = read_payload(compensating, Compensating)
@@ -177,4 +177,6 @@ def assert_cancelled(app: durably.App, run_id: str, by: str, reason: str | None)
 def undo_events(app: durably.App, run_id: str) -> list[tuple[str, int | None, str | None]]:
     """(kind, position, name) of every compensation event, in order."""
     undoing = {EventKind.COMPENSATION_STARTED, EventKind.COMPENSATION_COMPLETED}
-    return [(str(e.kind), e.position, e.name) for e in app.history(run_id) if e.kind in undoing]
+    return [
+        (str(e.kind), e.position, e.name) for e in app.client.history(run_id) if e.kind in undoing
+    ]

@@ -44,7 +44,7 @@ def test_an_operator_approves_and_the_run_goes_on(app: durably.App, clock: FakeC
     refund_app(app, sent, timeout="2d")
     handle = app.start("refund_flow", "o-1", 120, id="r-1")
     assert app.run_until_idle() == 0
-    run = app.get_run("r-1")
+    run = app.client.get("r-1")
     assert run.status is RunStatus.NEEDS_ATTENTION  # a person must act
     assert run.available_at == clock.now() + timedelta(days=2)  # its timeout wakes it
     assert run.lease_owner is None
@@ -53,23 +53,23 @@ def test_an_operator_approves_and_the_run_goes_on(app: durably.App, clock: FakeC
     assert request.details == {"order": "o-1", "amount": 120}
     assert request.on_timeout == "reject"
 
-    [pending] = app.approvals()
+    [pending] = app.client.approvals()
     assert (pending.run_id, pending.workflow, pending.name) == ("r-1", "refund_flow", "refund")
     assert pending.until == clock.now() + timedelta(days=2)
-    assert app.dead_letters() == []  # an approval is not a failure
+    assert app.client.dead_letters() == []  # an approval is not a failure
 
-    decision = app.approve("r-1", "refund", by="maria", comment="fine")
+    decision = app.client.decide("r-1", "refund", by="maria", comment="fine", approved=True)
     assert (decision.approved, decision.by, decision.via, decision.comment) == (
         True,
         "maria",
         "person",
         "fine",
     )
-    assert app.get_run("r-1").status is RunStatus.PENDING
+    assert app.client.get("r-1").status is RunStatus.PENDING
     app.run_until_idle()
     assert handle.result(timeout=0) == "refunded 120 for o-1"
-    assert app.approvals() == []
-    events = kinds(app.history("r-1"))
+    assert app.client.approvals() == []
+    events = kinds(app.client.history("r-1"))
     for kind in ("approval_requested", "approval_token", "approval_decided"):
         assert kind in events
 
@@ -84,20 +84,20 @@ def test_the_token_decides_once_and_only_its_hash_is_stored(
     [request] = sent
     secret = request.token.rpartition(".")[2]
     assert len(secret) >= 43  # 256 bits, url-safe base64
-    stored = "".join(f"{e.data}" for e in app.history("r-2"))
+    stored = "".join(f"{e.data}" for e in app.client.history("r-2"))
     assert secret not in stored  # not in the notify step's recorded input, nowhere
     assert "[hidden]" in stored
 
     with pytest.raises(DurablyError, match="does not match"):
-        app.decide_with_token(request.token[:-2] + "xx", approved=True, by="mallory")
-    assert app.get_run("r-2").status is RunStatus.NEEDS_ATTENTION  # untouched by it
+        app.client.decide_with_token(request.token[:-2] + "xx", approved=True, by="mallory")
+    assert app.client.get("r-2").status is RunStatus.NEEDS_ATTENTION  # untouched by it
 
-    decision = app.decide_with_token(request.token, approved=False, by="sam")
+    decision = app.client.decide_with_token(request.token, approved=False, by="sam")
     assert (decision.approved, decision.via) == (False, "token")
     with pytest.raises(DurablyError, match="already decided: rejected by sam"):
-        app.decide_with_token(request.token, approved=True, by="sam")
+        app.client.decide_with_token(request.token, approved=True, by="sam")
     with pytest.raises(DurablyError, match="already decided"):
-        app.approve("r-2", "refund", by="maria")
+        app.client.decide("r-2", "refund", by="maria", approved=True)
     app.run_until_idle()
     assert handle.result(timeout=0) == "refused by sam (token)"
 
@@ -109,13 +109,13 @@ def test_reminders_carry_fresh_tokens_that_all_stay_good(
     refund_app(app, sent, timeout="3d", remind_after="1d")
     handle = app.start("refund_flow", "o-3", 10, id="r-3")
     app.run_until_idle()
-    assert app.get_run("r-3").available_at == clock.now() + timedelta(days=1)  # the reminder
+    assert app.client.get("r-3").available_at == clock.now() + timedelta(days=1)  # the reminder
     clock.advance(timedelta(days=1))
     app.run_until_idle()
     assert [request.notice for request in sent] == [0, 1]
     assert sent[0].token != sent[1].token
-    assert app.get_run("r-3").status is RunStatus.NEEDS_ATTENTION
-    app.decide_with_token(sent[0].token, approved=True, by="first-email")  # the older one
+    assert app.client.get("r-3").status is RunStatus.NEEDS_ATTENTION
+    app.client.decide_with_token(sent[0].token, approved=True, by="first-email")  # the older one
     app.run_until_idle()
     assert handle.result(timeout=0) == "refunded 10 for o-3"
 
@@ -134,7 +134,7 @@ def test_the_timeout_decides_when_nobody_does(
     clock.advance(timedelta(days=2))
     assert app.run_until_idle() == 1  # woken by its timeout alone
     assert handle.result(timeout=0) == result
-    [decided] = [e for e in app.history("r-4") if e.kind is EventKind.APPROVAL_DECIDED]
+    [decided] = [e for e in app.client.history("r-4") if e.kind is EventKind.APPROVAL_DECIDED]
     assert decided.at == clock.now()
 
 
@@ -147,16 +147,16 @@ def test_escalate_on_timeout_waits_for_a_person_without_a_timeout(
     app.run_until_idle()
     clock.advance(timedelta(hours=1))
     app.run_until_idle()
-    run = app.get_run("r-5")
+    run = app.client.get("r-5")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.available_at is None  # nothing but a person ends it now
     assert [(request.notice, request.escalated) for request in sent] == [(0, False), (1, True)]
     assert sent[1].until is None
-    [pending] = app.approvals()
+    [pending] = app.client.approvals()
     assert pending.escalated
     assert pending.until is None
     assert "escalated" in (run.error.message if run.error else "")
-    app.reject("r-5", "refund", by="lead")
+    app.client.decide("r-5", "refund", by="lead", approved=False)
     app.run_until_idle()
     assert handle.result(timeout=0) == "refused by lead (person)"
 
@@ -169,10 +169,10 @@ def test_the_workflow_deadline_ends_a_wait_for_a_person(app: durably.App, clock:
 
     handle = app.start(slow_approval, id="r-6")
     app.run_until_idle()
-    assert app.get_run("r-6").available_at == clock.now() + timedelta(days=1)
+    assert app.client.get("r-6").available_at == clock.now() + timedelta(days=1)
     clock.advance(timedelta(days=1))
     app.run_until_idle()
-    assert app.get_run("r-6").status is RunStatus.TIMED_OUT
+    assert app.client.get("r-6").status is RunStatus.TIMED_OUT
     with pytest.raises(durably.WorkflowFailed):
         handle.result(timeout=0)
 
@@ -185,8 +185,8 @@ def test_a_sync_workflow_waits_for_an_approval_too(app: durably.App, clock: Fake
 
     handle = app.start(sync_flow, id="r-7")
     app.run_until_idle()
-    assert app.get_run("r-7").status is RunStatus.NEEDS_ATTENTION
-    app.approve("r-7", "ship", by="ops")
+    assert app.client.get("r-7").status is RunStatus.NEEDS_ATTENTION
+    app.client.decide("r-7", "ship", by="ops", approved=True)
     app.run_until_idle()
     assert handle.result(timeout=0) == "yes"
 
@@ -201,10 +201,10 @@ def test_escalations_are_in_the_same_list_and_answered_through_it(
 
     handle = app.start(vip, "ada", id="r-8")
     app.run_until_idle()
-    [pending] = app.approvals()
+    [pending] = app.client.approvals()
     assert (pending.run_id, pending.name) == ("r-8", "durably.escalate")
     assert "is ada a VIP?" in (pending.details or "")
-    app.approve("r-8", "durably.escalate", by="host")
+    app.client.decide("r-8", "durably.escalate", by="host", approved=True)
     app.run_until_idle()
     assert handle.result(timeout=0) == "ada: True"
 
@@ -215,11 +215,11 @@ def test_bad_decisions_and_calls_are_refused_clearly(app: durably.App, clock: Fa
     app.start("refund_flow", "o-9", 1, id="r-9")
     app.run_until_idle()
     with pytest.raises(RunNotFound):
-        app.approve("nope", "refund")
+        app.client.decide("nope", "refund", approved=True)
     with pytest.raises(DurablyError, match="has no approval 'other'"):
-        app.approve("r-9", "other")
+        app.client.decide("r-9", "other", approved=True)
     with pytest.raises(DurablyError, match="not an approval token"):
-        app.decide_with_token("garbage", approved=True)
+        app.client.decide_with_token("garbage", approved=True)
     with pytest.raises(NotInWorkflow):
         durably.approval("outside")
 
@@ -229,7 +229,7 @@ def test_bad_decisions_and_calls_are_refused_clearly(app: durably.App, clock: Fa
 
     app.start(bad_option, id="r-10")
     app.run_until_idle()
-    error = app.get_run("r-10").error
+    error = app.client.get("r-10").error
     assert error is not None
     assert "on_timeout" in error.message
 
@@ -256,9 +256,9 @@ def test_a_notify_step_that_is_retried_gets_a_fresh_token_and_the_first_stays_go
     app.run_until_idle()
     assert len(tokens) == 2
     assert tokens[0] != tokens[1]
-    history = app.history("r-11")
+    history = app.client.history("r-11")
     assert kinds(history).count("approval_token") == 2
-    app.decide_with_token(tokens[0], approved=True, by="reader-of-the-first-mail")
+    app.client.decide_with_token(tokens[0], approved=True, by="reader-of-the-first-mail")
     app.run_until_idle()
     assert handle.result(timeout=0) is True
 
@@ -297,19 +297,19 @@ def test_decisions_reach_only_runs_that_wait_for_them(app: durably.App, clock: F
     with pytest.raises(
         DurablyError, match=r"waits for no escalation \(it is parked on step 'charge'\)"
     ):
-        app.approve("r-12", "durably.escalate")
+        app.client.decide("r-12", "durably.escalate", approved=True)
     # the notify step failed for good: the run is a dead letter, its approval not decidable
-    assert {letter.run_id for letter in app.dead_letters()} == {"r-12", "r-13"}
+    assert {letter.run_id for letter in app.client.dead_letters()} == {"r-12", "r-13"}
     with pytest.raises(DurablyError, match="parked needs_attention by a failure"):
-        app.approve("r-13", "go")
+        app.client.decide("r-13", "go", approved=True)
 
     [token] = tokens
     secret = token.rpartition(".")[2]
-    error = app.get_run("r-13").error
+    error = app.client.get("r-13").error
     assert error is not None
     assert "could not send r-13.0.[hidden]" in error.message  # its own message, without it
-    assert secret not in "".join(str(e.data) for e in app.history("r-13"))
-    run = app.get_run("r-14")  # a request it cannot take fails the run (terminal)
+    assert secret not in "".join(str(e.data) for e in app.client.history("r-13"))
+    run = app.client.get("r-14")  # a request it cannot take fails the run (terminal)
     error = run.error
     assert run.status is RunStatus.FAILED
     assert error is not None

@@ -36,7 +36,7 @@ def two_sleepers(app: durably.App, ran: list[str]) -> None:
 def append_row(app: durably.App, run_id: str, kind: str, at: object) -> int:
     """A row appended to the run's history behind the engine's back; its seq."""
     store_url = app.store_url or ""
-    seq = max(e.seq for e in app.history(run_id)) + 1
+    seq = max(e.seq for e in app.client.history(run_id)) + 1
     execute_sql(
         store_url,
         "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
@@ -52,20 +52,20 @@ def test_an_event_kind_from_a_newer_durably_parks_only_its_run(
 ) -> None:
     ran: list[str] = []
     two_sleepers(app, ran)
-    now = app.history("bad")[-1].at.timestamp()
+    now = app.client.history("bad")[-1].at.timestamp()
     seq = append_row(app, "bad", "workflow_event_set", now)
     clock.advance("1h")
     app.run_until_idle()
 
-    assert app.get_run("good").status is RunStatus.COMPLETED  # the rest keep running
-    run = app.get_run("bad")
+    assert app.client.get("good").status is RunStatus.COMPLETED  # the rest keep running
+    run = app.client.get("bad")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PayloadError"
     assert f"event #{seq} has the kind 'workflow_event_set'" in run.error.message
     assert "a newer durably wrote it" in run.error.message
     assert ran == ["a 1", "a 10", "a 11"]  # nothing of the bad run ran
-    history = app.history("bad")
+    history = app.client.history("bad")
     unknown = next(e for e in history if e.seq == seq)
     assert str(unknown.kind) == "workflow_event_set"  # read whole, under its own name
     assert not unknown.kind.known
@@ -90,12 +90,12 @@ def test_a_row_that_cannot_be_read_parks_only_its_run(sqlite_url: str, clock: Fa
 
 
 def check_parked_alone(app: durably.App, seq: int, ran: list[str]) -> None:
-    assert app.get_run("good").status is RunStatus.COMPLETED
-    run = app.get_run("bad")
+    assert app.client.get("good").status is RunStatus.COMPLETED
+    run = app.client.get("bad")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert f"event #{seq} cannot be read from the store" in run.error.message, run.error
     assert "'garbage'" in run.error.message
     assert ran == ["a 1", "a 10", "a 11"]
-    [placeholder] = [e for e in app.history("bad") if e.seq == seq]
+    [placeholder] = [e for e in app.client.history("bad") if e.seq == seq]
     assert placeholder.kind == UNREADABLE_ROW

@@ -59,7 +59,7 @@ def test_a_failing_dependency_opens_the_breaker_and_steps_wait_without_attempts(
     app.run_until_idle()
     assert len(payments.calls) == 3  # nobody called the failing service
     for handle in [*first, late]:
-        run = app.get_run(handle.id)
+        run = app.client.get(handle.id)
         assert run.status is RunStatus.PENDING
         assert run.available_at == opened + timedelta(seconds=30)
     assert attempts_of(app, "late") == 0
@@ -104,7 +104,7 @@ def test_a_failed_probe_keeps_the_breaker_open(app: durably.App, clock: FakeCloc
     payments.up = True
     settle(app, clock)
     assert len(payments.calls) == 7
-    assert all(run.status is RunStatus.COMPLETED for run in app.runs())
+    assert all(run.status is RunStatus.COMPLETED for run in app.client.runs().runs)
 
 
 def test_business_failures_do_not_open_the_breaker(app: durably.App, clock: FakeClock) -> None:
@@ -123,7 +123,7 @@ def test_business_failures_do_not_open_the_breaker(app: durably.App, clock: Fake
         app.start(checkout, f"o{n}")
     app.run_until_idle()
     assert gate(app, "pay").breaker == "closed"
-    assert all(run.status is RunStatus.FAILED for run in app.runs())
+    assert all(run.status is RunStatus.FAILED for run in app.client.runs().runs)
 
 
 def test_the_breaker_is_shared_by_every_worker_on_the_store(
@@ -150,7 +150,7 @@ def test_the_breaker_is_shared_by_every_worker_on_the_store(
     other_app.run_until_idle()  # worker two's probe succeeds and closes it for everyone
     assert gate(app, "pay").breaker == "closed"
     settle(app, clock)
-    assert all(run.status is RunStatus.COMPLETED for run in app.runs())
+    assert all(run.status is RunStatus.COMPLETED for run in app.client.runs().runs)
 
 
 def test_throttled_attempts_slow_the_rate_and_do_not_open_the_breaker(

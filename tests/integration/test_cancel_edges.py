@@ -36,13 +36,13 @@ def test_a_cancel_undoes_a_paused_run_without_waiting_for_a_resume(app: durably.
 
     app.start("order", "lamp", id="p-1")
     app.run_until_idle()
-    app.pause("p-1", by="ops")
+    app.client.pause("p-1", by="ops")
     app.run_until_idle()
-    assert app.get_run("p-1").status is RunStatus.PAUSED
+    assert app.client.get("p-1").status is RunStatus.PAUSED
 
-    app.cancel("p-1", by="ops", reason="customer left")
+    app.client.cancel("p-1", by="ops", reason="customer left")
     app.run_until_idle()
-    assert app.get_run("p-1").status is RunStatus.CANCELLED
+    assert app.client.get("p-1").status is RunStatus.CANCELLED
     assert undone == ["hold-lamp"]
 
 
@@ -69,12 +69,12 @@ def test_a_sync_step_that_stops_with_an_error_on_a_cancel_ends_the_run_cancelled
     worker = threading.Thread(target=app.run_until_idle)
     worker.start()
     assert started.wait(20)
-    app.cancel("s-1", by="ops")
+    app.client.cancel("s-1", by="ops")
     worker.join(30)
 
-    run = app.get_run("s-1")
+    run = app.client.get("s-1")
     assert run.status is RunStatus.CANCELLED
-    [failed] = [e for e in app.history("s-1") if e.kind is EventKind.STEP_FAILED]
+    [failed] = [e for e in app.client.history("s-1") if e.kind is EventKind.STEP_FAILED]
     assert failed.data is not None
     assert '"reason": "cancelled"' in failed.data
     assert "export stopped" in failed.data  # what the step raised on its way out
@@ -106,14 +106,14 @@ def test_a_cancel_of_a_run_being_undone_changes_nothing_and_says_so(
 
     app.start("order", "lamp", id="u-1")
     app.run_until_idle()  # failed; its undo waits for a retry
-    assert app.get_run("u-1").status is RunStatus.PENDING
+    assert app.client.get("u-1").status is RunStatus.PENDING
 
-    steered = app.cancel("u-1", by="ops")
+    steered = app.client.cancel("u-1", by="ops")
     assert not steered.changed
     assert "being undone already after durably.errors.StepFailed; it ends failed" in steered.note
     clock.advance(timedelta(minutes=5))
     app.run_until_idle()
-    assert app.get_run("u-1").status is RunStatus.FAILED
+    assert app.client.get("u-1").status is RunStatus.FAILED
 
 
 def test_a_restart_past_a_cancelled_step_is_refused(app: durably.App) -> None:
@@ -138,12 +138,12 @@ def test_a_restart_past_a_cancelled_step_is_refused(app: durably.App) -> None:
     worker = threading.Thread(target=app.run_until_idle)
     worker.start()
     assert started.wait(20)
-    app.cancel("c-1", by="ops")
+    app.client.cancel("c-1", by="ops")
     worker.join(30)
-    assert app.get_run("c-1").status is RunStatus.CANCELLED
+    assert app.client.get("c-1").status is RunStatus.CANCELLED
     with pytest.raises(DurablyError, match=r"step #0 \('wait_long'\) was cancelled"):
-        app.restart("c-1", from_step=1)
-    app.restart("c-1", from_step=0)  # from the cancelled step itself: fine
+        app.handle(app.client.restart("c-1", from_step=1).id)
+    app.handle(app.client.restart("c-1", from_step=0).id)  # from the cancelled step itself: fine
 
 
 async def durably_sleep_forever() -> None:

@@ -67,7 +67,7 @@ def test_a_cancel_stops_the_async_step_in_flight_and_undoes_the_completed_ones(
     handle = app.start("order", "lamp", id="c-1")
     worker = worker_thread(app)
     assert charging.wait(WAIT)
-    steered = app.cancel("c-1", reason="customer left", by="ops")
+    steered = app.client.cancel("c-1", reason="customer left", by="ops")
     assert isinstance(steered, Steered)
     assert (steered.run_id, steered.action, steered.changed) == ("c-1", "cancel", True)
     assert steered.status is RunStatus.RUNNING
@@ -96,7 +96,7 @@ def test_a_cancel_stops_the_async_step_in_flight_and_undoes_the_completed_ones(
         "c-1:0:reserve:undo",
     ]
     assert not step_started(app, "c-1", "ship")
-    history = kinds(app.history("c-1"))
+    history = kinds(app.client.history("c-1"))
     assert history.index("step_failed") < history.index("compensating") < len(history) - 1
     with pytest.raises(WorkflowFailed, match=r"cancelled.*RunCancelled: cancelled by ops"):
         handle.result(timeout=0)
@@ -138,7 +138,7 @@ def test_a_sync_step_that_looks_at_cancelled_stops_early_and_is_undone_too(
     app.start("nightly", "report", id="s-1")
     worker = worker_thread(app)
     assert entered.wait(WAIT)
-    steered = app.cancel("s-1", by="ops")
+    steered = app.client.cancel("s-1", by="ops")
     assert steered.changed
     join(worker)
 
@@ -189,7 +189,7 @@ def test_a_cancel_stops_every_branch_of_a_gather_in_flight(
     worker = worker_thread(app)
     for _ in range(3):
         assert fetching.acquire(timeout=WAIT), "a branch did not start"
-    assert app.cancel("g-1", by="ops").changed
+    assert app.client.cancel("g-1", by="ops").changed
     join(worker)
 
     assert sorted(seen) == ["a", "b", "c"]
@@ -231,7 +231,7 @@ def test_a_cancel_stops_an_async_step_of_a_sync_workflow(app: durably.App) -> No
     app.start("order", "lamp", id="y-1")
     worker = worker_thread(app)
     assert charging.wait(WAIT)
-    assert app.cancel("y-1", by="ops").changed
+    assert app.client.cancel("y-1", by="ops").changed
     join(worker)
     assert seen == ["cancelled"]
     assert_cancelled(app, "y-1", "ops", None)
@@ -265,7 +265,7 @@ def test_a_cancel_during_a_reconcile_stops_the_attempt_that_follows(
     clock.advance(DEAD_LEASE + timedelta(seconds=1))
     worker = worker_thread(app)
     assert held.entered.wait(WAIT)
-    assert app.cancel("rc-1", by="ops").changed
+    assert app.client.cancel("rc-1", by="ops").changed
     held.go_once_taken_in("cancel")
     join(worker)
     assert_cancelled(app, "rc-1", "ops", None)

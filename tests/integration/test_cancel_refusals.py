@@ -21,15 +21,15 @@ def test_a_second_cancel_changes_nothing_and_ended_or_unknown_runs_are_refused(
     app.start("order", "lamp", "sleep", id="t-1")
     app.run_until_idle()
 
-    assert app.cancel("t-1", by="ops").changed
-    again = app.cancel("t-1", by="erin", reason="me too")
+    assert app.client.cancel("t-1", by="ops").changed
+    again = app.client.cancel("t-1", by="erin", reason="me too")
     assert (again.changed, again.status) == (False, RunStatus.PENDING)
     assert again.note.startswith("it is being cancelled already")  # still in its inbox
     app.run_until_idle()
     assert_cancelled(app, "t-1", "ops", None)  # the first cancel's words, not the second's
     assert undone == ["hold-lamp"]  # undone once
 
-    done = app.cancel("t-1", by="ops")
+    done = app.client.cancel("t-1", by="ops")
     assert (done.changed, done.status, done.note) == (
         False,
         RunStatus.CANCELLED,
@@ -38,13 +38,13 @@ def test_a_second_cancel_changes_nothing_and_ended_or_unknown_runs_are_refused(
 
     app.start("order", "vase", "none", id="t-2")
     app.run_until_idle()
-    assert app.get_run("t-2").status is RunStatus.COMPLETED
+    assert app.client.get("t-2").status is RunStatus.COMPLETED
     with pytest.raises(DurablyError, match=r"cannot cancel run 't-2': it has finished \(completed"):
-        app.cancel("t-2", by="ops")
+        app.client.cancel("t-2", by="ops")
     with pytest.raises(RunNotFound, match="nobody"):
-        app.cancel("nobody", by="ops")
+        app.client.cancel("nobody", by="ops")
     with pytest.raises(DurablyError, match="the engine's own"):
-        app.send("t-1", "cancel", by="ops")  # not by hand, past the checks
+        app.client.send("t-1", "cancel", by="ops")  # not by hand, past the checks
 
 
 def test_a_cancel_is_refused_once_undoing_failed_for_good(app: durably.App) -> None:
@@ -67,9 +67,9 @@ def test_a_cancel_is_refused_once_undoing_failed_for_good(app: durably.App) -> N
 
     app.start("order", "lamp", id="f-1")
     app.run_until_idle()
-    assert app.get_run("f-1").status is RunStatus.COMPENSATION_FAILED
+    assert app.client.get("f-1").status is RunStatus.COMPENSATION_FAILED
     with pytest.raises(DurablyError, match=r"durably dlq retry.*durably dlq fail"):
-        app.cancel("f-1", by="ops")
-    assert app.get_run("f-1").status is RunStatus.COMPENSATION_FAILED
+        app.client.cancel("f-1", by="ops")
+    assert app.client.get("f-1").status is RunStatus.COMPENSATION_FAILED
     with pytest.raises(DurablyError, match="compensation_failed"):
-        app.pause("f-1", by="ops")  # parked: nothing to pause either
+        app.client.pause("f-1", by="ops")  # parked: nothing to pause either

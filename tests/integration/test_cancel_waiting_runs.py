@@ -50,20 +50,20 @@ def test_a_cancel_takes_up_a_waiting_run_now_and_undoes_it(
 ) -> None:
     app.start("order", "lamp", wait, id="w-1")
     assert app.run_until_idle() == 0
-    run = app.get_run("w-1")
+    run = app.client.get("w-1")
     assert run.status is RunStatus.PENDING
     assert run.available_at == (clock.now() + timedelta(days=1) if wait == "sleep" else None)
 
-    steered = app.cancel("w-1", reason="out of stock", by="ops")
+    steered = app.client.cancel("w-1", reason="out of stock", by="ops")
     assert (steered.changed, steered.status) == (True, RunStatus.PENDING)
     assert "takes it up now" in steered.note
-    assert app.get_run("w-1").available_at == clock.now()  # due now, not in a day
+    assert app.client.get("w-1").available_at == clock.now()  # due now, not in a day
     assert app.run_until_idle() == 1  # no clock advance needed
 
     assert_cancelled(app, "w-1", "ops", "out of stock")
     assert undone == ["hold-lamp"]
     assert calls == ["reserve lamp"]  # ship never ran
-    history = kinds(app.history("w-1"))
+    history = kinds(app.client.history("w-1"))
     assert "timer_fired" not in history
     assert "signal_received" not in history
     assert "message_received" in history  # the cancel, with who sent it
@@ -79,12 +79,12 @@ def test_a_cancel_hands_a_dead_lettered_run_back_to_be_undone(
     tries = order_that_cannot_pay(app, reserve, Retry(attempts=1))
     app.start("order", "lamp", id="d-1")
     app.run_until_idle()
-    assert app.get_run("d-1").status is RunStatus.NEEDS_ATTENTION
-    assert [letter.run_id for letter in app.dead_letters()] == ["d-1"]
+    assert app.client.get("d-1").status is RunStatus.NEEDS_ATTENTION
+    assert [letter.run_id for letter in app.client.dead_letters()] == ["d-1"]
 
-    steered = app.cancel("d-1", reason="given up", by="ops")
+    steered = app.client.cancel("d-1", reason="given up", by="ops")
     assert (steered.changed, steered.status) == (True, RunStatus.NEEDS_ATTENTION)
-    run = app.get_run("d-1")
+    run = app.client.get("d-1")
     assert run.status is RunStatus.PENDING  # handed back to the workers by the cancel
     assert run.lease_owner is None
     assert app.run_until_idle() == 1
@@ -92,8 +92,8 @@ def test_a_cancel_hands_a_dead_lettered_run_back_to_be_undone(
     assert_cancelled(app, "d-1", "ops", "given up")
     assert undone == ["hold-lamp"]
     assert tries == [1]  # the failed step was not tried again
-    assert app.dead_letters() == []
-    assert "released" in kinds(app.history("d-1"))
+    assert app.client.dead_letters() == []
+    assert "released" in kinds(app.client.history("d-1"))
 
 
 def test_a_cancel_of_a_run_waiting_for_a_retry_does_not_wait_for_it(
@@ -103,13 +103,13 @@ def test_a_cancel_of_a_run_waiting_for_a_retry_does_not_wait_for_it(
     tries = order_that_cannot_pay(app, reserve, hourly)
     app.start("order", "lamp", id="r-1")
     app.run_until_idle()
-    run = app.get_run("r-1")
+    run = app.client.get("r-1")
     assert run.status is RunStatus.PENDING
     assert run.available_at == clock.now() + timedelta(hours=1)  # its next attempt
 
-    steered = app.cancel("r-1", by="ops")
+    steered = app.client.cancel("r-1", by="ops")
     assert (steered.changed, steered.status) == (True, RunStatus.PENDING)
-    assert app.get_run("r-1").available_at == clock.now()
+    assert app.client.get("r-1").available_at == clock.now()
     assert app.run_until_idle() == 1
     assert_cancelled(app, "r-1", "ops", None)
     assert tries == [1]  # no attempt more
@@ -137,20 +137,20 @@ def test_a_cancel_ends_a_run_waiting_for_an_approval(
 
     app.start("refund_flow", "lamp", id="a-1")
     app.run_until_idle()
-    assert app.get_run("a-1").status is RunStatus.NEEDS_ATTENTION
-    assert [pending.run_id for pending in app.approvals()] == ["a-1"]
+    assert app.client.get("a-1").status is RunStatus.NEEDS_ATTENTION
+    assert [pending.run_id for pending in app.client.approvals()] == ["a-1"]
 
-    steered = app.cancel("a-1", by="ops")
+    steered = app.client.cancel("a-1", by="ops")
     assert (steered.changed, steered.status) == (True, RunStatus.NEEDS_ATTENTION)
-    assert app.get_run("a-1").status is RunStatus.PENDING
+    assert app.client.get("a-1").status is RunStatus.PENDING
     assert app.run_until_idle() == 1
 
     assert_cancelled(app, "a-1", "ops", None)
     assert undone == ["hold-lamp"]
     assert asked == ["refund"]
-    assert app.approvals() == []
+    assert app.client.approvals() == []
     with pytest.raises(DurablyError):  # nobody can decide it any more
-        app.approve("a-1", "refund", by="maria")
+        app.client.decide("a-1", "refund", by="maria", approved=True)
     assert not step_started(app, "a-1", "refund")
 
 
@@ -163,17 +163,17 @@ def test_a_cancel_hands_a_paused_run_back_and_undoes_it(
 ) -> None:
     app.start("order", "lamp", "sleep", id="p-1")
     app.run_until_idle()
-    app.pause("p-1", by="ops")
+    app.client.pause("p-1", by="ops")
     app.run_until_idle()
-    assert app.get_run("p-1").status is RunStatus.PAUSED
+    assert app.client.get("p-1").status is RunStatus.PAUSED
 
-    steered = app.cancel("p-1", reason="changed my mind", by="erin")
+    steered = app.client.cancel("p-1", reason="changed my mind", by="erin")
     assert (steered.changed, steered.status) == (True, RunStatus.PAUSED)
-    run = app.get_run("p-1")
+    run = app.client.get("p-1")
     assert (run.status, run.available_at) == (RunStatus.PENDING, clock.now())
     assert app.run_until_idle() == 1
     assert_cancelled(app, "p-1", "erin", "changed my mind")
     assert undone == ["hold-lamp"]
     assert calls == ["reserve lamp"]
-    history = kinds(app.history("p-1"))
+    history = kinds(app.client.history("p-1"))
     assert history.index("run_paused") < history.index("released") < history.index("compensating")

@@ -54,15 +54,15 @@ def test_a_workflow_called_from_a_workflow_runs_as_a_child_linked_both_ways(
     app.run_until_idle()
 
     assert handle.result(timeout=0) == ["r-a", "r-b"]
-    children = started_children(app.history("o-1"))
+    children = started_children(app.client.history("o-1"))
     assert [c.run for c in children] == ["o-1.0.pick", "o-1.1.pick"]
     for child in children:
-        run = app.get_run(child.run)
+        run = app.client.get(child.run)
         assert run.status is RunStatus.COMPLETED
         assert run.parent == "o-1"
-        assert lineage(app.history(child.run)).parent == "o-1"
+        assert lineage(app.client.history(child.run)).parent == "o-1"
     # the parent held nothing while each child ran: it was handed back, and woken by the end
-    parent = app.history("o-1")
+    parent = app.client.history("o-1")
     assert [str(e.kind) for e in parent].count("claimed") == 3
 
 
@@ -100,13 +100,13 @@ def test_start_child_returns_a_handle_and_a_replay_never_starts_a_second_child(
 
     handle = app.start("ahead", "a", id="h-1")
     app.run_until_idle()
-    assert app.get_run("pick-a").status is RunStatus.COMPLETED  # it ran while the parent slept
+    assert app.client.get("pick-a").status is RunStatus.COMPLETED  # it ran while the parent slept
     clock.advance(timedelta(minutes=2))
     app.run_until_idle()
     assert handle.result(timeout=0) == "r-a"
     assert waited == ["pick-a"]
-    assert [c.run for c in started_children(app.history("h-1"))] == ["pick-a"]
-    assert len(app.runs(workflow="pick")) == 1
+    assert [c.run for c in started_children(app.client.history("h-1"))] == ["pick-a"]
+    assert len(app.client.runs(workflow="pick").runs) == 1
 
 
 def test_children_at_once_fan_out_and_in(app: durably.App) -> None:
@@ -114,7 +114,7 @@ def test_children_at_once_fan_out_and_in(app: durably.App) -> None:
     handle = app.start("order_at_once", [f"i{n}" for n in range(8)], id="f-1")
     app.run_until_idle()
     assert handle.result(timeout=0) == [f"r-i{n}" for n in range(8)]
-    assert len(app.runs(workflow="pick")) == 8
+    assert len(app.client.runs(workflow="pick").runs) == 8
 
 
 def test_cancelling_the_parent_cancels_its_children_and_each_undoes_its_steps(
@@ -130,12 +130,12 @@ def test_cancelling_the_parent_cancels_its_children_and_each_undoes_its_steps(
     app.start("slow_order", "a", id="s-1")
     app.run_until_idle()  # the child reserved and sleeps; the parent waits for it
     child = "s-1.0.pick_slowly"
-    assert app.get_run(child).status is RunStatus.PENDING
-    app.cancel("s-1", reason="customer left")
+    assert app.client.get(child).status is RunStatus.PENDING
+    app.client.cancel("s-1", reason="customer left")
     app.run_until_idle()
 
-    assert app.get_run("s-1").status is RunStatus.CANCELLED
-    run = app.get_run(child)
+    assert app.client.get("s-1").status is RunStatus.CANCELLED
+    run = app.client.get(child)
     assert run.status is RunStatus.CANCELLED
     assert run.error is not None
     assert "parent run s-1" in run.error.message
@@ -156,9 +156,9 @@ def test_a_parent_that_completes_cancels_the_children_it_never_waited_for_but_no
 
     app.start("fire", "a", id="p-1")
     app.run_until_idle()
-    assert app.get_run("p-1").status is RunStatus.COMPLETED
-    assert app.get_run("left").status is RunStatus.CANCELLED
-    assert app.get_run("free").status is RunStatus.PENDING  # sleeping, on its own
+    assert app.client.get("p-1").status is RunStatus.COMPLETED
+    assert app.client.get("left").status is RunStatus.CANCELLED
+    assert app.client.get("free").status is RunStatus.PENDING  # sleeping, on its own
 
 
 def test_a_child_inherits_its_parents_deadline(app: durably.App, clock: FakeClock) -> None:
@@ -172,8 +172,8 @@ def test_a_child_inherits_its_parents_deadline(app: durably.App, clock: FakeCloc
     app.run_until_idle()
     clock.advance(timedelta(minutes=61))
     app.run_until_idle()
-    assert app.get_run("d-1.0.pick_slowly").status is RunStatus.TIMED_OUT
-    assert app.get_run("d-1").status is RunStatus.TIMED_OUT
+    assert app.client.get("d-1.0.pick_slowly").status is RunStatus.TIMED_OUT
+    assert app.client.get("d-1").status is RunStatus.TIMED_OUT
 
 
 def test_an_id_taken_by_another_run_fails_the_start_and_touches_nothing(app: durably.App) -> None:
@@ -192,8 +192,8 @@ def test_an_id_taken_by_another_run_fails_the_start_and_touches_nothing(app: dur
     handle = app.start("clash", id="x-1")
     app.run_until_idle()
     assert handle.result(timeout=0) == "durably.errors.ChildIdTaken"
-    assert app.get_run("mine").result == '"r-z"'  # the other run is as it was
-    assert app.get_run("mine").parent is None
+    assert app.client.get("mine").result == '"r-z"'  # the other run is as it was
+    assert app.client.get("mine").parent is None
 
 
 def test_a_sync_workflow_calls_a_child_and_blocks_for_it(app: durably.App) -> None:
@@ -236,7 +236,7 @@ def test_a_renamed_child_is_caught_on_replay(
 
     clock.advance(timedelta(minutes=2))
     other_app.run_until_idle()
-    run = other_app.get_run("n-1")
+    run = other_app.client.get("n-1")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "'durably.child:pick' but the workflow now calls 'durably.child:pick_other'" in (
@@ -251,7 +251,7 @@ def test_the_child_started_event_is_recorded_at_its_position(
     family_app(app, [])
     app.start("order", ["a"], id="e-1")
     app.run_until_idle()
-    [event] = [e for e in app.history("e-1") if e.kind is kind]
+    [event] = [e for e in app.client.history("e-1") if e.kind is kind]
     assert (event.position, event.name) == (0, "durably.child:pick")
 
 
@@ -268,15 +268,15 @@ def test_a_paused_child_is_cancelled_with_its_parent_without_anyone_resuming_it(
     app.start("slow_order", "a", id="z-1")
     app.run_until_idle()
     child = "z-1.0.pick_slowly"
-    app.pause(child, by="ops")
+    app.client.pause(child, by="ops")
     clock.advance(timedelta(hours=3))  # its timer came due: it stops paused
     app.run_until_idle()
-    assert app.get_run(child).status is RunStatus.PAUSED
+    assert app.client.get(child).status is RunStatus.PAUSED
 
-    app.cancel("z-1", by="ops")
+    app.client.cancel("z-1", by="ops")
     app.run_until_idle()
-    assert app.get_run(child).status is RunStatus.CANCELLED
-    assert app.get_run("z-1").status is RunStatus.CANCELLED
+    assert app.client.get(child).status is RunStatus.CANCELLED
+    assert app.client.get("z-1").status is RunStatus.CANCELLED
     assert undone == ["r-a"]
 
 
@@ -300,10 +300,10 @@ def test_a_parked_child_keeps_its_parent_waiting_until_a_person_acts(app: durabl
 
     handle = app.start("waits", "a", id="w-1")
     app.run_until_idle()
-    assert app.get_run("w-1.0.fragile").status is RunStatus.NEEDS_ATTENTION
-    assert app.get_run("w-1").status is RunStatus.PENDING  # waiting, holding nothing
+    assert app.client.get("w-1.0.fragile").status is RunStatus.NEEDS_ATTENTION
+    assert app.client.get("w-1").status is RunStatus.PENDING  # waiting, holding nothing
 
-    app.fail("w-1.0.fragile", reason="supplier gone", by="ops")
+    app.client.fail("w-1.0.fragile", reason="supplier gone", by="ops")
     app.run_until_idle()
     assert handle.result(timeout=0) == "child failed: durably.FailedByPerson"
 
@@ -315,11 +315,14 @@ def test_a_restart_past_a_child_reuses_its_outcome_and_starts_the_later_ones_ane
     app.start("order", ["a", "b"], id="r-1")
     app.run_until_idle()
 
-    again = app.restart("r-1", from_step=1, id="r-2")
+    again = app.handle(app.client.restart("r-1", from_step=1, id="r-2").id)
     app.run_until_idle()
     assert again.result(timeout=0) == ["r-a", "r-b"]
-    assert [c.run for c in started_children(app.history("r-2"))] == ["r-1.0.pick", "r-2.1.pick"]
-    assert len(app.runs(workflow="pick")) == 3  # r-1's two, and r-2's new second one
+    assert [c.run for c in started_children(app.client.history("r-2"))] == [
+        "r-1.0.pick",
+        "r-2.1.pick",
+    ]
+    assert len(app.client.runs(workflow="pick").runs) == 3  # r-1's two, and r-2's new second one
 
 
 def test_runs_show_names_the_parent_and_the_children(app: durably.App) -> None:
@@ -333,8 +336,10 @@ def test_runs_show_names_the_parent_and_the_children(app: durably.App) -> None:
 
     app.start("slow_order", "a", id="v-1")
     app.run_until_idle()
-    parent = dict(describe_run(app.get_run("v-1"), app.history("v-1")))
+    parent = dict(describe_run(app.client.get("v-1"), app.client.history("v-1")))
     assert parent["child"] == "v-1.0.pick_slowly (pick_slowly): not ended"
     assert parent["due"] == "when its child run v-1.0.pick_slowly ends (no timeout)"
-    child = dict(describe_run(app.get_run("v-1.0.pick_slowly"), app.history("v-1.0.pick_slowly")))
+    child = dict(
+        describe_run(app.client.get("v-1.0.pick_slowly"), app.client.history("v-1.0.pick_slowly"))
+    )
     assert child["parent"] == "v-1"

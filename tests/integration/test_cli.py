@@ -72,7 +72,7 @@ def app(store_url: str) -> Iterator[durably.App]:
 def park(app: durably.App, run_id: str) -> str:
     app.start("fulfil", Order(run_id, -1), id=run_id)
     app.run_until_idle()
-    assert app.get_run(run_id).status is RunStatus.NEEDS_ATTENTION
+    assert app.client.get(run_id).status is RunStatus.NEEDS_ATTENTION
     return run_id
 
 
@@ -246,7 +246,7 @@ def test_start_makes_a_run_from_json_input_once(
     assert by_name.returncode == 0, by_name.stderr
     app.run_until_idle()
     assert app.handle("o1").result(timeout=0) == "ch-o1"
-    [counted] = app.runs(workflow="count")
+    [counted] = app.client.runs(workflow="count").runs
     assert app.handle(counted.id).result(timeout=0) == 6
 
 
@@ -255,7 +255,7 @@ def test_signal_sends_json_to_a_waiting_run_and_refuses_what_cannot_arrive(
 ) -> None:
     app.start("await_approval", "o7", id="o7")
     app.run_until_idle()
-    assert app.get_run("o7").status is RunStatus.PENDING
+    assert app.client.get("o7").status is RunStatus.PENDING
 
     bad = durably_cli(
         "signal",
@@ -314,7 +314,7 @@ def test_start_refuses_input_that_does_not_fit_with_the_payload_error(
 
     refused(result, 1, message)
     assert "error: the input of workflow 'fulfil' " in result.stderr
-    assert app.runs() == []
+    assert app.client.runs().runs == []
 
 
 def test_start_of_another_input_under_a_taken_id_is_a_conflict(
@@ -375,7 +375,7 @@ def test_dlq_skip_checks_the_result_against_the_steps_type_only_with_the_app(
     assert "durably worker MODULE:ATTR --store" in as_given.stdout
     app.run_until_idle()
     assert app.handle(checked).result(timeout=0) == "ch-by-hand"
-    [skipped] = [e for e in app.history(unchecked) if e.kind is EventKind.STEP_SKIPPED]
+    [skipped] = [e for e in app.client.history(unchecked) if e.kind is EventKind.STEP_SKIPPED]
     assert json.loads(skipped.data or "null") == 12
 
 
@@ -392,7 +392,7 @@ def test_dlq_retry_acts_on_the_store_alone_and_says_a_worker_must_run(
     lines = result.stdout.splitlines()
     assert lines[0] == f"run {run_id} is pending again"
     assert lines[1].startswith("a worker of the app must be running for it to move on: ")
-    assert app.get_run(run_id).status is RunStatus.PENDING
+    assert app.client.get(run_id).status is RunStatus.PENDING
 
 
 # -- errors and exit codes --------------------------------------------------------------------
@@ -501,7 +501,7 @@ def test_a_run_is_paused_resumed_cancelled_and_restarted_from_the_command_line(
     assert paused.returncode == 0, paused.stderr
     assert "run s-1 (pending): pause sent" in paused.stdout
     app.run_until_idle()
-    assert app.get_run("s-1").status is RunStatus.PAUSED
+    assert app.client.get("s-1").status is RunStatus.PAUSED
     assert "s-1" in cli("runs", "list", "--status", "paused").stdout
     assert "paused:        by ops at " in cli("runs", "show", "s-1").stdout
     again = cli("pause", "s-1")
@@ -511,12 +511,12 @@ def test_a_run_is_paused_resumed_cancelled_and_restarted_from_the_command_line(
     resumed = cli("resume", "s-1", "--by", "ops")
     assert "resume sent; it goes on from where it stopped" in resumed.stdout
     app.run_until_idle()
-    assert app.get_run("s-1").status is RunStatus.PENDING  # waiting for its signal again
+    assert app.client.get("s-1").status is RunStatus.PENDING  # waiting for its signal again
 
     cancelled = cli("cancel", "s-1", "--reason", "duplicate order", "--by", "ops")
     assert "cancel sent" in cancelled.stdout
     app.run_until_idle()
-    run = app.get_run("s-1")
+    run = app.client.get("s-1")
     assert run.status is RunStatus.CANCELLED
     assert run.error is not None
     assert run.error.message == "cancelled by ops: duplicate order"
@@ -527,5 +527,5 @@ def test_a_run_is_paused_resumed_cancelled_and_restarted_from_the_command_line(
     restarted = cli("runs", "restart", "s-1", "--from-step", "0", "--by", "ops")
     assert restarted.returncode == 0, restarted.stderr
     assert "restarted run s-1 as s-1.restart-1 from step 0" in restarted.stdout
-    assert app.get_run("s-1.restart-1").status is RunStatus.PENDING
+    assert app.client.get("s-1.restart-1").status is RunStatus.PENDING
     refused(cli("runs", "restart", "s-1.restart-1", "--from-step", "0"), 1, "only an ended run")

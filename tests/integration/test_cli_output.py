@@ -47,8 +47,8 @@ def test_dlq_retry_many_at_once(app: durably.App, store_url: str, elsewhere: Pat
     both = durably_cli("dlq", "retry", "--all", "--store", store_url, cwd=elsewhere)
     assert both.returncode == 0, both.stderr
     assert both.stdout.splitlines()[0] == "2 run(s) pending again"
-    assert app.get_run(first).status is RunStatus.PENDING
-    assert app.get_run(second).status is RunStatus.PENDING
+    assert app.client.get(first).status is RunStatus.PENDING
+    assert app.client.get(second).status is RunStatus.PENDING
 
     mixed = durably_cli("dlq", "retry", first, "c1", "--store", store_url, cwd=elsewhere)
     assert mixed.returncode == 1

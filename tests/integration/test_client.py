@@ -92,7 +92,7 @@ def test_start_creates_a_run_once_per_id_and_wakes_local_workers_once(
     assert first.run.status is RunStatus.PENDING
     assert json.loads(first.run.input) == {"args": [{"id": "o1", "total": 12}], "kwargs": {}}
     assert woken == ["woken"]  # the second start made nothing new due
-    assert [run.id for run in app.runs()] == ["o1"]
+    assert [run.id for run in app.client.runs().runs] == ["o1"]
 
 
 def test_start_refuses_another_input_for_a_taken_id(client: Client, shop: Shop) -> None:
@@ -314,4 +314,4 @@ def test_the_app_is_a_thin_layer_over_its_client(
     app.client.start("count", [3], id="c3")
 
     assert woken == ["woken", "woken"]  # one listener list, whichever door was used
-    assert [run.id for run in app.runs()] == [run.id for run in app.client.runs().runs]
+    assert [run.id for run in app.client.runs().runs] == [run.id for run in app.client.runs().runs]

@@ -98,19 +98,19 @@ def test_completed_steps_are_undone_in_reverse_order_with_their_input_and_result
         ("refund", 120, {"charge_id": 7, "amount": 120}, f"{step_key(RUN, 1, 'charge')}:undo"),
         ("unreserve", "lamp", 2, "res-lamp-2", f"{step_key(RUN, 0, 'reserve')}:undo"),
     ]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert run.error.error_class == "durably.errors.StepFailed"
     assert "lamp is discontinued" in run.error.message
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     [compensating] = [e for e in history if e.kind is EventKind.COMPENSATING]
     assert data(compensating)["then"] == "failed"
     assert "lamp is discontinued" in data(compensating)["message"]
     assert compensations(history, EventKind.COMPENSATION_STARTED) == [2, 1, 0]
     assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 1, 0]
     assert history[-1].kind is EventKind.RUN_FAILED
-    assert app.dead_letters() == []
+    assert app.client.dead_letters() == []
 
 
 def test_steps_without_a_compensation_are_skipped(app: durably.App) -> None:
@@ -147,10 +147,10 @@ def test_steps_without_a_compensation_are_skipped(app: durably.App) -> None:
     app.run_until_idle()
 
     assert undone == ["c", "a"]
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert compensations(history, EventKind.COMPENSATION_STARTED) == [2, 0]
     assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 0]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert (run.error.error_class, run.error.message) == (
@@ -168,7 +168,7 @@ def test_a_compensation_that_fails_transiently_is_retried_durably(
     start = clock.now()
 
     assert app.run_until_idle() == 0  # waiting to retry the refund
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.PENDING
     assert run.available_at == start + timedelta(seconds=10)  # the charge step's policy
     [failed] = events(app, handle.id, EventKind.COMPENSATION_ATTEMPT_FAILED)
@@ -185,7 +185,7 @@ def test_a_compensation_that_fails_transiently_is_retried_durably(
     assert app.run_until_idle() == 1
     assert [entry[0] for entry in world.log] == ["cancel_courier", "refund", "refund", "unreserve"]
     assert world.log[1][3] == world.log[2][3]  # the same idempotency key for the retry
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
     assert started == [(2, 1), (1, 1), (1, 2), (0, 1)]
     assert compensations(history, EventKind.COMPENSATION_COMPLETED) == [2, 1, 0]
@@ -218,7 +218,7 @@ def test_a_compensation_past_its_timeout_is_retried(app: durably.App, clock: Fak
     assert handle.status() is RunStatus.FAILED
     [failed] = events(app, handle.id, EventKind.COMPENSATION_ATTEMPT_FAILED)
     assert data(failed)["error_class"] == "durably.errors.StepTimeout"
-    done = Counter(compensations(app.history(handle.id), EventKind.COMPENSATION_COMPLETED))
+    done = Counter(compensations(app.client.history(handle.id), EventKind.COMPENSATION_COMPLETED))
     assert done == {0: 1}
 
 
@@ -240,26 +240,26 @@ def test_a_compensation_that_cannot_be_done_parks_the_run(
     settle(app, clock)
 
     assert [entry[0] for entry in world.log] == ["cancel_courier", *["refund"] * attempts]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.COMPENSATION_FAILED
     assert run.lease_owner is None
     assert run.error is not None
     assert "compensation of step 'charge' failed" in run.error.message
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     [failed] = [e for e in history if e.kind is EventKind.COMPENSATION_FAILED]
     assert (failed.position, failed.attempt) == (1, attempts)
     assert data(failed)["reason"] == reason
     assert history[-1].kind is EventKind.RUN_PARKED
-    [letter] = app.dead_letters()
+    [letter] = app.client.dead_letters()
     assert (letter.run_id, letter.status) == (RUN, RunStatus.COMPENSATION_FAILED)
 
     # A person fixes the bank connection and retries: the undo is tried again, then the rest.
     world.refund_failures = 0
-    app.retry(RUN)
+    app.client.retry(RUN)
     settle(app, clock)
     assert [entry[0] for entry in world.log][-2:] == ["refund", "unreserve"]
     assert handle.status() is RunStatus.FAILED
-    done = Counter(compensations(app.history(RUN), EventKind.COMPENSATION_COMPLETED))
+    done = Counter(compensations(app.client.history(RUN), EventKind.COMPENSATION_COMPLETED))
     assert done == {2: 1, 1: 1, 0: 1}
 
 
@@ -282,8 +282,8 @@ def test_compensation_goes_on_in_a_new_worker_after_the_first_went_away(
     try:
         settle(second, clock)
         assert [entry[0] for entry in second_world.log] == ["refund", "unreserve"]
-        assert second.get_run(RUN).status is RunStatus.FAILED
-        history = second.history(RUN)
+        assert second.client.get(RUN).status is RunStatus.FAILED
+        history = second.client.history(RUN)
         done = Counter(compensations(history, EventKind.COMPENSATION_COMPLETED))
         assert done == {2: 1, 1: 1, 0: 1}
     finally:
@@ -317,8 +317,8 @@ def test_compensation_survives_a_worker_dying_mid_undo(
 
     assert [entry[0] for entry in other_world.log] == ["refund", "unreserve"]
     assert other_world.log[0][3] == key  # the same key as the attempt that may have happened
-    history = other_app.history(RUN)
-    assert other_app.get_run(RUN).status is RunStatus.FAILED
+    history = other_app.client.history(RUN)
+    assert other_app.client.get(RUN).status is RunStatus.FAILED
     done = Counter(compensations(history, EventKind.COMPENSATION_COMPLETED))
     assert done == {2: 1, 1: 1, 0: 1}
     started = [(e.position, e.attempt) for e in history if e.kind is EventKind.COMPENSATION_STARTED]
@@ -356,7 +356,7 @@ def test_a_step_a_person_skipped_is_undone_with_the_result_they_gave(
     settle(app, clock)
     assert handle.status() is RunStatus.NEEDS_ATTENTION
 
-    app.skip_step(handle.id, result="ch-by-phone")  # charged by hand, over the phone
+    app.client.skip_step(handle.id, result="ch-by-phone")  # charged by hand, over the phone
     settle(app, clock)
 
     assert refunds == [("A-1", "ch-by-phone")]

@@ -47,28 +47,28 @@ def test_a_run_continues_as_new_with_a_fresh_short_history_under_the_same_id(
     lengths = []
     for _ in range(5):
         app.run_until_idle()
-        lengths.append(len(app.history("loop-1")))
+        lengths.append(len(app.client.history("loop-1")))
         clock.advance(timedelta(hours=2))
     app.run_until_idle()
 
     assert handle.result(timeout=0) == 0 + 1 + 2 + 3 + 4
     assert done == [0, 1, 2, 3, 4]  # each step ran once: no generation replayed another's
-    history = app.history("loop-1")
+    history = app.client.history("loop-1")
     assert generation(history) == 5
     assert history[0].kind is EventKind.RUN_STARTED
     assert max(lengths) == min(lengths[1:])  # the history does not grow with the loop
-    assert app.get_run("loop-1").input == '{"args":[4,6],"kwargs":{}}'
-    assert dict(describe_run(app.get_run("loop-1"), history))["generation"].startswith("5:")
+    assert app.client.get("loop-1").input == '{"args":[4,6],"kwargs":{}}'
+    assert dict(describe_run(app.client.get("loop-1"), history))["generation"].startswith("5:")
 
 
 def test_signals_not_used_yet_go_along_to_the_next_generation(app: durably.App) -> None:
     looping_app(app, [])
     handle = app.start("listener", [], id="ear-1")
     for word in ("one", "two", "stop"):  # sent before the run ever ran: all in one claim
-        app.signal("ear-1", "word", word)
+        app.client.signal("ear-1", "word", word)
     app.run_until_idle()
     assert handle.result(timeout=0) == ["one", "two", "stop"]
-    assert generation(app.history("ear-1")) == 3
+    assert generation(app.client.history("ear-1")) == 3
 
 
 def test_a_deadline_does_not_start_over(app: durably.App, clock: FakeClock) -> None:
@@ -82,9 +82,11 @@ def test_a_deadline_does_not_start_over(app: durably.App, clock: FakeClock) -> N
         app.run_until_idle()
         clock.advance(timedelta(minutes=61))
     app.run_until_idle()
-    run = app.get_run("dl-1")
+    run = app.client.get("dl-1")
     assert run.status is RunStatus.TIMED_OUT
-    assert generation(app.history("dl-1")) == 3  # the third generation met the first's deadline
+    assert (
+        generation(app.client.history("dl-1")) == 3
+    )  # the third generation met the first's deadline
 
 
 def test_a_child_that_continues_as_new_ends_once_for_its_parent(
@@ -102,7 +104,7 @@ def test_a_child_that_continues_as_new_ends_once_for_its_parent(
         app.run_until_idle()
         clock.advance(timedelta(hours=2))
     assert handle.result(timeout=0) == 2 + 3 + 4
-    assert app.get_run("own-1.0.counter").parent == "own-1"
+    assert app.client.get("own-1.0.counter").parent == "own-1"
 
 
 def test_an_input_that_would_not_round_trip_is_refused_in_the_workflow(app: durably.App) -> None:
@@ -117,7 +119,7 @@ def test_an_input_that_would_not_round_trip_is_refused_in_the_workflow(app: dura
     handle = app.start("odd", 1, id="odd-1")
     app.run_until_idle()
     assert str(handle.result(timeout=0)).startswith("durably.continue_as_new(): ")
-    assert generation(app.history("odd-1")) == 1
+    assert generation(app.client.history("odd-1")) == 1
 
 
 def test_each_generation_gets_its_own_step_keys_and_child_ids(app: durably.App) -> None:
@@ -147,7 +149,7 @@ def test_each_generation_gets_its_own_step_keys_and_child_ids(app: durably.App) 
     app.run_until_idle()
     assert handle.result(timeout=0) == ["charged 3", "invoice 3"]
     assert keys == ["bill:0:charge", "bill@2:0:charge", "bill@3:0:charge"]
-    children = sorted(run.id for run in app.runs(workflow="invoice"))
+    children = sorted(run.id for run in app.client.runs(workflow="invoice").runs)
     assert children == ["bill.1.invoice", "bill@2.1.invoice", "bill@3.1.invoice"]
     assert [app.handle(c).result(timeout=0) for c in children] == [
         "invoice 1",

@@ -48,12 +48,12 @@ def test_a_correlation_id_is_stored_inherited_and_searched_by(
     app.run_until_idle()
     app.run_until_idle()
 
-    parent, child = app.get_run("o-1"), app.get_run("o-1.0.gift")
+    parent, child = app.client.get("o-1"), app.client.get("o-1.0.gift")
     assert parent.status is RunStatus.COMPLETED
     assert (parent.correlation_id, child.correlation_id) == ("req-42", "req-42")
-    started = read_payload(app.history("o-1")[0], RunStarted)
+    started = read_payload(app.client.history("o-1")[0], RunStarted)
     assert started.correlation_id == "req-42"
-    assert app.get_run("o-2").correlation_id is None
+    assert app.client.get("o-2").correlation_id is None
 
     found = app.client.runs(correlation_id="req-42").runs
     assert sorted(run.id for run in found) == ["o-1", "o-1.0.gift"]
@@ -61,7 +61,7 @@ def test_a_correlation_id_is_stored_inherited_and_searched_by(
 
     restarted = app.client.restart("o-1", from_step=0, by="ops")
     assert restarted.correlation_id == "req-42"
-    [first] = [e for e in app.history(restarted.id) if e.kind is EventKind.RUN_STARTED]
+    [first] = [e for e in app.client.history(restarted.id) if e.kind is EventKind.RUN_STARTED]
     assert read_payload(first, RunStarted).correlation_id == "req-42"
 
 
@@ -83,7 +83,7 @@ def test_the_callers_trace_id_is_the_default(app: durably.App) -> None:
         app.start("order", "lamp", id="traced")
         trace_id = f"{span.get_span_context().trace_id:032x}"
     assert trace.get_current_span().get_span_context().is_valid is False
-    assert app.get_run("traced").correlation_id == trace_id
+    assert app.client.get("traced").correlation_id == trace_id
 
 
 def test_log_lines_and_runs_show_carry_it(app: durably.App, store_url: str, tmp_path: Path) -> None:

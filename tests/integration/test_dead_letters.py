@@ -68,7 +68,7 @@ def park(app: durably.App, clock: FakeClock, item: str) -> str:
     run_id = f"order-{item}"
     app.start("order", item, id=run_id)
     settle(app, clock)
-    assert app.get_run(run_id).status is RunStatus.NEEDS_ATTENTION
+    assert app.client.get(run_id).status is RunStatus.NEEDS_ATTENTION
     return run_id
 
 
@@ -91,7 +91,7 @@ def test_dead_letters_lists_parked_runs_newest_first(app: durably.App, clock: Fa
     app.start(refused)
     settle(app, clock)
 
-    letters = app.dead_letters()
+    letters = app.client.dead_letters()
     assert [letter.run_id for letter in letters] == [newer, older]
     for letter in letters:
         assert letter.workflow == "order"
@@ -116,14 +116,14 @@ def test_retry_gives_fresh_attempts_with_the_same_key(app: durably.App, clock: F
     assert len(shop.charges) == 3
 
     shop.down = 2  # still flaky: the fresh attempts need all of their budget
-    app.retry(run_id, by="alice")
-    assert app.get_run(run_id).status is RunStatus.PENDING
+    app.client.retry(run_id, by="alice")
+    assert app.client.get(run_id).status is RunStatus.PENDING
     settle(app, clock)
 
     assert app.handle(run_id).result(timeout=0) == "shipped lamp (ch-lamp)"
     key = step_key(run_id, 1, "charge")
     assert shop.charges == [key] * 6
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     charge_starts = [e for e in history if e.kind is EventKind.STEP_STARTED and e.name == "charge"]
     assert {data(e)["key"] for e in charge_starts} == {key}
     [retried] = [e for e in history if e.kind is EventKind.RUN_RETRIED]
@@ -141,13 +141,13 @@ def test_retry_from_a_completed_step_is_refused(app: durably.App, clock: FakeClo
     shop = Shop()
     shop_app(app, shop)
     run_id = park(app, clock, "rug")
-    before = app.history(run_id)
+    before = app.client.history(run_id)
 
     with pytest.raises(DurablyError, match=r"step #0 \('reserve'\) completed"):
-        app.retry(run_id, from_step=0)
+        app.client.retry(run_id, from_step=0)
 
-    assert app.get_run(run_id).status is RunStatus.NEEDS_ATTENTION
-    assert app.history(run_id) == before
+    assert app.client.get(run_id).status is RunStatus.NEEDS_ATTENTION
+    assert app.client.history(run_id) == before
 
 
 def test_skip_step_goes_on_with_the_given_result(app: durably.App, clock: FakeClock) -> None:
@@ -155,7 +155,7 @@ def test_skip_step_goes_on_with_the_given_result(app: durably.App, clock: FakeCl
     shop_app(app, shop)
     run_id = park(app, clock, "vase")
 
-    app.skip_step(run_id, result="paid-by-phone", by="bob")
+    app.client.skip_step(run_id, result="paid-by-phone", by="bob")
     settle(app, clock)
 
     assert app.handle(run_id).result(timeout=0) == "shipped vase (paid-by-phone)"
@@ -170,16 +170,16 @@ def test_fail_compensates_and_ends_failed(app: durably.App, clock: FakeClock) ->
     shop_app(app, shop)
     run_id = park(app, clock, "bike")
 
-    app.fail(run_id, reason="customer cancelled", by="carol")
+    app.client.fail(run_id, reason="customer cancelled", by="carol")
     settle(app, clock)
 
     assert shop.undone == ["res-bike"]
-    run = app.get_run(run_id)
+    run = app.client.get(run_id)
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert run.error.error_class == "durably.FailedByPerson"
     assert run.error.message == "customer cancelled (by carol)"
-    assert app.dead_letters() == []
+    assert app.client.dead_letters() == []
     assert len(shop.charges) == 3
 
 
@@ -201,12 +201,12 @@ def test_fail_ends_a_run_whose_compensation_failed(app: durably.App, clock: Fake
     settle(app, clock)
     assert handle.status() is RunStatus.COMPENSATION_FAILED
     with pytest.raises(DurablyError, match=r"an undo failed: .* which has no result to give"):
-        app.skip_step(handle.id, result="x")  # an undo done by hand is skipped with none
+        app.client.skip_step(handle.id, result="x")  # an undo done by hand is skipped with none
     assert handle.status() is RunStatus.COMPENSATION_FAILED
 
-    app.fail(handle.id, reason="cancelled the booking by phone")
+    app.client.fail(handle.id, reason="cancelled the booking by phone")
     settle(app, clock)
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert "cancelled the booking by phone" in run.error.message
@@ -248,16 +248,16 @@ def test_escalate_parks_the_run_until_a_person_answers(
     handle = app.start("refund", 500, id="refund-1")
     assert app.run_until_idle() == 1  # parked: ended for now
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "approve a refund of 500?" in run.error.message
-    [letter] = app.dead_letters()
+    [letter] = app.client.dead_letters()
     assert (letter.run_id, letter.step) == ("refund-1", "durably.escalate")
     clock.advance("7d")
     assert app.run_until_idle() == 0  # nobody answers: it waits
 
-    app.skip_step(handle.id, result="yes", by="manager")
+    app.client.skip_step(handle.id, result="yes", by="manager")
     settle(app, clock)
     assert handle.result(timeout=0) == "refunded 500"
     assert asked == ["prepare"]  # the answer resumed the run; nothing ran twice
@@ -280,33 +280,33 @@ def test_acting_on_a_run_that_is_not_parked_is_refused(app: durably.App, clock: 
     assert done.status() is RunStatus.COMPLETED
 
     for run_id, status in [("waiting", "pending"), ("done", "completed")]:
-        before = app.history(run_id)
+        before = app.client.history(run_id)
         with pytest.raises(DurablyError, match=f"cannot retry run '{run_id}': it is {status}"):
-            app.retry(run_id)
+            app.client.retry(run_id)
         not_parked = f"it is {status}, not compensation_failed or needs_attention"
         with pytest.raises(DurablyError, match=not_parked):
-            app.skip_step(run_id, result="x")
+            app.client.skip_step(run_id, result="x")
         with pytest.raises(DurablyError, match=f"cannot fail run '{run_id}': it is {status}"):
-            app.fail(run_id)
-        assert app.history(run_id) == before  # nothing was written
+            app.client.fail(run_id)
+        assert app.client.history(run_id) == before  # nothing was written
     with pytest.raises(RunNotFound):
-        app.retry("no-such-run")
+        app.client.retry("no-such-run")
 
 
 def test_skip_step_on_a_parked_run_without_a_failed_step_is_refused(
     app: durably.App, store: Store, clock: FakeClock
 ) -> None:
     run_id = poison(app, store, clock, takeovers=app.max_recoveries + 1)
-    parked = app.get_run(run_id)
+    parked = app.client.get(run_id)
     assert parked.status is RunStatus.NEEDS_ATTENTION
 
     with pytest.raises(DurablyError, match="no failed step to skip"):
-        app.skip_step(run_id, result=1)
+        app.client.skip_step(run_id, result=1)
 
-    after = app.get_run(run_id)
+    after = app.client.get(run_id)
     assert after.status is RunStatus.NEEDS_ATTENTION
     assert after.error == parked.error
-    assert [letter.run_id for letter in app.dead_letters()] == [run_id]
+    assert [letter.run_id for letter in app.client.dead_letters()] == [run_id]
 
 
 # -- poison pills ---------------------------------------------------------------------------
@@ -353,21 +353,21 @@ def test_a_run_that_keeps_killing_workers_is_parked_as_a_poison_pill(
 ) -> None:
     run_id = poison(app, store, clock, takeovers=app.max_recoveries + 1)
 
-    run = app.get_run(run_id)
+    run = app.client.get(run_id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PoisonPill"
     assert f"{app.max_recoveries + 1} workers died" in run.error.message
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     takeovers = [
         e for e in history if e.kind is EventKind.CLAIMED and "took_over_from" in (e.data or "")
     ]
     assert len(takeovers) == app.max_recoveries + 1
     assert history[-1].kind is EventKind.RUN_PARKED
     assert [e for e in history if e.kind is EventKind.STEP_COMPLETED] == []  # nothing ran
-    assert [letter.run_id for letter in app.dead_letters()] == [run_id]
+    assert [letter.run_id for letter in app.client.dead_letters()] == [run_id]
 
-    app.retry(run_id, by="dave")  # a person looked; the recovery count starts again
+    app.client.retry(run_id, by="dave")  # a person looked; the recovery count starts again
     settle(app, clock)
     assert app.handle(run_id).result(timeout=0) == 1
 
@@ -378,7 +378,7 @@ def test_a_run_that_only_shared_dying_workers_is_never_a_poison_pill(
     run_id = poison(app, store, clock, takeovers=app.max_recoveries + 3, alone=False)
 
     assert app.handle(run_id).result(timeout=0) == 1
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     last_claim = max(i for i, e in enumerate(history) if e.kind is EventKind.CLAIMED)
     # taken over, the attempt the dead worker left is lost, and the run ran alone first: a
     # death then would have been its own
@@ -409,7 +409,7 @@ def test_max_recoveries_can_be_set_per_workflow(
         clock.advance(DEAD_LEASE + timedelta(seconds=1))
     app.run_until_idle()
 
-    run = app.get_run(run_id)
+    run = app.client.get(run_id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "(limit 1)" in run.error.message
@@ -465,7 +465,7 @@ def test_the_dlq_commands_act_on_parked_runs(
     settle(app, clock)  # the CLI acted on the real clock: the fake one catches up
     assert app.handle(to_retry).result(timeout=0) == "shipped lamp (ch-lamp)"
     assert app.handle(to_skip).result(timeout=0) == "shipped desk (cash)"
-    assert app.get_run(to_fail).status is RunStatus.FAILED
+    assert app.client.get(to_fail).status is RunStatus.FAILED
     assert shop.undone == ["res-sofa"]
     [retried_event] = events(app, to_retry, EventKind.RUN_RETRIED)
     assert data(retried_event)["by"] == "erin"

@@ -72,7 +72,7 @@ def test_code_that_ends_before_the_calls_its_history_records_parks_the_run(
     clock.advance("1h")
     other_app.run_until_idle()
 
-    run = other_app.get_run("f-1")
+    run = other_app.client.get("f-1")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.NonDeterminismError"
@@ -80,7 +80,7 @@ def test_code_that_ends_before_the_calls_its_history_records_parks_the_run(
     assert f"step #1 is recorded as 'a' but the workflow now {verb} before calling it" in (
         run.error.message
     )
-    kinds = [event.kind for event in other_app.history("f-1")]
+    kinds = [event.kind for event in other_app.client.history("f-1")]
     assert EventKind.RUN_COMPLETED not in kinds
     assert EventKind.RUN_FAILED not in kinds
     assert EventKind.COMPENSATING not in kinds
@@ -127,7 +127,7 @@ def test_a_gather_that_failed_fast_replays_without_a_false_alarm(
     app.run_until_idle()
     clock.advance("1h")
     app.run_until_idle()
-    first = app.get_run("g-1")
+    first = app.client.get("g-1")
     assert first.status is RunStatus.FAILED
     exported = app.client.export("g-1")
     code(other_app)
@@ -199,10 +199,10 @@ def test_an_undo_the_deployed_code_cannot_run_parks_the_run_instead_of_skipping_
     app.start("trip", "r1", id="t-1")
     app.run_until_idle()  # reserved; asleep for a day
     saga_code(other_app, ran, **deployed)  # type: ignore[arg-type]
-    other_app.cancel("t-1", by="ops")
+    other_app.client.cancel("t-1", by="ops")
     other_app.run_until_idle()
 
-    run = other_app.get_run("t-1")
+    run = other_app.client.get("t-1")
     assert run.status is RunStatus.COMPENSATION_FAILED
     assert run.error is not None
     assert run.error.error_class == "durably.errors.MissingCompensation"
@@ -211,17 +211,17 @@ def test_an_undo_the_deployed_code_cannot_run_parks_the_run_instead_of_skipping_
     assert "durably dlq retry t-1" in run.error.message
     assert "durably dlq skip t-1" in run.error.message
     assert ran == ["reserve r1"]  # nothing was undone, and nothing claims it was
-    assert EventKind.RUN_CANCELLED not in [e.kind for e in other_app.history("t-1")]
-    [letter] = other_app.dead_letters()
+    assert EventKind.RUN_CANCELLED not in [e.kind for e in other_app.client.history("t-1")]
+    [letter] = other_app.client.dead_letters()
     assert letter.run_id == "t-1"
 
     # code that registers the undo again, and a retry: it runs, and the run ends cancelled
     fixed = durably.App(app.store_url, clock=clock)
     try:
         saga_code(fixed, ran, step_name="reserve", undo=True)
-        fixed.retry("t-1", by="ops")
+        fixed.client.retry("t-1", by="ops")
         fixed.run_until_idle()
-        assert fixed.get_run("t-1").status is RunStatus.CANCELLED
+        assert fixed.client.get("t-1").status is RunStatus.CANCELLED
     finally:
         fixed.close()
     assert ran == ["reserve r1", "release hold-r1 t-1:0:reserve:undo"]
@@ -235,16 +235,18 @@ def test_an_undo_done_by_hand_is_skipped_and_the_rest_are_undone(
     app.start("trip", "r2", id="t-2")
     app.run_until_idle()
     saga_code(other_app, ran, step_name="reserve_stock", undo=True)
-    other_app.cancel("t-2", by="ops")
+    other_app.client.cancel("t-2", by="ops")
     other_app.run_until_idle()
-    assert other_app.get_run("t-2").status is RunStatus.COMPENSATION_FAILED
+    assert other_app.client.get("t-2").status is RunStatus.COMPENSATION_FAILED
 
     with pytest.raises(durably.DurablyError, match="which has no result to give"):
         other_app.client.skip_step_json("t-2", '"a result"', by="maria")
-    other_app.skip_step("t-2", by="maria")
+    other_app.client.skip_step("t-2", by="maria")
     other_app.run_until_idle()
-    assert other_app.get_run("t-2").status is RunStatus.CANCELLED
-    skipped = [e for e in other_app.history("t-2") if e.kind is EventKind.COMPENSATION_SKIPPED]
+    assert other_app.client.get("t-2").status is RunStatus.CANCELLED
+    skipped = [
+        e for e in other_app.client.history("t-2") if e.kind is EventKind.COMPENSATION_SKIPPED
+    ]
     assert [(e.position, e.name, e.data) for e in skipped] == [
         (0, "reserve", '{"by": "maria", "reason": null}')
     ]
@@ -259,9 +261,9 @@ def test_a_step_that_never_had_an_undo_is_passed_over(
     app.start("trip", "r3", id="t-3")
     app.run_until_idle()
     saga_code(other_app, ran, step_name="reserve", undo=False)
-    other_app.cancel("t-3", by="ops")
+    other_app.client.cancel("t-3", by="ops")
     other_app.run_until_idle()
-    assert other_app.get_run("t-3").status is RunStatus.CANCELLED
+    assert other_app.client.get("t-3").status is RunStatus.CANCELLED
 
 
 LOADED = """
@@ -302,7 +304,7 @@ def test_a_version_is_that_of_the_code_loaded_not_of_the_file_rewritten_since(
     try:
         source.write_text(REWRITTEN)  # the deploy, before the first run starts
         handle = loaded.app.start(loaded.ship, "lamp", id="v-1")
-        pinned = loaded.app.get_run("v-1").version
+        pinned = loaded.app.client.get("v-1").version
         loaded.app.run_until_idle()
         assert handle.result(timeout=0) == "packed lamp"  # not stranded
     finally:

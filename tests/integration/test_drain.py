@@ -23,7 +23,7 @@ def test_a_drain_runs_a_family_to_its_end(store_url: str) -> None:
         for attempt in range(5):  # the race it had lost most times
             handle = app.start(parent, 3, id=f"p-{attempt}")
             app.run_until_idle()
-            assert app.get_run(handle.id).status is RunStatus.COMPLETED
+            assert app.client.get(handle.id).status is RunStatus.COMPLETED
             assert handle.result(timeout=0) == 6
     finally:
         app.close()

@@ -19,7 +19,7 @@ class Throttling(durably.Throttled):
 
 
 def sentence(app: durably.App, run_id: str, workers: list[WorkerBeat] | None = None) -> str:
-    run, history = app.get_run(run_id), app.history(run_id)
+    run, history = app.client.get(run_id), app.client.history(run_id)
     return explain(run, history, workers or [], app.clock.now()).sentence
 
 
@@ -109,15 +109,15 @@ def test_signal_waits_pauses_and_endings(app: durably.App, clock: FakeClock) -> 
     assert waiting.startswith("waiting for signal 'go' until ")
     assert waiting.endswith("send it with durably signal w-1 go --data JSON")
 
-    app.pause("w-1", by="ops", reason="stock count")
+    app.client.pause("w-1", by="ops", reason="stock count")
     app.run_until_idle()
     assert sentence(app, "w-1").startswith("paused by ops at ")
     assert "(stock count); no step starts until a person resumes it (durably resume w-1)" in (
         sentence(app, "w-1")
     )
 
-    app.resume("w-1", by="ops")
-    app.signal("w-1", "go", "yes")
+    app.client.resume("w-1", by="ops")
+    app.client.signal("w-1", "go", "yes")
     app.run_until_idle()
     assert sentence(app, "w-1").startswith("completed at ")
     assert sentence(app, "w-1").endswith("nothing more happens")
@@ -161,7 +161,7 @@ def test_a_run_parked_by_no_step_is_not_offered_a_skip(app: durably.App, clock: 
     assert said.endswith(
         "retry (durably dlq retry odd-1) or give up (durably dlq fail odd-1 --reason TEXT)"
     )
-    [letter] = app.dead_letters()
+    [letter] = app.client.dead_letters()
     assert letter.error is not None
     assert letter.error.error_class == "durably.errors.PayloadError"
 

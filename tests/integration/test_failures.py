@@ -43,7 +43,7 @@ def test_a_step_returning_an_unserializable_value_fails(
     assert app.run_until_idle() == 0  # not retried
     assert calls == ["produce"]
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.FAILED
     assert run.error is not None
     assert run.error.error_class == "durably.errors.StepFailed"
@@ -54,7 +54,7 @@ def test_a_step_returning_an_unserializable_value_fails(
         handle.result(timeout=0)
     assert failed.value.error_class == "durably.errors.StepFailed"
     assert failed.value.message == run.error.message
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert step_events(history) == [
         ("step_started", 0, "produce", 1),
         ("step_failed", 0, "produce", 1),
@@ -155,7 +155,7 @@ def test_a_workflow_that_raises_fails_without_retry(
         handle.result(timeout=0)
     assert (failed.value.status, failed.value.error_class) == ("failed", "AssertionError")
     assert failed.value.message.startswith("x must be above 10")
-    assert kinds(app.history(handle.id))[-1] == "run_failed"
+    assert kinds(app.client.history(handle.id))[-1] == "run_failed"
 
 
 def test_a_workflow_raising_its_own_exception_records_its_qualified_class(
@@ -232,7 +232,7 @@ def test_a_changed_workflow_is_parked_for_a_person(
 
     assert other_app.run_until_idle() == 1
     assert v2_calls == []  # nothing ran for real
-    run = other_app.get_run(handle.id)
+    run = other_app.client.get(handle.id)
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.lease_owner is None
     assert run.error is not None
@@ -243,12 +243,12 @@ def test_a_changed_workflow_is_parked_for_a_person(
     with pytest.raises(TimeoutError, match="still needs_attention"):
         handle.result(timeout=0)
 
-    parked = other_app.history(handle.id)
+    parked = other_app.client.history(handle.id)
     assert kinds(parked)[-1] == "run_parked"
     clock.advance("1d")
     assert other_app.run_until_idle() == 0  # not retried, ever
     assert app.run_until_idle() == 0
-    assert other_app.history(handle.id) == parked
+    assert other_app.client.history(handle.id) == parked
 
 
 def test_a_workflow_calling_more_steps_on_replay_is_fine_past_the_history(
@@ -288,7 +288,7 @@ def test_a_corrupt_stored_input_parks_the_run_and_keeps_its_history(
     run_v1 = leave_in_flight(app, "a", "b")
     handle = app.start("flow", id="flow-1")
     run_v1()
-    before = app.history(handle.id)
+    before = app.client.history(handle.id)
     assert (
         execute_sql(
             store_url, "UPDATE durably_runs SET input = 'not json' WHERE id = ?", [handle.id]
@@ -297,12 +297,12 @@ def test_a_corrupt_stored_input_parks_the_run_and_keeps_its_history(
     )
 
     assert app.run_until_idle() == 1
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PayloadError"
     assert "the stored input of run 'flow-1' cannot be read" in run.error.message
-    after = app.history(handle.id)
+    after = app.client.history(handle.id)
     assert after[: len(before)] == before
     assert kinds(after[len(before) :]) == ["claimed", "run_parked"]
     assert app.run_until_idle() == 0
@@ -320,7 +320,7 @@ def test_a_stored_input_that_no_longer_fits_parks_the_run(app: durably.App, stor
         [handle.id],
     )
     app.run_until_idle()
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "does not fit its parameters" in run.error.message
@@ -330,7 +330,7 @@ def test_a_corrupt_recorded_step_result_parks_the_run(app: durably.App, store_ur
     run_v1 = leave_in_flight(app, "a", "b")
     handle = app.start("flow", id="flow-1")
     run_v1()
-    before = app.history(handle.id)
+    before = app.client.history(handle.id)
     assert (
         execute_sql(
             store_url,
@@ -340,15 +340,15 @@ def test_a_corrupt_recorded_step_result_parks_the_run(app: durably.App, store_ur
         )
         == 1
     )
-    corrupted = app.history(handle.id)
+    corrupted = app.client.history(handle.id)
 
     assert app.run_until_idle() == 1
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PayloadError"
     assert "the recorded result of step 'a'" in run.error.message
-    after = app.history(handle.id)
+    after = app.client.history(handle.id)
     assert after[: len(before)] == corrupted
     assert kinds(after[len(before) :]) == ["claimed", "run_parked"]
     assert step_events(after) == step_events(before)  # no step ran again
@@ -381,7 +381,7 @@ def test_a_corrupt_recorded_failure_parks_the_run(app: durably.App, store_url: s
         "DELETE FROM durably_events WHERE run_id = ? AND kind = 'run_completed'",
         [handle.id],
     )
-    last = max(event.seq for event in app.history(handle.id))
+    last = max(event.seq for event in app.client.history(handle.id))
     execute_sql(
         store_url,
         "UPDATE durably_runs SET status = 'pending', available_at = created_at, result = NULL,"
@@ -389,7 +389,7 @@ def test_a_corrupt_recorded_failure_parks_the_run(app: durably.App, store_url: s
         [last, handle.id],
     )
     app.run_until_idle()
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.PayloadError"

@@ -62,14 +62,14 @@ def test_a_run_behind_a_probe_in_flight_waits_quietly_and_is_woken_when_it_ends(
         assert gate(app, "pay").breaker == "half_open"
         app.start("checkout", "queued", id="queued")
         app.run_until_idle()
-        assert app.get_run("queued").available_at == start + timedelta(minutes=15)  # its hold
+        assert app.client.get("queued").available_at == start + timedelta(minutes=15)  # its hold
 
         for _ in range(20):  # ten minutes pass, in which workers look for due runs
             clock.advance("30s")
             app.run_until_idle()
         kinds = [str(e.kind) for e in events(app, "queued")]
         assert kinds == ["run_started", "claimed", "step_waiting"]  # nobody looked again
-        assert app.get_run("queued").status is RunStatus.PENDING
+        assert app.client.get("queued").status is RunStatus.PENDING
     finally:
         answer.set()  # the probe succeeds
         prober.join(timeout=WAIT)
@@ -104,8 +104,8 @@ async def until_waiting(app: durably.App, run_id: str) -> None:
     wait at a gate."""
     deadline = time.monotonic() + WAIT
     while True:
-        history = await asyncio.to_thread(app.history, run_id)
-        run = await asyncio.to_thread(app.get_run, run_id)
+        history = await asyncio.to_thread(app.client.history, run_id)
+        run = await asyncio.to_thread(app.client.get, run_id)
         waiting = any(e.kind is EventKind.STEP_WAITING for e in history)
         if waiting and run.status is RunStatus.PENDING:
             return

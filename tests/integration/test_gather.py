@@ -114,13 +114,13 @@ def test_results_come_in_call_order_and_replay_finds_each_branch_where_it_was(
     handle = app.start("fan", id="g-1")
     app.run_until_idle()  # b and c complete; a fails once: the run waits for its retry
     assert finished == ["b", "c"]
-    assert app.get_run("g-1").status is RunStatus.PENDING
+    assert app.client.get("g-1").status is RunStatus.PENDING
     clock.advance(timedelta(seconds=2))
     app.run_until_idle()  # a replays at #0, b and c are replayed at #1 and #2, not run again
 
     assert handle.result(timeout=0) == ["A", "B", "C"]
     assert finished == ["b", "c", "a"]
-    history = app.history("g-1")
+    history = app.client.history("g-1")
     started = [(p, n) for k, p, n, _ in step_events(history) if k == "step_started"]
     assert started == [(0, "work"), (1, "work"), (2, "work"), (0, "work")]
     completed = [e.position for e in history if e.kind is EventKind.STEP_COMPLETED]
@@ -136,12 +136,14 @@ def test_a_branch_that_fails_cancels_the_others_and_completed_ones_are_undone_la
     app.start("fan_fails", True, False, id="g-2")
     app.run_until_idle()
 
-    run = app.get_run("g-2")
+    run = app.client.get("g-2")
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert "x is out of stock" in run.error.message  # the branch that failed by itself
     failed = {
-        e.position: e.data or "" for e in app.history("g-2") if e.kind is EventKind.STEP_FAILED
+        e.position: e.data or ""
+        for e in app.client.history("g-2")
+        if e.kind is EventKind.STEP_FAILED
     }
     assert "Terminal" in failed[1]
     assert "BranchCancelled" in failed[0]  # a
@@ -183,7 +185,7 @@ def test_without_cancelling_the_others_finish_and_failures_can_be_returned(
     app.run_until_idle()
 
     assert app.handle("g-3").result(timeout=0) == ["A", "StepFailed"]
-    run = app.get_run("g-4")
+    run = app.client.get("g-4")
     assert run.status is RunStatus.FAILED
     assert sorted(finished) == ["a", "c"]  # nothing cancelled: a and c ran to their end
     assert sorted(undone) == ["a", "c"]
@@ -204,7 +206,7 @@ def test_a_branch_of_several_steps_is_refused_and_the_run_parked(app: durably.Ap
 
     app.start("composite", id="g-5")
     app.run_until_idle()
-    run = app.get_run("g-5")
+    run = app.client.get("g-5")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class == "durably.errors.UnsafeConcurrency"
@@ -244,7 +246,7 @@ def test_a_renamed_branch_is_caught_on_replay(
 
     clock.advance(timedelta(seconds=2))
     other_app.run_until_idle()
-    run = other_app.get_run("g-6")
+    run = other_app.client.get("g-6")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "step #1 is recorded as 'pack' but the workflow now calls 'wrap'" in run.error.message
@@ -271,7 +273,7 @@ def test_a_thousand_branches_run_within_the_limit(app: durably.App) -> None:
     app.run_until_idle()
     assert handle.result(timeout=0) == sum(i * i for i in range(1000))
     assert 1 < most <= 50
-    positions = [e.position for e in app.history("g-7") if e.kind is EventKind.STEP_STARTED]
+    positions = [e.position for e in app.client.history("g-7") if e.kind is EventKind.STEP_STARTED]
     assert positions == list(range(1000))  # call order
 
 
@@ -286,7 +288,7 @@ def test_gather_is_for_async_workflows(app: durably.App) -> None:
 
     app.start("plain", id="g-8")
     app.run_until_idle()
-    run = app.get_run("g-8")
+    run = app.client.get("g-8")
     assert run.error is not None
     assert "durably.gather() runs calls of an async workflow" in run.error.message
 
@@ -303,6 +305,6 @@ def test_a_limit_below_one_is_refused(app: durably.App, limit: int) -> None:
 
     app.start("bad", id="g-9")
     app.run_until_idle()
-    run = app.get_run("g-9")
+    run = app.client.get("g-9")
     assert run.error is not None
     assert "limit=...) must be at least 1" in run.error.message

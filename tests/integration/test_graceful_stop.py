@@ -55,7 +55,7 @@ def test_sigterm_lets_a_short_step_finish(
     took = stop(worker, log, within=10)
 
     assert took < 8
-    run = client.get_run(handle.id)
+    run = client.client.get(handle.id)
     assert run.status is durably.RunStatus.COMPLETED, log.read_text()
     assert run.lease_owner is None
     assert handle.result(timeout=0) == "slept 1.0s"
@@ -73,10 +73,10 @@ def test_sigterm_hands_back_a_step_that_outlasts_the_grace(
     took = stop(worker, log, within=10)
 
     assert took < 8
-    run = client.get_run(handle.id)
+    run = client.client.get(handle.id)
     assert run.status is durably.RunStatus.PENDING, log.read_text()
     assert run.lease_owner is None
-    history = client.history(handle.id)
+    history = client.client.history(handle.id)
     assert kinds(history)[-2:] == ["step_started", "released"]
     assert run.available_at is not None
     assert run.available_at <= datetime.now(UTC)  # due again at once, for the next worker
@@ -98,10 +98,10 @@ def test_either_way_the_run_is_never_left_running_with_a_live_lease(
     stop(worker, log, within=10)
 
     for handle in handles:
-        run = client.get_run(handle.id)
+        run = client.client.get(handle.id)
         assert run.status in (durably.RunStatus.COMPLETED, durably.RunStatus.PENDING), run
         assert run.lease_owner is None
-    statuses = sorted(str(client.get_run(h.id).status) for h in handles)
+    statuses = sorted(str(client.client.get(h.id).status) for h in handles)
     assert statuses == ["completed", "completed", "pending", "pending"]
 
 

@@ -45,7 +45,7 @@ def test_a_crash_between_batch_assembly_and_commit_loses_no_acknowledged_checkpo
     for run, position in acknowledged:
         completed = {
             event.position
-            for event in client.history(run)
+            for event in client.client.history(run)
             if event.kind == EventKind.STEP_COMPLETED
         }
         assert int(position) in completed, f"{run}: step {position} was acknowledged, not kept"

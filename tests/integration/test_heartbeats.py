@@ -49,7 +49,7 @@ def test_an_attempt_whose_heartbeats_stop_is_lost_and_the_next_resumes(
     assert handle.result(timeout=0) == 1000
     assert seen == [{"done": 0}, {"done": 300}]  # the second attempt resumed part-way
 
-    history = app.history("hb-1")
+    history = app.client.history("hb-1")
     [failed] = [e for e in history if e.kind is EventKind.STEP_ATTEMPT_FAILED]
     failure = read_payload(failed, AttemptFailed)
     assert failure.error.error_class == "durably.errors.HeartbeatTimeout"
@@ -78,8 +78,8 @@ def test_a_step_that_keeps_beating_runs_past_its_heartbeat_timeout(
     handle = app.start(render, id="hb-2")
     app.run_until_idle()
     assert handle.result(timeout=0) == 30  # 0.6 s in all, never 0.2 s without a beat
-    run = app.get_run("hb-2")
-    history = app.history("hb-2")
+    run = app.client.get("hb-2")
+    history = app.client.history("hb-2")
     beats = [e for e in history if e.kind is EventKind.STEP_HEARTBEAT]
     assert 1 <= len(beats) <= 8  # 30 beats, recorded at most every 0.16 s (80% of 0.2 s)
     shown = dict(describe_run(run, history))
@@ -100,9 +100,9 @@ def test_runs_show_has_the_last_heartbeat_of_a_step_under_way(
 
     app.start(backup, id="hb-3")
     app.run_until_idle()
-    run = app.get_run("hb-3")
+    run = app.client.get("hb-3")
     assert run.status is RunStatus.PENDING
-    shown = dict(describe_run(run, app.history("hb-3")))
+    shown = dict(describe_run(run, app.client.history("hb-3")))
     assert '#0 upload attempt 1: {"part":7,"of":9}' in shown["heartbeat"]
     clock.advance(timedelta(hours=1))
 
@@ -128,10 +128,10 @@ def test_heartbeats_belong_in_steps_and_take_json(app: durably.App, clock: FakeC
     app.start(calls_bad, id="hb-4")
     app.start(in_workflow_code, id="hb-5")
     app.run_until_idle()
-    error = app.get_run("hb-4").error
+    error = app.client.get("hb-4").error
     assert error is not None
     assert "heartbeat's details" in error.message
-    error = app.get_run("hb-5").error
+    error = app.client.get("hb-5").error
     assert error is not None
     assert "outside a step" in error.message
     with pytest.raises(ValueError, match="heartbeat_timeout"):

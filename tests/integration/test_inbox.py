@@ -26,13 +26,13 @@ from .conftest import DEAD_LEASE, execute_sql, kinds
 def messages(app: durably.App, run_id: str) -> list[MessageReceived]:
     return [
         read_payload(e, MessageReceived)
-        for e in app.history(run_id)
+        for e in app.client.history(run_id)
         if e.kind is EventKind.MESSAGE_RECEIVED
     ]
 
 
 def of_kind(app: durably.App, run_id: str, kind: EventKind) -> list[Event]:
-    return [e for e in app.history(run_id) if e.kind is kind]
+    return [e for e in app.client.history(run_id) if e.kind is kind]
 
 
 def inbox_rows(store_url: str) -> int:
@@ -63,18 +63,18 @@ def test_a_message_wakes_a_run_in_backoff_and_the_retry_keeps_its_time(
     flaky_app(app, calls)
     app.start("job", id="run-1")
     app.run_until_idle()
-    retry_at = app.get_run("run-1").available_at
+    retry_at = app.client.get("run-1").available_at
     assert retry_at == clock.now() + timedelta(seconds=10)
 
     clock.advance("2s")
     sent_at = clock.now()
-    delivered = app.send("run-1", "signal", name="approved", data={"by": "erin"}, by="erin")
+    delivered = app.client.send("run-1", "signal", name="approved", data={"by": "erin"}, by="erin")
     assert delivered.stored
-    assert app.get_run("run-1").available_at == clock.now()  # woken
+    assert app.client.get("run-1").available_at == clock.now()  # woken
     app.run_until_idle()
 
     assert calls == ["call_bank"]  # no early attempt
-    record = app.get_run("run-1")
+    record = app.client.get("run-1")
     assert record.status is RunStatus.PENDING
     assert record.available_at == retry_at
     assert messages(app, "run-1") == [
@@ -105,8 +105,8 @@ def test_a_message_to_a_running_run_is_folded_as_soon_as_the_run_is_handed_back(
     async def ask() -> str:
         calls.append("ask")
         if len(calls) == 1:  # sent while this run is leased
-            sent = app.send("run-1", "signal", name="during", by="ops")
-            assert app.get_run("run-1").status is RunStatus.RUNNING
+            sent = app.client.send("run-1", "signal", name="during", by="ops")
+            assert app.client.get("run-1").status is RunStatus.RUNNING
             assert sent.stored
             raise ConnectionError("try later")
         return "ok"
@@ -121,8 +121,8 @@ def test_a_message_to_a_running_run_is_folded_as_soon_as_the_run_is_handed_back(
     assert (received.name, received.sender) == ("during", "ops")
     assert inbox_rows(store_url) == 0
     assert calls == ["ask"]  # the message did not bring the retry forward
-    assert app.get_run("run-1").available_at == clock.now() + timedelta(seconds=10)
-    history = kinds(app.history("run-1"))
+    assert app.client.get("run-1").available_at == clock.now() + timedelta(seconds=10)
+    history = kinds(app.client.history("run-1"))
     second_claim = len(history) - 1 - history[::-1].index("claimed")
     assert history[second_claim + 1] == "message_received"  # folded before replay goes on
 
@@ -138,7 +138,7 @@ def test_a_worker_that_dies_before_its_first_checkpoint_leaves_the_message_to_th
     calls: list[str] = []
     flaky_app(app, calls, failures=0)
     app.start("job", id="run-1")
-    app.send("run-1", "signal", name="go", by="erin")
+    app.client.send("run-1", "signal", name="go", by="erin")
     # A worker claims the run with its message, then dies without writing anything.
     [dead] = store.claim("dead-worker", ["job"], now=clock.now(), lease=DEAD_LEASE, limit=1)
     assert [d.name for d in dead.inbox] == ["go"]
@@ -171,17 +171,17 @@ def test_a_message_to_a_run_waiting_at_a_gate_does_not_ask_the_gate_early(
     app.start(notify, "bob", id="second")
     app.run_until_idle()
     [waited] = of_kind(app, "second", EventKind.STEP_WAITING)
-    until = app.get_run("second").available_at
+    until = app.client.get("second").available_at
     assert until is not None
     assert until > clock.now()
 
     clock.advance("1s")
-    app.send("second", "signal", by="ops")
+    app.client.send("second", "signal", by="ops")
     app.run_until_idle()
 
     assert sent == ["ann"]
     assert of_kind(app, "second", EventKind.STEP_WAITING) == [waited]  # no new gate check
-    assert app.get_run("second").available_at == until
+    assert app.client.get("second").available_at == until
     assert len(messages(app, "second")) == 1
 
     clock.advance("10s")
@@ -215,23 +215,23 @@ def test_a_message_to_a_run_whose_undo_waits_does_not_undo_early(
 
     app.start(order, id="run-1")
     app.run_until_idle()
-    due = app.get_run("run-1").available_at
+    due = app.client.get("run-1").available_at
     assert refunds == ["refund"]
     assert due == clock.now() + timedelta(seconds=10)
 
     clock.advance("1s")
-    app.send("run-1", "signal", by="ops")
+    app.client.send("run-1", "signal", by="ops")
     app.run_until_idle()
 
     assert refunds == ["refund"]
-    assert app.get_run("run-1").available_at == due
+    assert app.client.get("run-1").available_at == due
     assert len(of_kind(app, "run-1", EventKind.COMPENSATION_STARTED)) == 1
     assert len(messages(app, "run-1")) == 1
 
     clock.advance("10s")
     app.run_until_idle()
     assert refunds == ["refund", "refund"]
-    assert app.get_run("run-1").status is RunStatus.FAILED
+    assert app.client.get("run-1").status is RunStatus.FAILED
 
 
 def test_the_client_refuses_what_cannot_be_delivered(app: durably.App, clock: FakeClock) -> None:
@@ -240,17 +240,17 @@ def test_the_client_refuses_what_cannot_be_delivered(app: durably.App, clock: Fa
     app.start("job", id="run-1")
 
     with pytest.raises(RunNotFound, match="nobody"):
-        app.send("nobody", "signal", by="erin")
+        app.client.send("nobody", "signal", by="erin")
     with pytest.raises(PayloadError):
-        app.send("run-1", "signal", data={1, 2}, by="erin")  # a set would come back a list
-    first = app.send("run-1", "signal", by="erin", dedupe_key="approve")
-    again = app.send("run-1", "signal", by="erin", dedupe_key="approve")
+        app.client.send("run-1", "signal", data={1, 2}, by="erin")  # a set would come back a list
+    first = app.client.send("run-1", "signal", by="erin", dedupe_key="approve")
+    again = app.client.send("run-1", "signal", by="erin", dedupe_key="approve")
     assert (again.message_id, again.stored) == (first.message_id, False)
 
     app.run_until_idle()
     assert len(messages(app, "run-1")) == 1
     with pytest.raises(DurablyError, match=r"has finished \(completed\)"):
-        app.send("run-1", "signal", by="erin")
+        app.client.send("run-1", "signal", by="erin")
 
 
 def test_send_async_delivers_like_send(app: durably.App) -> None:

@@ -303,7 +303,7 @@ class Interleavings(RuleBasedStateMachine):
         scope = current_step()
         assert scope is not None
         if what == "do":
-            history = self.other.history(scope.run_id)
+            history = self.other.client.history(scope.run_id)
             done = {e.position for e in history if e.kind is EventKind.STEP_COMPLETED}
             if scope.position in done:
                 self.journal.problems.append(f"{scope.name} of {scope.run_id} ran once completed")
@@ -342,9 +342,9 @@ class Interleavings(RuleBasedStateMachine):
     @rule(run_id=runs)
     def start_again(self, run_id: str) -> None:
         """The same id and input: the same run, not a second one."""
-        count = len(self.app.runs(limit=1000))
+        count = len(self.app.client.runs(limit=1000).runs)
         assert self.app.start(WORKFLOW, "lamp", self.started[run_id], id=run_id).id == run_id
-        assert len(self.app.runs(limit=1000)) == count
+        assert len(self.app.client.runs(limit=1000).runs) == count
 
     @rule(run_id=runs)
     def signal(self, run_id: str) -> None:
@@ -352,14 +352,14 @@ class Interleavings(RuleBasedStateMachine):
 
     def send_signal(self, run_id: str) -> None:
         try:
-            self.app.signal(run_id, "go", {"from": "fuzz"})
+            self.app.client.signal(run_id, "go", {"from": "fuzz"})
         except DurablyError:
             assert self.status(run_id) in FINAL  # refused only once it has finished
 
     @rule(run_id=runs)
     def cancel(self, run_id: str) -> None:
         try:
-            steered = self.app.cancel(run_id, by="fuzz")
+            steered = self.app.client.cancel(run_id, by="fuzz")
         except DurablyError:
             assert self.status(run_id) in FINAL | {RunStatus.COMPENSATION_FAILED}
             return
@@ -369,14 +369,14 @@ class Interleavings(RuleBasedStateMachine):
     @rule(run_id=runs)
     def pause(self, run_id: str) -> None:
         try:
-            self.app.pause(run_id, by="fuzz")
+            self.app.client.pause(run_id, by="fuzz")
         except DurablyError:
             assert self.status(run_id) in FINAL | PARKED
 
     @rule(run_id=runs)
     def resume(self, run_id: str) -> None:
         try:
-            self.app.resume(run_id, by="fuzz")
+            self.app.client.resume(run_id, by="fuzz")
         except DurablyError:
             assert self.status(run_id) in FINAL
 
@@ -462,7 +462,7 @@ class Interleavings(RuleBasedStateMachine):
                 if status in FINAL | PARKED:
                     continue
                 if status is RunStatus.PAUSED or fold_control(self.history(run_id)).pause:
-                    self.app.resume(run_id, by="fuzz")  # or withdraw a pause on its way
+                    self.app.client.resume(run_id, by="fuzz")  # or withdraw a pause on its way
             self.clock.advance(step)
             self.run_until_idle()
             if all(self.status(r) in FINAL | PARKED for r in self.started):
@@ -492,10 +492,10 @@ class Interleavings(RuleBasedStateMachine):
     # -- reading -------------------------------------------------------------------------------
 
     def status(self, run_id: str) -> RunStatus:
-        return self.app.get_run(run_id).status
+        return self.app.client.get(run_id).status
 
     def history(self, run_id: str) -> list[Event]:
-        return self.app.history(run_id)
+        return self.app.client.history(run_id)
 
 
 @pytest.mark.parametrize(
@@ -539,15 +539,15 @@ def test_a_pause_of_a_run_being_undone_for_a_cancel_does_not_spin(
     try:
         app.start(order, id="o-1")
         app.run_until_idle()
-        app.cancel("o-1", by="ops")
+        app.client.cancel("o-1", by="ops")
         app.run_until_idle()  # reserve's undo failed once; it waits for its retry
-        assert app.get_run("o-1").status is RunStatus.PENDING
-        app.pause("o-1", by="ops")  # made due now
+        assert app.client.get("o-1").status is RunStatus.PENDING
+        app.client.pause("o-1", by="ops")  # made due now
         app.run_until_idle()
-        assert app.get_run("o-1").status is RunStatus.PENDING  # the cancel wins: it waits
+        assert app.client.get("o-1").status is RunStatus.PENDING  # the cancel wins: it waits
         clock.advance("1h")
         app.run_until_idle()
-        assert app.get_run("o-1").status is RunStatus.CANCELLED
+        assert app.client.get("o-1").status is RunStatus.CANCELLED
         assert undos == ["hold", "hold"]
     finally:
         app.close()
@@ -586,9 +586,9 @@ def test_a_step_a_person_retried_is_undone_when_the_run_is_then_cancelled(
     dead_worker(store, clock, "order", [("reserve", "hold")], unknown="charge")
     clock.advance(DEAD_LEASE + timedelta(seconds=1))
     app.run_until_idle()  # charge's first attempt was lost; its second escalates: parked
-    assert app.get_run("o-1").status is RunStatus.NEEDS_ATTENTION
-    app.retry("o-1", by="ops")
-    app.cancel("o-1", by="ops")  # before a worker takes the retried run up
+    assert app.client.get("o-1").status is RunStatus.NEEDS_ATTENTION
+    app.client.retry("o-1", by="ops")
+    app.client.cancel("o-1", by="ops")  # before a worker takes the retried run up
     app.run_until_idle()
-    assert app.get_run("o-1").status is RunStatus.CANCELLED
+    assert app.client.get("o-1").status is RunStatus.CANCELLED
     assert undone == [None, "hold"]  # charge may have happened: undone first, with no result

@@ -87,7 +87,7 @@ def test_suspects_run_together_with_no_other_run(app: durably.App, clock: FakeCl
     for run_id in suspects:
         alone = [
             payload_of(event)
-            for event in app.history(run_id)
+            for event in app.client.history(run_id)
             if event.kind is EventKind.RUNNING_ALONE
         ]
         assert alone == [RunningAlone("a worker died while running it", 2)]
@@ -115,4 +115,4 @@ def test_after_a_death_among_suspects_each_runs_strictly_alone(
     for run_id in suspects:
         assert app.handle(run_id).result(timeout=0) == run_id
         assert bodies.seen_with.get(f"{run_id}:first", set()) == set()  # strictly alone
-        assert app.get_run(run_id).status is durably.RunStatus.COMPLETED
+        assert app.client.get(run_id).status is durably.RunStatus.COMPLETED

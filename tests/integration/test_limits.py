@@ -40,10 +40,12 @@ def test_a_rate_limit_spaces_attempts_out(app: durably.App, clock: FakeClock) ->
     assert len(sent) == 4
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(sent)]
     assert all(gap >= 1.0 for gap in gaps), gaps
-    waits = [e for run in app.runs() for e in events(app, run.id, EventKind.STEP_WAITING)]
+    waits = [
+        e for run in app.client.runs().runs for e in events(app, run.id, EventKind.STEP_WAITING)
+    ]
     assert waits
     assert {data(e)["waiting"] for e in waits} == {"rate limit"}
-    assert all(attempts_of(app, run.id) == 1 for run in app.runs())
+    assert all(attempts_of(app, run.id) == 1 for run in app.client.runs().runs)
 
 
 def test_a_concurrency_limit_caps_attempts_in_flight(app: durably.App, clock: FakeClock) -> None:
@@ -74,8 +76,10 @@ def test_a_concurrency_limit_caps_attempts_in_flight(app: durably.App, clock: Fa
         app.start(fulfil, f"item-{n}")
     settle(app, clock)
 
-    assert all(run.status is RunStatus.COMPLETED for run in app.runs())
+    assert all(run.status is RunStatus.COMPLETED for run in app.client.runs().runs)
     assert peak == 2
-    waits = [e for run in app.runs() for e in events(app, run.id, EventKind.STEP_WAITING)]
+    waits = [
+        e for run in app.client.runs().runs for e in events(app, run.id, EventKind.STEP_WAITING)
+    ]
     assert {data(e)["waiting"] for e in waits} == {"concurrency limit"}
     assert json.loads(app.store.gates()["warehouse"])["in_flight"] == {}

@@ -49,7 +49,9 @@ def deploy(app: durably.App, code: str, ran: list[str]) -> None:
 
 
 def decisions(app: durably.App, run_id: str) -> list[tuple[str | None, str | None]]:
-    return [(e.name, e.data) for e in app.history(run_id) if e.kind is EventKind.PATCH_DECIDED]
+    return [
+        (e.name, e.data) for e in app.client.history(run_id) if e.kind is EventKind.PATCH_DECIDED
+    ]
 
 
 def test_a_run_past_the_change_keeps_the_old_code_and_new_runs_take_the_new(
@@ -142,7 +144,7 @@ def test_a_retired_patch_parks_a_run_still_on_the_old_code(
         retired.run_until_idle()
         clock.advance("1h")  # the courier's hour
         retired.run_until_idle()
-        older, young = retired.get_run("older"), retired.get_run("young")
+        older, young = retired.client.get("older"), retired.client.get("young")
         assert older.status is RunStatus.NEEDS_ATTENTION
         assert older.error is not None
         assert "NonDeterminismError" in older.error.error_class

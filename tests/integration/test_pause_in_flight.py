@@ -53,13 +53,13 @@ def test_a_pause_lets_the_step_in_flight_finish_and_stops_before_the_next(
     handle = app.start("two", "x", id="f-1")
     worker = worker_thread(app)
     assert held.entered.wait(WAIT)
-    steered = app.pause("f-1", by="ops", reason="look first")
+    steered = app.client.pause("f-1", by="ops", reason="look first")
     assert (steered.changed, steered.status) == (True, RunStatus.RUNNING)
     assert "stops before its next step" in steered.note
     held.go_once_taken_in("pause")
     join(worker)
 
-    run = app.get_run("f-1")
+    run = app.client.get("f-1")
     assert run.status is RunStatus.PAUSED
     assert calls == ["slow x"]  # the step in flight finished; the next did not start
     [completed] = events(app, "f-1", EventKind.STEP_COMPLETED)
@@ -67,9 +67,9 @@ def test_a_pause_lets_the_step_in_flight_finish_and_stops_before_the_next(
     assert not step_started(app, "f-1", "after")
     [paused] = events(app, "f-1", EventKind.RUN_PAUSED)
     assert read_payload(paused, Command) == Command("ops", "look first")
-    assert [r.id for r in app.runs(status=RunStatus.PAUSED)] == ["f-1"]
+    assert [r.id for r in app.client.runs(status=RunStatus.PAUSED).runs] == ["f-1"]
 
-    assert app.resume("f-1", by="ops").changed
+    assert app.client.resume("f-1", by="ops").changed
     assert app.run_until_idle() == 1
     assert handle.result(timeout=0) == "after x"
     assert calls == ["slow x", "after x"]  # slow is replayed, not run again
@@ -100,18 +100,18 @@ def test_a_pause_while_undoing_lets_the_undo_in_flight_finish_and_stops_before_t
     handle = app.start("order", "lamp", id="v-1")
     worker = worker_thread(app)
     assert held.entered.wait(WAIT)
-    assert app.pause("v-1", by="ops").changed
+    assert app.client.pause("v-1", by="ops").changed
     held.go_once_taken_in("pause")
     join(worker)
 
-    assert app.get_run("v-1").status is RunStatus.PAUSED
+    assert app.client.get("v-1").status is RunStatus.PAUSED
     assert undone == ["charge-lamp"]  # the undo in flight finished; the next did not start
     assert undo_events(app, "v-1") == [
         ("compensation_started", 1, "charge"),
         ("compensation_completed", 1, "charge"),
     ]
 
-    assert app.resume("v-1", by="ops").changed
+    assert app.client.resume("v-1", by="ops").changed
     app.run_until_idle()
     assert undone == ["charge-lamp", "hold-lamp"]
     with pytest.raises(WorkflowFailed, match=r"failed: durably\.errors\.StepFailed"):
@@ -136,14 +136,14 @@ def test_a_pause_during_a_gather_lets_the_branch_in_flight_finish_and_starts_no_
     handle = app.start("assemble", id="gp-1")
     worker = worker_thread(app)
     assert held.entered.wait(WAIT)
-    assert app.pause("gp-1", by="ops").changed
+    assert app.client.pause("gp-1", by="ops").changed
     held.go_once_taken_in("pause")
     join(worker)
 
-    assert app.get_run("gp-1").status is RunStatus.PAUSED
+    assert app.client.get("gp-1").status is RunStatus.PAUSED
     assert calls == ["a"]
     assert events(app, "gp-1", EventKind.STEP_FAILED) == []  # a pause fails no branch
-    assert app.resume("gp-1", by="ops").changed
+    assert app.client.resume("gp-1", by="ops").changed
     app.run_until_idle()
     assert handle.result(timeout=0) == ["A", "B", "C"]
     assert calls == ["a", "b", "c"]
@@ -181,20 +181,20 @@ def test_a_resume_withdraws_a_pause_the_run_took_in_but_has_not_stopped_for(
     worker = worker_thread(app)
     try:
         assert exporting.wait(WAIT)
-        assert app.pause("hb-1", by="ops").changed
+        assert app.client.pause("hb-1", by="ops").changed
 
         def pause_committed() -> bool:
             received = events(app, "hb-1", EventKind.MESSAGE_RECEIVED)
             return any('"pause"' in (event.data or "") for event in received)
 
         wait_until("a heartbeat's checkpoint took the pause in", pause_committed)
-        assert app.get_run("hb-1").status is RunStatus.RUNNING
-        resumed = app.resume("hb-1", by="ops")
+        assert app.client.get("hb-1").status is RunStatus.RUNNING
+        resumed = app.client.resume("hb-1", by="ops")
     finally:
         go.set()
         join(worker)
     assert resumed.changed, resumed.note
-    assert app.get_run("hb-1").status is RunStatus.COMPLETED
+    assert app.client.get("hb-1").status is RunStatus.COMPLETED
     assert handle.result(timeout=0) == "published 10"
 
 
@@ -218,16 +218,16 @@ def test_a_pause_taken_in_while_the_step_fails_for_a_retry_pauses_the_run_at_onc
     handle = app.start("order", "lamp", id="rp-1")
     worker = worker_thread(app)
     assert held.entered.wait(WAIT)
-    assert app.pause("rp-1", by="ops").changed
+    assert app.client.pause("rp-1", by="ops").changed
     held.go_once_taken_in("pause")
     join(worker)
     [execution] = held.executions
     assert execution.control.pause is not None  # the worker did take it in
-    assert "attempt_failed" in kinds(app.history("rp-1"))
+    assert "attempt_failed" in kinds(app.client.history("rp-1"))
 
-    assert app.get_run("rp-1").status is RunStatus.PAUSED
-    assert [run.id for run in app.runs(status=RunStatus.PAUSED)] == ["rp-1"]
-    assert app.resume("rp-1", by="ops").changed
+    assert app.client.get("rp-1").status is RunStatus.PAUSED
+    assert [run.id for run in app.client.runs(status=RunStatus.PAUSED).runs] == ["rp-1"]
+    assert app.client.resume("rp-1", by="ops").changed
     clock.advance(timedelta(hours=1))
     app.run_until_idle()
     assert handle.result(timeout=0) == "charged lamp"

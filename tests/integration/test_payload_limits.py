@@ -40,7 +40,7 @@ def test_an_input_over_the_limit_is_refused_and_nothing_is_stored(app: durably.A
     echo_app(app, [])
     with pytest.raises(PayloadError, match=r"the input of .* over the limit of 1,048,576"):
         app.start("echo", BIG, 0, id="big")
-    assert app.runs() == []
+    assert app.client.runs().runs == []
     assert app.start("echo", "small", 0, id="small").id == "small"
 
 
@@ -49,8 +49,8 @@ def test_a_signal_over_the_limit_is_refused(app: durably.App) -> None:
     app.start("waiter", id="w-1")
     app.run_until_idle()
     with pytest.raises(PayloadError, match="the data of the 'signal' message takes"):
-        app.signal("w-1", "data", BIG, by="ops")
-    app.signal("w-1", "data", "fine", by="ops")
+        app.client.signal("w-1", "data", BIG, by="ops")
+    app.client.signal("w-1", "data", "fine", by="ops")
     app.run_until_idle()
     assert app.handle("w-1").result(timeout=0) == "fine"
 
@@ -65,8 +65,8 @@ def test_a_stored_input_over_the_workers_limit_parks_only_its_run(
     try:
         echo_app(strict, [])
         strict.run_until_idle()
-        assert strict.get_run("tiny").status is RunStatus.COMPLETED
-        run = strict.get_run("large")
+        assert strict.client.get("tiny").status is RunStatus.COMPLETED
+        run = strict.client.get("large")
         assert run.status is RunStatus.NEEDS_ATTENTION
         assert run.error is not None
         assert "the stored input of run 'large' takes 5,02" in run.error.message
@@ -84,7 +84,7 @@ def test_a_step_result_over_the_limit_fails_the_step_and_its_undo_runs(
         echo_app(app, undone)
         app.start("echo", "a", 20_000, id="grown")
         app.run_until_idle()
-        run = app.get_run("grown")
+        run = app.client.get("grown")
         assert run.status is RunStatus.FAILED
         assert run.error is not None
         assert "the result of step 'grow' takes 20,002 bytes" in run.error.message

@@ -36,7 +36,7 @@ def test_raw_bytes_without_a_hint_are_refused_and_nothing_is_stored(app: durably
         "bytes (b'raw-bytes'), which would come back as str ('raw-bytes') without a type hint"
     )
     assert "`data: dict[str, bytes]`" in message
-    assert app.runs() == []
+    assert app.client.runs().runs == []
 
 
 def test_arguments_that_do_not_fit_are_refused_at_start(app: durably.App) -> None:
@@ -48,7 +48,7 @@ def test_arguments_that_do_not_fit_are_refused_at_start(app: durably.App) -> Non
         app.start(pair, 1)
     with pytest.raises(PayloadError, match=r"it takes pair\(left: int, right: int\)$"):
         app.start(pair, 1, 2, 3)
-    assert app.runs() == []
+    assert app.client.runs().runs == []
 
 
 def test_annotated_values_come_back_equal_and_of_the_same_type(app: durably.App) -> None:
@@ -88,7 +88,7 @@ def test_a_result_that_would_change_fails_the_run(app: durably.App) -> None:
         "which would come back as list ([1, 2, 3]) without a type hint. Annotate the return "
         "type (e.g. `-> set[int]`)"
     )
-    assert kinds(app.history(handle.id))[-1] == "run_failed"
+    assert kinds(app.client.history(handle.id))[-1] == "run_failed"
 
 
 def test_a_step_result_that_would_change_fails_the_step_for_good(app: durably.App) -> None:
@@ -107,10 +107,10 @@ def test_a_step_result_that_would_change_fails_the_step_for_good(app: durably.Ap
     assert app.run_until_idle() == 1
     assert app.run_until_idle() == 0  # not retried
     assert calls == ["collect"]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.FAILED
     assert run.result is None
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert step_events(history) == [
         ("step_started", 0, "collect", 1),
         ("step_failed", 0, "collect", 1),
@@ -138,8 +138,8 @@ def test_a_skipped_step_result_is_checked_against_the_step_hint(app: durably.App
     app.run_until_idle()
     assert handle.status() is durably.RunStatus.NEEDS_ATTENTION
     with pytest.raises(PayloadError, match=r"result is list \(\[1, 2\]\), which its type hint"):
-        app.skip_step(handle.id, result=[1, 2])
-    app.skip_step(handle.id, result={1, 2})
+        app.client.skip_step(handle.id, result=[1, 2])
+    app.client.skip_step(handle.id, result={1, 2})
     app.run_until_idle()
     assert handle.result(timeout=0) == 2
 
@@ -177,4 +177,4 @@ def test_a_value_of_a_non_json_type_is_refused_at_start(app: durably.App, value:
 
     with pytest.raises(PayloadError, match=r"^the input of workflow 'loose' cannot be stored"):
         app.start("loose", value, id=uuid.uuid4().hex)
-    assert app.runs() == []
+    assert app.client.runs().runs == []

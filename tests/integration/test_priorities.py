@@ -78,9 +78,11 @@ def test_children_inherit_the_parents_priority_unless_their_start_or_workflow_sa
     app.run_until_idle()
 
     assert handle.result(timeout=0) == ["p/inherits", "p/chosen", "p/own"]
-    children = {run.id.rsplit(".", 2)[1]: run.priority for run in app.runs() if run.parent}
+    children = {
+        run.id.rsplit(".", 2)[1]: run.priority for run in app.client.runs().runs if run.parent
+    }
     assert children == {"0": 40, "1": 2, "2": 7}  # by their start's position
-    assert app.get_run(handle.id).priority == 40
+    assert app.client.get(handle.id).priority == 40
 
 
 def test_a_restart_keeps_the_priority_and_a_second_start_keeps_the_first(
@@ -91,11 +93,11 @@ def test_a_restart_keeps_the_priority_and_a_second_start_keeps_the_first(
     first = app.start("job", "once", id="once", priority=12)
     again = app.start("job", "once", id="once", priority=0)  # finds the run: nothing changes
     app.run_until_idle()
-    restarted = app.restart(first.id, from_step=0, id="once-again")
+    restarted = app.handle(app.client.restart(first.id, from_step=0, id="once-again").id)
 
     assert again.id == first.id
-    assert app.get_run("once").priority == 12
-    assert app.get_run(restarted.id).priority == 12
+    assert app.client.get("once").priority == 12
+    assert app.client.get(restarted.id).priority == 12
 
 
 @pytest.mark.parametrize("bad", [-1, MAX_PRIORITY + 1, True, 2.5, "5"])
@@ -105,7 +107,7 @@ def test_a_priority_that_is_no_level_is_refused_and_nothing_is_started(
     journal_app(app, [])
     with pytest.raises(DurablyError, match=f"priority must be .*{MAX_PRIORITY}"):
         app.start("job", "x", id="x", priority=bad)  # type: ignore[arg-type]
-    assert app.runs() == []
+    assert app.client.runs().runs == []
     with pytest.raises(DurablyError, match=r"@app.workflow\(priority=...\) must be"):
         app.workflow(priority=-3)
 

@@ -97,7 +97,7 @@ def test_reconcile_that_finds_the_effect_completes_the_step_without_the_body(
     assert payments.lookups == [(1, KEY)]  # called with the step's arguments, under its key
     assert payments.bodies == ([KEY] if cause == "timeout" else [])  # not run again
     assert payments.charges == {KEY: "ch-1"}
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     charge_events = [e for e in step_events(history) if e[2] == "charge"]
     first = [("step_started", 0, "charge", 1)]
     if cause == "timeout":
@@ -133,7 +133,7 @@ def test_reconcile_that_finds_nothing_runs_the_body_again_with_the_same_key(
     assert payments.lookups == [(2, KEY)]
     assert payments.bodies == [KEY] * (2 if cause == "timeout" else 1)
     assert payments.charges == {KEY: "ch-2"}  # charged once
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     charge_events = [e for e in step_events(history) if e[2] == "charge"]
     assert charge_events[-3:] == [
         ("step_started", 0, "charge", 2),

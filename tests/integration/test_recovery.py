@@ -60,7 +60,7 @@ def test_a_completed_step_never_runs_again(
 
     assert [(name, x) for name, x, _ in calls] == [("transform", 2), ("store_it", 20)]
     assert handle.result(timeout=0) == "stored 20"
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     takeover = [e for e in history if e.kind is EventKind.CLAIMED][-1]
     assert json.loads(takeover.data or "{}")["took_over_from"] == "dead-worker"
     assert step_events(history) == [
@@ -91,7 +91,7 @@ def test_a_step_started_but_not_completed_runs_again_with_the_same_key(
         ("store_it", 20, step_key(handle.id, 2, "store_it")),
     ]
     assert handle.result(timeout=0) == "stored 20"
-    steps = step_events(app.history(handle.id))
+    steps = step_events(app.client.history(handle.id))
     assert steps == [
         ("step_started", 0, "fetch", 1),
         ("step_completed", 0, "fetch", 1),
@@ -103,7 +103,9 @@ def test_a_step_started_but_not_completed_runs_again_with_the_same_key(
         ("step_completed", 2, "store_it", 1),
     ]
     second_attempt = [
-        e for e in app.history(handle.id) if e.kind is EventKind.STEP_STARTED and e.attempt == 2
+        e
+        for e in app.client.history(handle.id)
+        if e.kind is EventKind.STEP_STARTED and e.attempt == 2
     ]
     assert [started_key(e) for e in second_attempt] == [dead_key]
 
@@ -181,7 +183,7 @@ def test_a_taken_over_lease_refuses_the_first_owners_writes(
     assert store.commit([zombie], now=at) == [False]
     assert store.renew([first.lease], now=at, lease=DEAD_LEASE) == set()
     assert store.history(handle.id) == before
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.RUNNING
     assert (run.lease_owner, run.lease_epoch) == ("second", second.epoch)
 
@@ -229,9 +231,9 @@ def test_an_execution_whose_lease_was_taken_over_writes_nothing(
 
     assert bodies == ["slow"]  # the step after the lost flush never ran
     [history] = after_takeover
-    assert app.history(handle.id) == history
+    assert app.client.history(handle.id) == history
     assert kinds(history)[-2:] == ["step_started", "claimed"]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert (run.status, run.lease_owner) == (durably.RunStatus.RUNNING, "thief")
     assert any(
         "stalls-1" in r.getMessage() and "taken over" in r.getMessage() for r in caplog.records
@@ -242,7 +244,7 @@ def test_an_execution_whose_lease_was_taken_over_writes_nothing(
     assert app.run_until_idle(lease=LEASE) == 1
     assert bodies == ["slow", "slow", "after"]
     assert handle.result(timeout=0) == 4
-    assert step_events(app.history(handle.id)) == [
+    assert step_events(app.client.history(handle.id)) == [
         ("step_started", 0, "slow", 1),
         ("attempt_lost", 0, "slow", 1),  # recorded at the takeover: where the worker died
         ("step_started", 0, "slow", 2),
@@ -279,10 +281,10 @@ def test_a_stopping_worker_hands_its_runs_back(app: durably.App, clock: FakeCloc
     handle = app.start(interrupted, id="int-1")
     assert worker.run_until_idle() == 0
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is durably.RunStatus.PENDING
     assert run.lease_owner is None
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert kinds(history)[-2:] == ["step_started", "released"]
 
     assert app.run_until_idle() == 1  # due again at once, without advancing the clock

@@ -52,13 +52,13 @@ def test_a_failed_run_restarts_from_a_step_reusing_what_came_before(
     shipping_app(app, calls, broken)
     app.start("fulfil", "o-1", id="r-1")
     app.run_until_idle()
-    assert app.get_run("r-1").status is RunStatus.FAILED
-    quoted = next(e for e in app.history("r-1") if e.kind is EventKind.VALUE_RECORDED).data
+    assert app.client.get("r-1").status is RunStatus.FAILED
+    quoted = next(e for e in app.client.history("r-1") if e.kind is EventKind.VALUE_RECORDED).data
 
     broken.clear()  # the fix is deployed
-    handle = app.restart("r-1", from_step="ship", by="erin")
+    handle = app.handle(app.client.restart("r-1", from_step="ship", by="erin").id)
     assert handle.id == "r-1.restart-1"
-    assert app.get_run(handle.id).status is RunStatus.PENDING
+    assert app.client.get(handle.id).status is RunStatus.PENDING
     app.run_until_idle()
 
     result = handle.result(timeout=0)
@@ -71,16 +71,16 @@ def test_a_failed_run_restarts_from_a_step_reusing_what_came_before(
         ("ship", "r-1.restart-1:2:ship"),
     ]
 
-    forked = app.history(handle.id)
+    forked = app.client.history(handle.id)
     assert read_payload(forked[0], RunStarted) == RunStarted("r-1", 2, "erin")
     assert started_key(forked[1]) == "r-1:0:price"  # the reused step keeps its key
-    original = app.history("r-1")
+    original = app.client.history("r-1")
     assert original[-1].kind is EventKind.RUN_RESTARTED
     assert read_payload(original[-1], Restarted) == Restarted(handle.id, 2, "erin")
-    assert app.get_run("r-1").status is RunStatus.FAILED  # the old run stays as it ended
+    assert app.client.get("r-1").status is RunStatus.FAILED  # the old run stays as it ended
 
-    shown_old = dict(describe_run(app.get_run("r-1"), original))
-    shown_new = dict(describe_run(app.get_run(handle.id), forked))
+    shown_old = dict(describe_run(app.client.get("r-1"), original))
+    shown_new = dict(describe_run(app.client.get(handle.id), forked))
     assert shown_old["restarted as"].startswith("r-1.restart-1 from step #2, by erin")
     assert shown_new["restart of"] == "r-1 at step #2, by erin"
 
@@ -95,9 +95,11 @@ def test_restarts_from_the_start_after_the_end_and_by_position_number_their_ids(
     first = app.handle("r-2").result(timeout=0)
     calls.clear()
 
-    again = app.restart("r-2", from_step=0)  # everything runs again, with fresh keys
-    after_end = app.restart("r-2", from_step=3)  # nothing runs again
-    mine = app.restart("r-2", from_step=1, id="r-2-mine")
+    again = app.handle(
+        app.client.restart("r-2", from_step=0).id
+    )  # everything runs again, with fresh keys
+    after_end = app.handle(app.client.restart("r-2", from_step=3).id)  # nothing runs again
+    mine = app.handle(app.client.restart("r-2", from_step=1, id="r-2-mine").id)
     app.run_until_idle()
 
     assert (again.id, after_end.id, mine.id) == ("r-2.restart-1", "r-2.restart-2", "r-2-mine")
@@ -110,7 +112,7 @@ def test_restarts_from_the_start_after_the_end_and_by_position_number_their_ids(
             ("ship", "r-2-mine:2:ship"),
         ]
     )
-    links = [e for e in app.history("r-2") if e.kind is EventKind.RUN_RESTARTED]
+    links = [e for e in app.client.history("r-2") if e.kind is EventKind.RUN_RESTARTED]
     assert [read_payload(e, Restarted).run for e in links] == [again.id, after_end.id, mine.id]
 
 
@@ -119,20 +121,22 @@ def test_what_cannot_be_restarted_is_refused_with_what_to_do(app: durably.App) -
     shipping_app(app, calls, set())
     app.start("fulfil", "o-3", id="waiting")  # not run yet: pending
     with pytest.raises(DurablyError, match=r"it is pending, and only an ended run"):
-        app.restart("waiting", from_step=0)
+        app.handle(app.client.restart("waiting", from_step=0).id)
     with pytest.raises(RunNotFound, match="nobody"):
-        app.restart("nobody", from_step=0)
+        app.handle(app.client.restart("nobody", from_step=0).id)
     app.run_until_idle()
 
     with pytest.raises(DurablyError, match=r"called no step 'pack'; its steps: price, "):
-        app.restart("waiting", from_step="pack")
+        app.handle(app.client.restart("waiting", from_step="pack").id)
     with pytest.raises(DurablyError, match=r"has steps #0 to #2; .* not #7"):
-        app.restart("waiting", from_step=7)
-    app.restart("waiting", from_step=1, id="taken")
+        app.handle(app.client.restart("waiting", from_step=7).id)
+    app.handle(app.client.restart("waiting", from_step=1, id="taken").id)
     with pytest.raises(RunConflict, match="'taken' is taken"):
-        app.restart("waiting", from_step=2, id="taken")
-    assert app.restart("waiting", from_step=1, id="taken").id == "taken"  # the same: found
-    assert "waiting" not in {run.id for run in app.runs(status=RunStatus.PENDING)}
+        app.handle(app.client.restart("waiting", from_step=2, id="taken").id)
+    assert (
+        app.handle(app.client.restart("waiting", from_step=1, id="taken").id).id == "taken"
+    )  # the same: found
+    assert "waiting" not in {run.id for run in app.client.runs(status=RunStatus.PENDING).runs}
 
 
 def test_a_compensated_step_cannot_be_reused(app: durably.App) -> None:
@@ -159,8 +163,10 @@ def test_a_compensated_step_cannot_be_reused(app: durably.App) -> None:
     app.run_until_idle()
     assert undone == ["hold-lamp"]
     with pytest.raises(DurablyError, match=r"step #0 \('reserve'\) was compensated"):
-        app.restart("c-1", from_step="pack")
-    app.restart("c-1", from_step=0)  # from the compensated step itself: it runs again
+        app.handle(app.client.restart("c-1", from_step="pack").id)
+    app.handle(
+        app.client.restart("c-1", from_step=0).id
+    )  # from the compensated step itself: it runs again
     app.run_until_idle()
-    assert app.get_run("c-1.restart-1").status is RunStatus.FAILED
+    assert app.client.get("c-1.restart-1").status is RunStatus.FAILED
     assert undone == ["hold-lamp", "hold-lamp"]

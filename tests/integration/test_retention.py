@@ -34,14 +34,14 @@ def test_workers_delete_old_ended_runs_and_keep_dead_letters_and_waiting_runs(
         for n in (1, 2, 3, -1, 0):
             app.start(job, n, id=f"old-{n}")
         app.run_until_idle()
-        assert app.get_run("old--1").status is RunStatus.NEEDS_ATTENTION
+        assert app.client.get("old--1").status is RunStatus.NEEDS_ATTENTION
         clock.advance("8d")
         app.start(job, 4, id="young")
         app.run_until_idle()
 
-        left = {run.id for run in app.runs()}
+        left = {run.id for run in app.client.runs().runs}
         assert left == {"old--1", "old-0", "young"}  # the dead letter and the sleeper stay
-        assert app.history("old-0")  # with their histories
+        assert app.client.history("old-0")  # with their histories
     finally:
         app.close()
 
@@ -69,6 +69,6 @@ def test_durably_prune_deletes_what_ended_before_its_age(
         assert gone.returncode == 0, gone.stderr
         assert gone.stdout.startswith("deleted 3 run(s)")
         assert "deleted 2 run(s) so far" in gone.stderr
-        assert app.runs() == []
+        assert app.client.runs().runs == []
     finally:
         app.close()

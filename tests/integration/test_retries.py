@@ -68,7 +68,7 @@ def test_a_transient_failure_is_retried_until_the_step_succeeds(
     assert len(service.calls) == failures + 1
     key = step_key("run-1", 0, "call")
     assert service.calls == [key] * (failures + 1)  # one key for every attempt
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert keys_started(history) == [key] * (failures + 1)
     expected = []
     for attempt in range(1, failures + 1):
@@ -107,7 +107,7 @@ def test_a_custom_idempotency_key_is_the_same_for_every_attempt(
     settle(app, clock)
     assert handle.result(timeout=0) == "ok"
     assert seen == ["charge-o-17"] * 3
-    assert keys_started(app.history(handle.id)) == ["charge-o-17"] * 3
+    assert keys_started(app.client.history(handle.id)) == ["charge-o-17"] * 3
 
 
 def test_each_attempt_starts_when_its_retry_is_due_and_not_before(
@@ -119,7 +119,7 @@ def test_each_attempt_starts_when_its_retry_is_due_and_not_before(
     start = clock.now()
 
     assert app.run_until_idle() == 0  # waiting is not ending
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.PENDING
     assert run.available_at == start + timedelta(seconds=10)  # the retry state is in the store
     assert run.lease_owner is None
@@ -131,7 +131,7 @@ def test_each_attempt_starts_when_its_retry_is_due_and_not_before(
     clock.set(start + timedelta(seconds=10))
     assert app.run_until_idle() == 0
     assert len(service.calls) == 2
-    assert app.get_run(handle.id).available_at == start + timedelta(seconds=30)
+    assert app.client.get(handle.id).available_at == start + timedelta(seconds=30)
 
     clock.set(start + timedelta(seconds=30))
     assert app.run_until_idle() == 1
@@ -152,7 +152,7 @@ def test_backoff_grows_by_its_factor_and_is_capped(app: durably.App, clock: Fake
 
     settle(app, clock)
 
-    assert retry_delays(app.history(handle.id)) == [1, 2, 4, 8, 10, 10]
+    assert retry_delays(app.client.history(handle.id)) == [1, 2, 4, 8, 10, 10]
     assert len(service.calls) == 7
 
 
@@ -169,7 +169,7 @@ def test_full_jitter_stays_between_zero_and_the_capped_backoff(
     caps = [1, 2, 4, 5, 5]
     delays: list[tuple[float, float]] = []
     for handle in handles:
-        waits = retry_delays(app.history(handle.id))
+        waits = retry_delays(app.client.history(handle.id))
         assert len(waits) == len(caps)
         delays += zip(waits, caps, strict=True)
     assert all(0 <= wait <= cap for wait, cap in delays), delays
@@ -204,7 +204,7 @@ def test_exhausted_attempts_park_the_run_as_a_dead_letter(
     handle = app.start(order, 5, id="order-5")
     settle(app, clock)
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.lease_owner is None
     assert run.error is not None
@@ -220,7 +220,7 @@ def test_exhausted_attempts_park_the_run_as_a_dead_letter(
     assert data(failed)["error_class"] == "ConnectionError"
     [parked] = events(app, handle.id, EventKind.RUN_PARKED)
     assert data(parked)["reason"] == "attempts exhausted"
-    assert [letter.run_id for letter in app.dead_letters()] == ["order-5"]
+    assert [letter.run_id for letter in app.client.dead_letters()] == ["order-5"]
     with pytest.raises(TimeoutError, match="still needs_attention"):
         handle.result(timeout=0)
 
@@ -263,14 +263,14 @@ def test_a_budget_gives_up_before_the_attempts_run_out(app: durably.App, clock: 
 
     # attempts at 0s, 10s and 30s; the next would start at 70s, past the 60 s budget
     assert len(service.calls) == 3
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "budget exhausted" in run.error.message
     [failed] = events(app, handle.id, EventKind.STEP_FAILED)
     assert data(failed)["reason"] == "budget exhausted"
     assert data(failed)["attempts"] == 3
-    assert retry_delays(app.history(handle.id)) == [10, 20]
+    assert retry_delays(app.client.history(handle.id)) == [10, 20]
 
 
 class CardDeclined(Terminal):
@@ -317,12 +317,12 @@ def test_terminal_fails_fast_with_one_attempt_and_compensates(
     assert failed.value.status == "failed"
     assert failed.value.error_class == "durably.errors.StepFailed"
     assert "card declined" in failed.value.message
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED) == []
     [step_failed] = [e for e in history if e.kind is EventKind.STEP_FAILED]
     assert data(step_failed)["reason"] == "terminal"
     assert data(step_failed)["error_class"].endswith(type(error).__qualname__)
-    assert app.dead_letters() == []
+    assert app.client.dead_letters() == []
     clock.advance("1d")
     assert app.run_until_idle() == 0
 
@@ -344,7 +344,7 @@ def test_throttled_waits_at_least_retry_after(
     [failed] = events(app, handle.id, EventKind.STEP_ATTEMPT_FAILED)
     assert data(failed)["error_class"] == "durably.errors.Throttled"
     assert datetime.fromisoformat(data(failed)["retry_at"]) == start + timedelta(seconds=30)
-    assert app.get_run(handle.id).available_at == start + timedelta(seconds=30)
+    assert app.client.get(handle.id).available_at == start + timedelta(seconds=30)
 
     clock.advance("29s")
     app.run_until_idle()
@@ -359,7 +359,7 @@ def test_a_longer_backoff_beats_a_shorter_retry_after(app: durably.App, clock: F
     workflow = one_step_app(app, service, retry=Retry(attempts=3, initial="45s", jitter="none"))
     handle = app.start(workflow, 1)
     settle(app, clock)
-    assert retry_delays(app.history(handle.id)) == [45]
+    assert retry_delays(app.client.history(handle.id)) == [45]
     assert handle.result(timeout=0) == 2
 
 
@@ -485,9 +485,9 @@ def test_the_apps_default_retry_applies_to_steps_without_their_own(
         b = app.start(second, 1)
         settle(app, clock)
         assert len(plain.calls) == 2
-        assert retry_delays(app.history(a.id)) == [5]
+        assert retry_delays(app.client.history(a.id)) == [5]
         assert len(own.calls) == 4
-        assert retry_delays(app.history(b.id)) == [1, 2, 4]
+        assert retry_delays(app.client.history(b.id)) == [1, 2, 4]
     finally:
         app.close()
 
@@ -522,7 +522,7 @@ def test_a_retry_wait_survives_the_worker(store_url: str, clock: FakeClock) -> N
 
     second = build("second")
     try:
-        run = second.get_run(handle.id)
+        run = second.client.get(handle.id)
         assert (run.status, run.available_at) == (
             RunStatus.PENDING,
             started + timedelta(seconds=20),

@@ -23,7 +23,9 @@ def ticks_run(app: durably.App, name: str) -> list[str]:
     """The ticks (UTC ISO times) the schedule's runs were started for, in order."""
     prefix = f"schedule:{name}:"
     return sorted(
-        run.id.removeprefix(prefix) for run in app.runs(limit=1000) if run.id.startswith(prefix)
+        run.id.removeprefix(prefix)
+        for run in app.client.runs(limit=1000).runs
+        if run.id.startswith(prefix)
     )
 
 
@@ -139,7 +141,7 @@ def test_a_queued_tick_starts_when_the_previous_run_ends(
     app.run_until_idle()
     passes(app, clock, step="1h", count=2)
     [first] = ticks_run(app, "queued")
-    app.signal(f"schedule:queued:{first}", "done")
+    app.client.signal(f"schedule:queued:{first}", "done")
     passes(app, clock, step="1s", count=2)
     assert len(ticks_run(app, "queued")) == 2  # the held tick, once the first ended
 
@@ -155,7 +157,7 @@ def test_a_queued_tick_outlives_a_pause(app: durably.App, clock: FakeClock) -> N
     app.schedules.pause("queued")
     app.schedules.resume("queued")  # it was planned before the pause: it is not dropped
     [first] = ticks_run(app, "queued")
-    app.signal(f"schedule:queued:{first}", "done")
+    app.client.signal(f"schedule:queued:{first}", "done")
     passes(app, clock, step="1s", count=2)
     assert len(ticks_run(app, "queued")) == 2
 
@@ -287,7 +289,7 @@ def test_missed_ticks_caught_up_one_at_a_time_unless_overlap_allows(
     assert len(ticks_run(app, "skipping")) == 1
     for round_ in range(2):  # each end lets the next queued tick start
         [*_, latest] = ticks_run(app, "queued")
-        app.signal(f"schedule:queued:{latest}", "done")
+        app.client.signal(f"schedule:queued:{latest}", "done")
         passes(app, clock, step="1s", count=3)
         assert len(ticks_run(app, "queued")) == 2 + round_
     info = {i.name: i for i in app.schedules.all()}

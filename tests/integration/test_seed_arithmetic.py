@@ -126,7 +126,7 @@ def test_completion_rate_matches_the_articles_arithmetic(
             app.start(workflow, 0, id=run_id)
         settle(app, clock)
 
-        statuses = {run.id: run.status for run in app.runs(limit=RUNS + 1)}
+        statuses = {run.id: run.status for run in app.client.runs(limit=RUNS + 1).runs}
         step_starts = dict(
             sql_rows(
                 store_url,

@@ -1,4 +1,4 @@
-"""Signals: durably.wait_for_signal in a workflow, app.signal / `durably signal` from any
+"""Signals: durably.wait_for_signal in a workflow, app.client.signal / `durably signal` from any
 process. On both stores, on the fake clock: a waiting run holds no worker, a signal wakes
 it, one sent early is kept, several of one name queue up, and a timeout wakes it alone."""
 
@@ -38,19 +38,19 @@ def test_a_signal_wakes_a_run_that_waits_for_it(app: durably.App, clock: FakeClo
     approval_app(app, shipped)
     handle = app.start("order_flow", "o-1", id="o-1")
     assert app.run_until_idle() == 0
-    run = app.get_run("o-1")
+    run = app.client.get("o-1")
     assert run.status is RunStatus.PENDING
     assert run.available_at is None  # no time ends this wait: only a signal
     assert run.lease_owner is None
 
-    delivered = app.signal("o-1", "approved", {"note": "fragile"}, by="erin")
+    delivered = app.client.signal("o-1", "approved", {"note": "fragile"}, by="erin")
     assert delivered.stored
-    assert app.get_run("o-1").available_at == clock.now()  # woken: due now
+    assert app.client.get("o-1").available_at == clock.now()  # woken: due now
     assert app.run_until_idle() == 1
     assert handle.result(timeout=0) == "o-1 shipped"
     assert shipped == [("o-1", "fragile")]
 
-    history = app.history("o-1")
+    history = app.client.history("o-1")
     assert "signal_waiting" in kinds(history)
     [received] = [e for e in history if e.kind is EventKind.SIGNAL_RECEIVED]
     payload = read_payload(received, SignalReceived)
@@ -78,10 +78,10 @@ def test_a_signal_sent_before_the_wait_is_kept_until_it_waits(
 
     handle = app.start(early, "o-2", id="o-2")
     app.run_until_idle()  # asleep, before its waits
-    app.signal("o-2", "note", "one")
-    app.signal("o-2", "note", "two")
+    app.client.signal("o-2", "note", "one")
+    app.client.signal("o-2", "note", "two")
     app.run_until_idle()  # the signals wake it: it folds them, then sleeps on
-    assert app.get_run("o-2").status is RunStatus.PENDING
+    assert app.client.get("o-2").status is RunStatus.PENDING
     clock.advance("1h")
     app.run_until_idle()
     assert handle.result(timeout=0) == ["one", "two"]  # in the order they were sent
@@ -94,14 +94,14 @@ def test_several_waits_of_one_name_each_take_one_signal(app: durably.App, clock:
 
     handle = app.start(collect, 3, id="c-1")
     app.run_until_idle()
-    app.signal("c-1", "vote", 1)
+    app.client.signal("c-1", "vote", 1)
     app.run_until_idle()
-    app.signal("c-1", "vote", 2)
-    app.signal("c-1", "other", "ignored")  # another name: not taken by these waits
-    app.signal("c-1", "vote", 3)
+    app.client.signal("c-1", "vote", 2)
+    app.client.signal("c-1", "other", "ignored")  # another name: not taken by these waits
+    app.client.signal("c-1", "vote", 3)
     app.run_until_idle()
     assert handle.result(timeout=0) == [1, 2, 3]
-    taken = [e for e in app.history("c-1") if e.kind is EventKind.SIGNAL_RECEIVED]
+    taken = [e for e in app.client.history("c-1") if e.kind is EventKind.SIGNAL_RECEIVED]
     assert len({read_payload(e, SignalReceived).message for e in taken}) == 3
 
 
@@ -117,13 +117,13 @@ def test_a_timeout_wakes_the_run_with_signal_timeout(app: durably.App, clock: Fa
     started = clock.now()
     handle = app.start(reminder, id="p-1")
     app.run_until_idle()
-    assert app.get_run("p-1").available_at is not None
+    assert app.client.get("p-1").available_at is not None
     clock.advance("3d")  # nobody sends anything
     assert app.run_until_idle() == 1
     result = handle.result(timeout=0)
     assert result.startswith("chase: no signal 'paid' came by ")
-    assert "signal_timed_out" in kinds(app.history("p-1"))
-    assert app.get_run("p-1").updated_at == started + timedelta(days=3)  # woken on time
+    assert "signal_timed_out" in kinds(app.client.history("p-1"))
+    assert app.client.get("p-1").updated_at == started + timedelta(days=3)  # woken on time
 
 
 def test_an_uncaught_signal_timeout_fails_the_run(app: durably.App, clock: FakeClock) -> None:
@@ -136,7 +136,7 @@ def test_an_uncaught_signal_timeout_fails_the_run(app: durably.App, clock: FakeC
     app.run_until_idle()
     clock.advance("1m")
     app.run_until_idle()
-    run = app.get_run("s-1")
+    run = app.client.get("s-1")
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert run.error.error_class == "durably.errors.SignalTimeout"
@@ -163,7 +163,7 @@ def test_a_timed_out_wait_replays_as_a_timeout_even_if_the_signal_comes_later(
     app.run_until_idle()
     clock.advance("1m")
     app.run_until_idle()  # timed out, now sleeping
-    app.signal("l-1", "go")  # too late for that wait
+    app.client.signal("l-1", "go")  # too late for that wait
     clock.advance("1h")
     other_app.run_until_idle()
     assert handle.result(timeout=0) == "timed out"
@@ -176,7 +176,7 @@ def test_a_sync_workflow_waits_for_a_signal_by_blocking(app: durably.App, clock:
 
     handle = app.start(sync_wait, id="y-1")
     app.run_until_idle()
-    app.signal("y-1", "data", [1, 2])
+    app.client.signal("y-1", "data", [1, 2])
     app.run_until_idle()
     assert handle.result(timeout=0) == [1, 2]
 
@@ -189,15 +189,15 @@ def test_signals_that_cannot_be_delivered_are_refused_with_the_reason(
         return "done"
 
     with pytest.raises(RunNotFound, match="nobody"):
-        app.signal("nobody", "approved")
+        app.client.signal("nobody", "approved")
     app.start(quick, id="q-1")
     with pytest.raises(PayloadError):
-        app.signal("q-1", "approved", {1, 2})  # a set would come back a list
+        app.client.signal("q-1", "approved", {1, 2})  # a set would come back a list
     with pytest.raises(DurablyError, match="name"):
-        app.signal("q-1", "")
+        app.client.signal("q-1", "")
     app.run_until_idle()
     with pytest.raises(DurablyError, match=r"has finished \(completed\), so the signal 'x'"):
-        app.signal("q-1", "x")
+        app.client.signal("q-1", "x")
 
 
 def test_a_signal_to_a_run_waiting_behind_a_deadline_still_arrives(
@@ -211,7 +211,7 @@ def test_a_signal_to_a_run_waiting_behind_a_deadline_still_arrives(
 
     handle = app.start(bounded, id="d-1")
     app.run_until_idle()
-    assert app.get_run("d-1").available_at == clock.now() + timedelta(days=1)
-    app.signal("d-1", "go", "now")
+    assert app.client.get("d-1").available_at == clock.now() + timedelta(days=1)
+    app.client.signal("d-1", "go", "now")
     app.run_until_idle()
     assert handle.result(timeout=0) == "now"

@@ -50,7 +50,7 @@ def test_start_many_is_idempotent_per_id_and_refuses_another_input(app: durably.
 
     with pytest.raises(durably.RunConflict, match=r"'a' already exists with a different input"):
         app.start_many([Start(double, (5,), id="a"), Start(double, (3,), id="c")])
-    assert app.get_run("c").status is durably.RunStatus.PENDING  # the rest of it started
+    assert app.client.get("c").status is durably.RunStatus.PENDING  # the rest of it started
     assert app.run_until_idle() == 3
     assert first.result(timeout=0) == 2
 
@@ -61,7 +61,7 @@ def test_start_many_checks_every_input_before_writing_anything(app: durably.App)
     with pytest.raises(durably.PayloadError):
         app.start_many([Start(double, (1,), id="ok"), Start(double, ("not a number",))])
 
-    assert app.runs() == []
+    assert app.client.runs().runs == []
     assert app.start_many([]) == []
 
 
@@ -103,8 +103,8 @@ def test_starts_from_many_threads_each_make_their_run_once(app: durably.App) -> 
 
     assert errors == []
     assert started == {n: f"r{n % 190}" for n in range(200)}
-    runs = app.runs(limit=500)
+    runs = app.client.runs(limit=500).runs
     assert sorted(run.id for run in runs) == sorted(f"r{n}" for n in range(190))
-    assert all(len(app.history(run.id)) == 1 for run in runs)
+    assert all(len(app.client.history(run.id)) == 1 for run in runs)
     assert app.run_until_idle() == 190
     assert app.handle("r7").result(timeout=0) == 14

@@ -29,11 +29,11 @@ def test_starting_the_same_id_twice_returns_the_same_run(app: durably.App) -> No
     second = app.start(double, 21, id="a")
 
     assert first.id == second.id == "a"
-    assert [run.id for run in app.runs()] == ["a"]
-    assert kinds(app.history("a")) == ["run_started"]
+    assert [run.id for run in app.client.runs().runs] == ["a"]
+    assert kinds(app.client.history("a")) == ["run_started"]
     assert app.run_until_idle() == 1
     assert app.start(double, 21, id="a").result(timeout=0) == 42  # even once it has ended
-    assert len(app.runs()) == 1
+    assert len(app.client.runs().runs) == 1
 
 
 def test_a_different_input_for_the_same_id_is_a_conflict(app: durably.App) -> None:
@@ -46,7 +46,7 @@ def test_a_different_input_for_the_same_id_is_a_conflict(app: durably.App) -> No
     assert "[21]" in message
     assert "[22]" in message
     assert "app.handle(id)" in message
-    assert [run.id for run in app.runs()] == ["a"]
+    assert [run.id for run in app.client.runs().runs] == ["a"]
     assert app.run_until_idle() == 1
     assert app.handle("a").result(timeout=0) == 42  # the first input won
 
@@ -64,7 +64,7 @@ def test_a_different_workflow_for_the_same_id_is_a_conflict(app: durably.App) ->
         match=r"'a' already exists with a different workflow \(workflow 'double'",
     ):
         app.start(triple, 21, id="a")
-    assert [(run.id, run.workflow) for run in app.runs()] == [("a", "double")]
+    assert [(run.id, run.workflow) for run in app.client.runs().runs] == [("a", "double")]
 
 
 def test_concurrent_starts_of_one_id_make_one_run(app: durably.App) -> None:
@@ -80,8 +80,8 @@ def test_concurrent_starts_of_one_id_make_one_run(app: durably.App) -> None:
         ids = list(pool.map(lambda _: start(), range(threads)))
 
     assert ids == ["same"] * threads
-    assert [run.id for run in app.runs()] == ["same"]
-    assert kinds(app.history("same")) == ["run_started"]
+    assert [run.id for run in app.client.runs().runs] == ["same"]
+    assert kinds(app.client.history("same")) == ["run_started"]
     assert app.run_until_idle() == 1
     assert app.handle("same").result(timeout=0) == 42
 
@@ -90,7 +90,7 @@ def test_starting_an_unregistered_workflow_is_refused(app: durably.App) -> None:
     register_double(app)
     with pytest.raises(durably.UnknownWorkflow, match=r"no workflow named 'nope'.*known: double"):
         app.start("nope", 1)
-    assert app.runs() == []
+    assert app.client.runs().runs == []
 
 
 def test_an_unserializable_input_is_refused_before_anything_is_stored(app: durably.App) -> None:
@@ -99,7 +99,7 @@ def test_an_unserializable_input_is_refused_before_anything_is_stored(app: durab
         durably.PayloadError, match=r"^the input of workflow 'double' cannot be stored: input.x is"
     ):
         app.start(double, object(), id="bad")
-    assert app.runs() == []
+    assert app.client.runs().runs == []
 
 
 def test_handle_of_an_unknown_run(app: durably.App) -> None:
@@ -122,18 +122,18 @@ def test_a_run_of_a_workflow_the_worker_does_not_know_stays_pending(
         return x
 
     handle = other_app.start(mystery, 1, id="m-1")
-    before = other_app.get_run(handle.id)
-    history = other_app.history(handle.id)
+    before = other_app.client.get(handle.id)
+    history = other_app.client.history(handle.id)
 
     with caplog.at_level(logging.WARNING, logger="durably"):
         assert app.run_until_idle() == 0
         clock.advance("1h")
         assert app.run_until_idle() == 0
 
-    after = app.get_run(handle.id)
+    after = app.client.get(handle.id)
     assert after.status is durably.RunStatus.PENDING
     assert after == before
-    assert app.history(handle.id) == history
+    assert app.client.history(handle.id) == history
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("'mystery'" in message for message in warnings), warnings
 

@@ -49,7 +49,7 @@ def test_runs_show_says_the_worker_is_presumed_dead_and_who_takes_over(
     app.start("deliver", "o-1", id="o-1")
     dead_worker(app.store, clock, "deliver", [("pack", "o-1")], unknown="ship")
     clock.advance(DEAD_LEASE + timedelta(seconds=1))
-    run, history = app.get_run("o-1"), app.history("o-1")
+    run, history = app.client.get("o-1"), app.client.history("o-1")
 
     nobody = dict(describe_run(run, history, [], clock.now()))
     alive = WorkerBeat("w-2", clock.now(), clock.now(), timedelta(seconds=10), {"deliver": ("1",)})
@@ -75,7 +75,7 @@ def test_the_worker_that_takes_over_records_the_attempt_lost(
 
     assert handle.result(timeout=0) == "shipped o-2"
     assert ran == ["ship o-2"]
-    [lost] = [e for e in app.history("o-2") if e.kind is EventKind.ATTEMPT_LOST]
+    [lost] = [e for e in app.client.history("o-2") if e.kind is EventKind.ATTEMPT_LOST]
     assert (lost.position, lost.name, lost.attempt) == (1, "ship", 1)
 
 
@@ -89,15 +89,15 @@ def test_a_person_fails_a_stranded_run_or_releases_its_dead_workers_leases(
     dead_worker(app.store, clock, "deliver", [], unknown="pack")
 
     with pytest.raises(DurablyError, match=r"worker dead-worker holds it until .* release"):
-        app.fail("o-3", reason="the courier is gone")
+        app.client.fail("o-3", reason="the courier is gone")
 
     clock.advance(DEAD_LEASE + timedelta(seconds=1))
-    app.fail("o-3", reason="the courier is gone")
-    assert app.get_run("o-3").status is RunStatus.PENDING  # its undo goes to a worker
+    app.client.fail("o-3", reason="the courier is gone")
+    assert app.client.get("o-3").status is RunStatus.PENDING  # its undo goes to a worker
     app.run_until_idle()
-    assert app.get_run("o-3").status is RunStatus.FAILED
+    assert app.client.get("o-3").status is RunStatus.FAILED
 
-    assert app.get_run("o-4").status is RunStatus.COMPLETED  # taken over: lease expired
+    assert app.client.get("o-4").status is RunStatus.COMPLETED  # taken over: lease expired
 
 
 def test_releasing_a_dead_workers_leases_lets_the_next_worker_take_over_at_once(

@@ -52,14 +52,14 @@ def test_an_async_step_past_its_timeout_is_unknown_and_retried(
     assert detail["error_class"] == "durably.errors.StepTimeout"
     assert "timeout" in detail["message"]
     assert detail["unknown"] is True  # it may have happened: the next attempt reconciles
-    assert app.get_run(handle.id).status is RunStatus.PENDING
+    assert app.client.get(handle.id).status is RunStatus.PENDING
 
     settle(app, clock)
     assert handle.result(timeout=0) == 2
     key = step_key("flow-1", 0, "fetch")
     assert calls == [key, key]
-    assert keys_started(app.history(handle.id)) == [key, key]
-    assert step_events(app.history(handle.id)) == [
+    assert keys_started(app.client.history(handle.id)) == [key, key]
+    assert step_events(app.client.history(handle.id)) == [
         ("step_started", 0, "fetch", 1),
         ("attempt_failed", 0, "fetch", 1),
         ("step_started", 0, "fetch", 2),  # no reconcile hook: the body runs again
@@ -198,7 +198,7 @@ def test_a_passed_deadline_compensates_and_ends_timed_out(
     start = clock.now()
 
     app.run_until_idle()
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.PENDING
     assert run.available_at == start + timedelta(hours=1)  # the wait ends at the deadline
     clock.advance("59m")
@@ -211,7 +211,7 @@ def test_a_passed_deadline_compensates_and_ends_timed_out(
     assert ended == 1
     assert charges == [9]  # no new attempt after the deadline
     assert undone == ["reservation-9"]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.TIMED_OUT
     assert run.error is not None
     assert run.error.error_class == "durably.errors.DeadlineExceeded"
@@ -220,12 +220,12 @@ def test_a_passed_deadline_compensates_and_ends_timed_out(
     assert failed.value.status == "timed_out"
     [compensating] = events(app, handle.id, EventKind.COMPENSATING)
     assert data(compensating)["then"] == "timed_out"
-    assert [e.kind for e in app.history(handle.id)][-3:] == [
+    assert [e.kind for e in app.client.history(handle.id)][-3:] == [
         EventKind.COMPENSATION_STARTED,
         EventKind.COMPENSATION_COMPLETED,
         EventKind.RUN_FAILED,
     ]
-    assert app.dead_letters() == []
+    assert app.client.dead_letters() == []
 
 
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
@@ -274,7 +274,7 @@ def test_a_deadline_that_passes_while_a_step_is_in_flight_stops_the_run(
     assert app.run_until_idle() == 1  # cut off at the deadline
 
     assert undone == ["reservation-4"]
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.TIMED_OUT
     assert run.error is not None
     assert run.error.error_class == "durably.errors.DeadlineExceeded"
@@ -326,7 +326,7 @@ def test_a_sync_workflow_past_its_deadline_starts_no_further_step(
 
     assert handle.status() is RunStatus.TIMED_OUT
     assert "charge" not in log, log
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     [compensating] = [e for e in history if e.kind is EventKind.COMPENSATING]
     after = history[history.index(compensating) :]
     assert [e for e in after if e.kind is EventKind.STEP_STARTED] == []

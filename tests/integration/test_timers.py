@@ -37,7 +37,7 @@ def test_a_sleep_hands_the_run_back_until_its_time_then_goes_on(
     started_at = clock.now()
     handle = app.start(reminder, "ada", id="r-1")
     assert app.run_until_idle() == 0  # asleep: nothing ended
-    run = app.get_run("r-1")
+    run = app.client.get("r-1")
     assert run.status is RunStatus.PENDING
     assert run.lease_owner is None  # holds no worker
     assert run.available_at == started_at + timedelta(days=7)
@@ -45,13 +45,13 @@ def test_a_sleep_hands_the_run_back_until_its_time_then_goes_on(
 
     clock.advance("6d")
     assert app.run_until_idle() == 0  # not yet: nobody even claims it
-    assert kinds(app.history("r-1")).count("claimed") == 1
+    assert kinds(app.client.history("r-1")).count("claimed") == 1
 
     clock.advance("1d")
     assert app.run_until_idle() == 1
     assert handle.result(timeout=0) == "reminded ada"
     assert calls == ["ada"]
-    history = app.history("r-1")
+    history = app.client.history("r-1")
     assert kinds(history) == [
         "run_started",
         "claimed",
@@ -77,11 +77,11 @@ def test_sleep_until_and_a_time_already_past(app: durably.App, clock: FakeClock)
     wake = clock.now() + timedelta(hours=3)
     handle = app.start(waits, wake, id="w-1")
     app.run_until_idle()
-    assert app.get_run("w-1").available_at == wake
+    assert app.client.get("w-1").available_at == wake
     clock.advance("3h")
     app.run_until_idle()
     assert handle.result(timeout=0) == "done"
-    assert kinds(app.history("w-1")).count("timer_fired") == 3
+    assert kinds(app.client.history("w-1")).count("timer_fired") == 3
 
 
 def test_a_timer_keeps_its_recorded_time_when_the_code_asks_for_another(
@@ -106,7 +106,7 @@ def test_a_timer_keeps_its_recorded_time_when_the_code_asks_for_another(
 
     clock.advance("1h")
     assert other_app.run_until_idle() == 1
-    assert other_app.get_run("n-1").updated_at == set_at + timedelta(hours=1)
+    assert other_app.client.get("n-1").updated_at == set_at + timedelta(hours=1)
 
 
 def test_a_sync_workflow_sleeps_by_blocking_the_same_way(
@@ -123,7 +123,7 @@ def test_a_sync_workflow_sleeps_by_blocking_the_same_way(
 
     handle = app.start(slow_stamp, id="s-1")
     app.run_until_idle()
-    assert app.get_run("s-1").status is RunStatus.PENDING
+    assert app.client.get("s-1").status is RunStatus.PENDING
     clock.advance("30m")
     app.run_until_idle()
     assert handle.result(timeout=0) == "stamped"
@@ -150,10 +150,10 @@ def test_a_workflow_deadline_ends_a_sleep_that_would_outlast_it(
 
     app.start(trip, id="t-1")
     app.run_until_idle()
-    assert app.get_run("t-1").available_at == clock.now() + timedelta(hours=2)
+    assert app.client.get("t-1").available_at == clock.now() + timedelta(hours=2)
     clock.advance("2h")
     app.run_until_idle()
-    run = app.get_run("t-1")
+    run = app.client.get("t-1")
     assert run.status is RunStatus.TIMED_OUT
     assert undone == ["booked"]
 
@@ -179,18 +179,18 @@ def test_a_deadline_wakes_a_run_parked_for_a_person_who_never_answers(
 
     app.start(booking, id="b-1")
     app.run_until_idle()
-    assert app.get_run("b-1").status is RunStatus.NEEDS_ATTENTION
-    assert [d.run_id for d in app.dead_letters()] == ["b-1"]
+    assert app.client.get("b-1").status is RunStatus.NEEDS_ATTENTION
+    assert [d.run_id for d in app.client.dead_letters()] == ["b-1"]
 
     clock.advance("23h")
     app.run_until_idle()
-    assert app.get_run("b-1").status is RunStatus.NEEDS_ATTENTION  # still the person's
+    assert app.client.get("b-1").status is RunStatus.NEEDS_ATTENTION  # still the person's
     clock.advance("1h")
     app.run_until_idle()  # nobody answered: the deadline wakes it on its own
-    assert app.get_run("b-1").status is RunStatus.TIMED_OUT
+    assert app.client.get("b-1").status is RunStatus.TIMED_OUT
     assert undone == ["room 12"]
     with pytest.raises(DurablyError):
-        app.skip_step("b-1", result="yes")  # too late: the run has ended
+        app.client.skip_step("b-1", result="yes")  # too late: the run has ended
 
 
 def test_now_uuid4_and_random_replay_unchanged(
@@ -227,7 +227,7 @@ def test_now_uuid4_and_random_replay_unchanged(
     assert ident.version == 4
     assert 0 <= roll < 1
     assert handle.result(timeout=0) == f"{at.isoformat()} {ident} {roll}"
-    recorded = [e.name for e in app.history("v-1") if e.kind is EventKind.VALUE_RECORDED]
+    recorded = [e.name for e in app.client.history("v-1") if e.kind is EventKind.VALUE_RECORDED]
     assert recorded == ["durably.now", "durably.uuid4", "durably.random"]
 
 
@@ -249,7 +249,7 @@ def test_a_changed_order_of_durable_calls_is_caught(
     app.run_until_idle()
     clock.advance("1m")
     other_app.run_until_idle()
-    run = other_app.get_run("o-1")
+    run = other_app.client.get("o-1")
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert run.error.error_class.endswith(NonDeterminismError.__name__)
@@ -273,7 +273,7 @@ def test_durable_calls_are_refused_outside_workflow_code(app: durably.App) -> No
 
     app.start(uses_it_in_a_step, id="x-1")
     app.run_until_idle()
-    run = app.get_run("x-1")
+    run = app.client.get("x-1")
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert "inside a step" in run.error.message

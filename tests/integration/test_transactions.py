@@ -90,7 +90,7 @@ def test_the_writes_and_the_outcome_commit_together(app: durably.App, ledger: Le
     assert handle.result(timeout=0) == [120, "told e-1"]
     assert ledger.rows() == [("e-1", 120)]
     assert ran == ["book e-1", "notify e-1"]
-    assert step_events(app.history("b-1")) == [
+    assert step_events(app.client.history("b-1")) == [
         ("step_started", 0, "book", 1),
         ("step_completed", 0, "book", 1),
         ("step_started", 1, "notify", 1),
@@ -119,7 +119,7 @@ def test_a_body_that_raises_leaves_no_row_and_is_retried(
     assert handle.result(timeout=0) == [7, "told e-2"]
     assert ledger.rows() == [("e-2", 7)]
     assert ran == ["book e-2", "book e-2", "notify e-2"]
-    assert step_events(app.history("b-2"))[:4] == [
+    assert step_events(app.client.history("b-2"))[:4] == [
         ("step_started", 0, "book", 1),
         ("attempt_failed", 0, "book", 1),
         ("step_started", 0, "book", 2),
@@ -142,9 +142,9 @@ def test_a_terminal_failure_and_a_result_that_would_not_round_trip_write_nothing
 
     assert ledger.rows() == []
     assert refused.status() is RunStatus.FAILED
-    assert app.get_run(refused.id).error.error_class == "durably.errors.StepFailed"  # type: ignore[union-attr]
+    assert app.client.get(refused.id).error.error_class == "durably.errors.StepFailed"  # type: ignore[union-attr]
     assert odd.status() is RunStatus.FAILED
-    assert "PayloadError" in app.get_run(odd.id).error.message  # type: ignore[union-attr]
+    assert "PayloadError" in app.client.get(odd.id).error.message  # type: ignore[union-attr]
 
 
 def test_a_database_error_in_the_body_is_the_steps_failure_not_a_store_outage(
@@ -163,7 +163,7 @@ def test_a_database_error_in_the_body_is_the_steps_failure_not_a_store_outage(
     handle = app.start(booking_taken, "taken")
     app.run_until_idle()
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "IntegrityError" in run.error.message or "UniqueViolation" in run.error.message
@@ -187,14 +187,14 @@ def test_a_lease_lost_at_the_commit_rolls_the_writes_back_and_the_next_worker_bo
     handle = app.start("booking", "e-3", 30, id="b-3")
     app.run_until_idle(lease=DEAD_LEASE)
     assert ledger.rows() == []  # refused at the fence: nothing of it committed
-    assert app.get_run("b-3").status is RunStatus.RUNNING  # still leased, to nobody alive
+    assert app.client.get("b-3").status is RunStatus.RUNNING  # still leased, to nobody alive
 
     clock.advance(DEAD_LEASE * 2)
     app.run_until_idle()
     assert handle.result(timeout=0) == [30, "told e-3"]
     assert ledger.rows() == [("e-3", 30)]
     assert ran.count("book e-3") == 2
-    completed = [e for e in app.history("b-3") if e.kind is EventKind.STEP_COMPLETED]
+    completed = [e for e in app.client.history("b-3") if e.kind is EventKind.STEP_COMPLETED]
     assert [e.name for e in completed] == ["book", "notify"]
 
 
@@ -232,7 +232,7 @@ def test_a_commit_statement_of_its_own_fails_the_step_for_good(
     handle = app.start("booking", "e-5", 5)
     app.run_until_idle()
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.FAILED
     assert run.error is not None
     assert "ended its transaction itself" in run.error.message
@@ -259,7 +259,7 @@ def test_an_attempt_past_its_timeout_is_rolled_back_and_retried(
 
     handle = app.start(booking_slowly, "e-6")
     app.run_until_idle()
-    assert app.get_run(handle.id).status is RunStatus.PENDING  # waiting for its retry
+    assert app.client.get(handle.id).status is RunStatus.PENDING  # waiting for its retry
     [thread] = slow
     thread.join(WAIT)  # the abandoned body ends, and its transaction rolls back
     assert not thread.is_alive()
@@ -269,7 +269,7 @@ def test_an_attempt_past_its_timeout_is_rolled_back_and_retried(
 
     assert handle.result(timeout=0) == "e-6"
     assert ledger.rows() == [("e-6", 1)]
-    failed = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_ATTEMPT_FAILED]
+    failed = [e for e in app.client.history(handle.id) if e.kind is EventKind.STEP_ATTEMPT_FAILED]
     assert len(failed) == 1
     assert "StepTimeout" in (failed[0].data or "")
 
@@ -286,7 +286,7 @@ def test_a_transactional_step_is_refused_in_a_gather_and_as_an_async_def(
 
     handle = app.start(fan, ["a", "b"])
     app.run_until_idle()
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     assert run.status is RunStatus.NEEDS_ATTENTION
     assert run.error is not None
     assert "runs alone in its run" in run.error.message
@@ -322,7 +322,7 @@ def test_sql_that_failed_and_was_caught_fails_the_attempt_on_postgres_only(
     handle = app.start(shrugging, "e-7")
     app.run_until_idle()
 
-    run = app.get_run(handle.id)
+    run = app.client.get(handle.id)
     if store_url.startswith("sqlite"):
         assert handle.result(timeout=0) == "shrugged"
         assert ledger.rows() == [("e-7", 1)]
@@ -354,7 +354,7 @@ def test_a_timed_out_attempt_is_not_unknown_and_takes_no_reconcile_hook(
 
     handle = app.start(booking_late, "e-8")
     app.run_until_idle()
-    [failed] = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_ATTEMPT_FAILED]
+    [failed] = [e for e in app.client.history(handle.id) if e.kind is EventKind.STEP_ATTEMPT_FAILED]
     assert '"unknown":false' in (failed.data or "").replace(" ", "")
 
 

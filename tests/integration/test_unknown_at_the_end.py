@@ -61,7 +61,7 @@ def cancelled_after_a_death(app: durably.App, store: Store, clock: FakeClock) ->
     """A run whose worker completed `reserve`, started `charge` and died; then a cancel."""
     handle = app.start("order", id="o-1")
     dead_worker(store, clock, "order", [("reserve", "hold-1")], unknown="charge")
-    app.cancel("o-1", by="ops")
+    app.client.cancel("o-1", by="ops")
     clock.advance(DEAD_LEASE + timedelta(seconds=1))
     app.run_until_idle()
     return handle.id
@@ -74,10 +74,10 @@ def test_without_a_reconcile_hook_the_unknown_steps_undo_runs_too(
     saga(app, done)
     run_id = cancelled_after_a_death(app, store, clock)
 
-    assert app.get_run(run_id).status is RunStatus.CANCELLED
+    assert app.client.get(run_id).status is RunStatus.CANCELLED
     # the unknown step first (it came last), with no result and its own undo key
     assert done == ["refund None o-1:1:charge:undo", "release hold-1"]
-    assert ("compensation_completed", 1, "charge", 1) in step_events(app.history(run_id))
+    assert ("compensation_completed", 1, "charge", 1) in step_events(app.client.history(run_id))
 
 
 @pytest.mark.parametrize("found", ["ch-1", None])
@@ -94,9 +94,9 @@ def test_a_reconcile_hook_decides_whether_the_unknown_step_is_undone(
     saga(app, done, reconcile=reconcile)
     run_id = cancelled_after_a_death(app, store, clock)
 
-    assert app.get_run(run_id).status is RunStatus.CANCELLED
+    assert app.client.get(run_id).status is RunStatus.CANCELLED
     assert asked == ["o-1:1:charge"]  # asked with the step's own key
-    history = app.history(run_id)
+    history = app.client.history(run_id)
     reconciled = [e for e in history if e.kind is EventKind.STEP_RECONCILED]
     assert [e.data for e in reconciled] == [f'{{"found": {str(found is not None).lower()}}}']
     if found is None:  # it did not happen: nothing of it to undo
@@ -116,7 +116,7 @@ def test_a_deadline_resolves_the_unknown_step_before_the_run_times_out(
     clock.advance(timedelta(hours=1, seconds=1))
     app.run_until_idle()
 
-    assert app.get_run("o-1").status is RunStatus.TIMED_OUT
+    assert app.client.get("o-1").status is RunStatus.TIMED_OUT
     assert done == ["refund None o-1:1:charge:undo", "release hold-1"]
 
 
@@ -151,8 +151,8 @@ def test_a_cancel_while_the_retry_of_a_timed_out_attempt_is_due_undoes_it(
 
     app.start("order", id="o-2")
     app.run_until_idle()
-    assert app.get_run("o-2").status is RunStatus.PENDING  # its retry is due in an hour
-    app.cancel("o-2", by="ops")
+    assert app.client.get("o-2").status is RunStatus.PENDING  # its retry is due in an hour
+    app.client.cancel("o-2", by="ops")
     app.run_until_idle()
-    assert app.get_run("o-2").status is RunStatus.CANCELLED
+    assert app.client.get("o-2").status is RunStatus.CANCELLED
     assert done == ["charge", "refund None", "release hold-1"]

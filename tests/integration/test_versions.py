@@ -38,8 +38,8 @@ def test_a_run_is_pinned_to_the_version_it_started_on(app: durably.App) -> None:
     @app.workflow(version="2025-06-a")
     async def named() -> None: ...
 
-    assert app.get_run(app.start(ship, "a").id).version == ship.version
-    assert app.get_run(app.start(named).id).version == "2025-06-a"
+    assert app.client.get(app.start(ship, "a").id).version == ship.version
+    assert app.client.get(app.start(named).id).version == "2025-06-a"
     assert len(ship.version) == 12
 
 
@@ -100,8 +100,8 @@ def test_a_child_is_pinned_to_its_own_workflows_version(app: durably.App) -> Non
     handle = app.start(parent, id="p-1")
     app.run_until_idle()
     assert handle.result(timeout=0) == "kid"
-    [child] = [run for run in app.runs() if run.parent == "p-1"]
-    assert (child.version, app.get_run("p-1").version) == ("kid-1", "parent-1")
+    [child] = [run for run in app.client.runs().runs if run.parent == "p-1"]
+    assert (child.version, app.client.get("p-1").version) == ("kid-1", "parent-1")
 
 
 def test_versions_must_be_a_list_of_names(app: durably.App) -> None:
@@ -145,7 +145,7 @@ def test_a_run_that_continues_as_new_takes_the_version_of_the_code_that_runs_it(
 
     handle = app.start(loop_v1, 0, id="loop")
     app.run_until_idle()
-    assert app.get_run("loop").version == "v1"
+    assert app.client.get("loop").version == "v1"
 
     @other_app.workflow(name="loop", version="v2", versions=["v1"])
     async def loop_v2(n: int) -> int:
@@ -156,5 +156,5 @@ def test_a_run_that_continues_as_new_takes_the_version_of_the_code_that_runs_it(
 
     clock.advance("1h")
     other_app.run_until_idle()  # v1's generation ends here: the next one is v2's
-    assert other_app.get_run("loop").version == "v2"
+    assert other_app.client.get("loop").version == "v2"
     assert handle.result(timeout=0) == 1

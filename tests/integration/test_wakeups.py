@@ -112,7 +112,7 @@ def test_a_worker_restarted_under_its_name_recovers_its_runs_at_once(
     wait_for_step_start(client, handle.id, first, log)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert client.get_run(handle.id).lease_owner == "orders-1"  # leased for another minute
+    assert client.client.get(handle.id).lease_owner == "orders-1"  # leased for another minute
 
     again_log = tmp_path / "again.log"
     processes.append(start_worker(store_url, again_log, "--name", "orders-1", "--poll", "60s"))

@@ -112,7 +112,7 @@ def test_typed_inputs_and_results_round_trip(app: durably.App, workflow_is_async
     assert customer == ADA
     assert isinstance(charged, Charge)  # the step's result, decoded by its return hint
     assert charged == Charge("ch-o-1-390", 390)
-    assert step_events(app.history(handle.id)) == [
+    assert step_events(app.client.history(handle.id)) == [
         ("step_started", 0, "total", 1),
         ("step_completed", 0, "total", 1),
         ("step_started", 1, "charge", 1),
@@ -212,7 +212,7 @@ def test_the_idempotency_key_is_the_one_the_history_records(app: durably.App) ->
     returned = handle.result(timeout=0)
     assert [key for _, key in keys] == returned
     assert len(set(returned)) == 3  # every step call has its own key
-    started = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_STARTED]
+    started = [e for e in app.client.history(handle.id) if e.kind is EventKind.STEP_STARTED]
     assert [started_key(e) for e in started] == returned
     assert all("pay-1" in key for key in returned)
 
@@ -254,7 +254,7 @@ def test_runs_are_executed_on_the_apps_clock(app: durably.App, clock: FakeClock)
     handle = app.start(noop)
     clock.advance("1h")
     app.run_until_idle()
-    history = app.history(handle.id)
+    history = app.client.history(handle.id)
     assert history[0].at == started_at
     assert {event.at for event in history[1:]} == {started_at + timedelta(hours=1)}
     assert handle.result(timeout=0) is None
@@ -286,5 +286,5 @@ def test_the_idempotency_key_is_the_same_for_every_attempt(
     assert handle.result(timeout=0) == "ok"
     assert len(keys) == 2
     assert keys[0] == keys[1]
-    started = [e for e in app.history(handle.id) if e.kind is EventKind.STEP_STARTED]
+    started = [e for e in app.client.history(handle.id) if e.kind is EventKind.STEP_STARTED]
     assert [(e.attempt, started_key(e)) for e in started] == [(1, keys[0]), (2, keys[0])]

@@ -200,7 +200,7 @@ def _check_bounded(samples: list[Sample]) -> None:
 
 
 def _check_ledger(client: durably.App, effects: Path, started: int) -> None:
-    runs = client.runs(limit=started + 1, status=RunStatus.COMPLETED)
+    runs = client.client.runs(limit=started + 1, status=RunStatus.COMPLETED).runs
     assert len(runs) == started
     for n in random.Random(0).sample(range(started), min(started, 200)):
         assert client.handle(f"s-{n:07d}").result(timeout=0) == expected(n)

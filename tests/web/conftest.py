@@ -71,14 +71,14 @@ def settle(app: durably.App, *run_ids: str, rounds: int = 100) -> None:
     assert isinstance(clock, FakeClock)
     for _ in range(rounds):
         app.run_until_idle()
-        runs = [app.get_run(run_id) for run_id in run_ids]
+        runs = [app.client.get(run_id) for run_id in run_ids]
         waiting = [run.available_at for run in runs if run.status not in _RESTING]
         if not waiting:
             return
         due = [at for at in waiting if at is not None]
         assert due, f"runs wait for no time, nothing will come: {runs}"
         clock.set(max(clock.now(), min(due)))
-    raise AssertionError(f"runs did not settle: {[app.get_run(r) for r in run_ids]}")
+    raise AssertionError(f"runs did not settle: {[app.client.get(r) for r in run_ids]}")
 
 
 def free_port() -> int:

@@ -136,7 +136,7 @@ def test_a_dead_letter_is_retried_after_the_fault_is_fixed(live: Live, payments:
         assert web.get("/api/runs/o-9").json()["status"] == "completed"
         again = web.post("/api/runs/o-9/retry", json={})
         assert (again.status_code, again.json()["error"]) == (409, "refused")
-    [retry] = [e for e in app.history("o-9") if e.kind is EventKind.RUN_RETRIED]
+    [retry] = [e for e in app.client.history("o-9") if e.kind is EventKind.RUN_RETRIED]
     assert json.loads(retry.data or "{}")["by"] == "erin"  # the token's name acted
 
 

@@ -131,7 +131,7 @@ def test_an_approval_is_approved_and_a_run_cancelled(live: Live, page: Any) -> N
     page.click("tr[data-run='o-2'] >> text=Approve")
     assert "approved 'refund' of run o-2" in page.locator(".said").inner_text()
     settle_off_loop(app, "o-2")
-    assert app.get_run("o-2").result == '"refunded"'
+    assert app.client.get("o-2").result == '"refunded"'
 
     page.goto(f"{live.url}/runs/o-3")
     assert "waiting for signal 'address'" in page.get_by_test_id("now").inner_text()
@@ -165,4 +165,4 @@ def test_forms_need_the_sessions_csrf_token_and_a_write_role(live: Live) -> None
         assert 'data-testid="cancel"' not in page  # a reader is shown no action
         bad = web.post("/login", data={"token": "nope"})
         assert "refused=" in bad.headers["location"]
-    assert live.app.get_run("o-4").status.value == "pending"  # nothing was cancelled
+    assert live.app.client.get("o-4").status.value == "pending"  # nothing was cancelled
