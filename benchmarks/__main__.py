@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from benchmarks.harness import run
 from benchmarks.plan import Asked
-from benchmarks.registry import BENCHES
+from benchmarks.registry import BENCHES, BOTH
 from benchmarks.stores import POSTGRES_URL
 
 __all__ = ["main"]
@@ -50,13 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(textwrap.fill(bench.about, 88, initial_indent="    ", subsequent_indent="    "))
         return 0
     listed = {name: split(getattr(args, name)) for name in ("stores", "engines", "only")}
-    known = {
-        "names": BENCHES,
-        "stores": ("sqlite", "postgres"),
-        "engines": ("durably", "dbos"),
-        "only": [w.name for name in args.names if name in BENCHES for w in BENCHES[name].workloads],
-    }
-    for option, choices in known.items():
+    known: dict[str, tuple[str, ...]] = {"stores": BOTH, "engines": ("durably", "dbos")}
+    known["only"] = tuple(w.name for n in args.names if n in BENCHES for w in BENCHES[n].workloads)
+    for option, choices in [("names", tuple(BENCHES)), *known.items()]:
         if unknown := set(args.names if option == "names" else listed[option] or ()) - set(choices):
             parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(choices)})")
     if not args.names or (args.repeat or 1) < 1:

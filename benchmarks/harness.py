@@ -10,15 +10,15 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks.environment import busy_note, load_average, run_context
-from benchmarks.plan import STORE, Asked, Bench, Metric, Trial, Workload
+from benchmarks.plan import STORE, Asked, Bench, Metric, Runner, Trial, Workload
 from benchmarks.report import Figure, Results, Row, number
 from benchmarks.runners.durably_runner import InProcess
 from benchmarks.runners.processes import ProcessRunner
-from benchmarks.runners.protocol import BenchmarkError, Runner
+from benchmarks.runners.protocol import BenchmarkError
 from benchmarks.stores import Store, open_store, postgres_problem
 
 __all__ = ["run"]
@@ -26,7 +26,7 @@ __all__ = ["run"]
 
 def run(bench: Bench, asked: Asked) -> int:
     """Measure `bench` as asked; 1 if a runner failed (its stderr is printed), else 0."""
-    every = [w.at(asked.quick) for w in bench.workloads]
+    every = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
     chosen = [w for w in every if asked.only is None or w.name in asked.only]
     fast, repeat = asked.fast and bench.side_by_side, asked.repeat or bench.repeat
     runners: list[Runner] = [InProcess()]
@@ -39,7 +39,7 @@ def run(bench: Bench, asked: Asked) -> int:
     record = {"benchmark": bench.name, **run_context(), "engines": engines, "sizes": sizes}
     results = Results(bench, record, fast)
     notes = [f"{r.name}: {r.missing}" for r in runners if r.missing] + [busy_note() or ""]
-    for name in asked.stores or bench.stores:
+    for name in asked.stores or ("sqlite", "postgres"):
         if name == "postgres" and (problem := postgres_problem(asked.postgres_url)):
             notes.append(f"PostgreSQL rows skipped: {asked.postgres_url}: {problem}")
             continue
@@ -100,8 +100,7 @@ class Session:
                             samples[metric.key][trial.name] += listed
                     shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
                     self.progress(f"{w.name} {repetition}/{self.repeat} {trial.name}: {shown}")
-        shown_keys = [key for key in metrics if not w.report or key in w.report]
-        return [self.row(metrics[key], samples[key], key in pooled) for key in shown_keys]
+        return [self.row(metrics[key], samples[key], key in pooled) for key in metrics]
 
     def row(self, metric: Metric, by_runner: dict[str, list[float]], pooled: bool) -> Row:
         """A figure of the store alone (at its durable settings, whatever --fast says), or one

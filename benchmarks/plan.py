@@ -8,15 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from benchmarks.runners.protocol import BenchmarkError, Runner
+from benchmarks.runners.protocol import BenchmarkError, Fresh, Load
 
 if TYPE_CHECKING:
     from benchmarks.stores import Store
 
-__all__ = ["STORE", "Asked", "Bench", "Derived", "Metric", "Target", "Trial", "Values", "Workload"]
+__all__ = [
+    "STORE",
+    "Asked",
+    "Bench",
+    "Derived",
+    "Metric",
+    "Runner",
+    "Target",
+    "Trial",
+    "Values",
+    "Workload",
+]
 
 STORE = "store"  # the cell of a figure of the store alone, which no runner measured
 S = TypeVar("S")
@@ -67,11 +78,7 @@ class Workload(Generic[S]):
     measure: Callable[[Trial, S], Values]
     size: S
     quick: S  # the size with --quick
-    report: tuple[str, ...] = ()  # the keys of the figures to show; all if empty
     store_alone: bool = False
-
-    def at(self, quick: bool) -> Workload[S]:
-        return replace(self, size=self.quick) if quick else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +98,6 @@ class Bench:
     workloads: tuple[Workload[Any], ...]
     repeat: int = 3
     engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
-    stores: tuple[str, ...] = ("sqlite", "postgres")
     targets: Mapping[tuple[str, str], Target] = field(default_factory=dict)  # (key, store)
     derived: tuple[Derived, ...] = ()
 
@@ -112,6 +118,21 @@ class Asked:
     fast: bool
     only: tuple[str, ...] | None  # workload names
     runner_options: Mapping[str, Mapping[str, object]]  # by engine, given to its commands
+
+
+class Runner(Protocol):
+    """An engine as the harness drives it: durably in this process (durably_runner.InProcess),
+    or an engine's runner module in processes of its own (processes.ProcessRunner)."""
+
+    name: str  # the engine: durably, dbos
+    missing: str | None  # why it cannot run here; None if it can
+
+    def warm_up(self, fresh: Fresh) -> None:
+        """Something small and unrecorded first: imports done, files in the page cache."""
+
+    def throughput(self, trial: Trial, url: str, load: Load) -> float:
+        """The seconds `load` took on the empty store at `url`: durably here counts only the
+        running of runs started first; a runner process counts starting them too."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,11 +33,6 @@ COMPARE_TARGETS = CORE_TARGETS | {
     **{("w3_lost_runs", store): at_most(0) for store in BOTH},
     **{("cold_start_ms", store): at_most(150) for store in BOTH},
 }
-OVER_FLOOR = Derived(
-    Metric("step_over_floor", "per-step checkpoint / floor commit", "x"),
-    ("step_checkpoint_ms", "floor_commit_ms"),
-    lambda step, floor: step / floor,
-)
 BEYOND_COMMITS = Derived(  # what a run commits: its start, its claim, and one per step
     Metric("beyond_commits_ms", "round trip beyond 6 commits of the floor", "ms"),
     ("roundtrip_ms", "floor_commit_ms"),
@@ -45,24 +40,20 @@ BEYOND_COMMITS = Derived(  # what a run commits: its start, its claim, and one p
 )
 
 
-def chains_of(started_first: bool, w1: tuple[str, ...], w2: tuple[str, ...]) -> list[Workload[Any]]:
-    """W1 (1,000 wf x 3 steps, c=32), W2 (200 x 20), the sequential fit (200 x 3 and 50 x 20
-    at c=1), reporting the figures named (all if none)."""
-    throughput, fit = chains.throughput, chains.sequential(started_first=started_first)
+def chain_workloads() -> list[Workload[Any]]:
+    """W1 (1,000 wf x 3 steps, c=32) in workflows/s, W2 (200 x 20) in steps/s, the sequential
+    fit (200 x 3 and 50 x 20 at c=1)."""
     seq = (Load(200, 3, concurrency=1), Load(50, 20, concurrency=1))
     fewer = (Load(50, 3, concurrency=1), Load(15, 20, concurrency=1))
     return [
-        Workload(
-            "w1", throughput("w1", started_first=started_first), Load(1_000, 3), Load(200, 3), w1
-        ),
-        Workload(
-            "w2", throughput("w2", started_first=started_first), Load(200, 20), Load(50, 20), w2
-        ),
-        Workload("seq", fit, seq, fewer),
+        Workload("w1", chains.throughput("w1", "workflows"), Load(1_000, 3), Load(200, 3)),
+        Workload("w2", chains.throughput("w2", "steps"), Load(200, 20), Load(50, 20)),
+        Workload("seq", chains.fit, seq, fewer),
     ]
 
 
 def floor(commits: int, quick: int) -> Workload[int]:
+    """The store's commit floor: `commits` single-row commits (`quick` with --quick)."""
     return Workload("floor", chains.floor, commits, quick, store_alone=True)
 
 
@@ -70,16 +61,15 @@ CORE = Bench(
     "core",
     "durably alone against its store's commit floor: W1, W2 (runs started first, only "
     "app.run_until_idle timed), the sequential fit, 2,000 single-row commits",
-    (*chains_of(True, (), ("w2_workflows_per_s", "w2_steps_per_s")), floor(2_000, 500)),
+    (*chain_workloads(), floor(2_000, 500)),
     targets=CORE_TARGETS,
-    derived=(OVER_FLOOR,),
 )
 COMPARE = Bench(
     "compare",
     "durably beside DBOS Transact 3.4, each measurement in a fresh process on a fresh store: "
     "W1, W2 and the fit (starts timed), W3, queue hops, a burst, the cold start; --fast",
     (
-        *chains_of(False, ("w1_workflows_per_s", "start_ms"), ("w2_steps_per_s",)),
+        *chain_workloads(),
         Workload("w3", engines.recovery, (Load(500, 10), 10), (Load(100, 10), 10)),
         Workload("hop", engines.hop, 30, 10),
         Workload("queue", engines.queue, Load(1_000, 1), Load(200, 1)),
@@ -88,7 +78,6 @@ COMPARE = Bench(
     ),
     engines=("durably", "dbos"),
     targets=COMPARE_TARGETS,
-    derived=(OVER_FLOOR,),
 )
 ROUNDTRIP = Bench(
     "roundtrip",
@@ -105,16 +94,16 @@ ROUNDTRIP = Bench(
 )
 SCALING = Bench(
     "scaling",
-    "long histories, taking over a 10,000-step run from a SIGKILLed worker, claims and hops "
-    "on stores of 100,000 runs, 1/2/4 `durably worker` processes",
+    "long histories, taking over a 10,000-step run from a SIGKILLed worker, claims on stores "
+    "of 100,000 runs, 1/2/4 `durably worker` processes",
     (
         Workload("history", scaling.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
-        Workload("pickup", scaling.pickup, (10_000, 100), (1_000, 20)),
+        Workload("pickup", scaling.pickup, 10_000, 1_000),
         Workload(
             "stores",
             scaling.big_stores,
-            StoreSizes((0, 10_000, 100_000), backlog=100_000, hops=50, claims=200),
-            StoreSizes((0, 2_000, 10_000), backlog=10_000, hops=20, claims=50),
+            StoreSizes((0, 10_000, 100_000), backlog=100_000, claims=200),
+            StoreSizes((0, 2_000, 10_000), backlog=10_000, claims=50),
         ),
         Workload(
             "processes", scaling.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
@@ -164,17 +153,5 @@ FANOUT = Bench(
     "one workflow gathering 1,000 trivial steps against one calling them in a row",
     (Workload("fanout", features.fanout, 1_000, 200),),
 )
-BENCHES = {
-    bench.name: bench
-    for bench in (
-        CORE,
-        COMPARE,
-        ROUNDTRIP,
-        SCALING,
-        SLEEPERS,
-        PRIORITIES,
-        SCHEDULES,
-        RETENTION,
-        FANOUT,
-    )
-}
+ALL = (CORE, COMPARE, ROUNDTRIP, SCALING, SLEEPERS, PRIORITIES, SCHEDULES, RETENTION, FANOUT)
+BENCHES = {bench.name: bench for bench in ALL}

@@ -128,11 +128,11 @@ class Row:
         spread = f" [{number(min(each))}..{number(max(each))}]" if len(each) > 1 else ""
         return f"{whole:.2f}x{spread}"
 
-    def target(self) -> str:
-        return "" if (ours := self.of("durably")) is None else ours.target_text()
-
-    def met(self) -> str:
-        return "" if (ours := self.of("durably")) is None else ours.verdict()
+    def ours(self, verdict: bool) -> str:
+        """durably's verdict on its target, or the target; empty where it has none."""
+        if (ours := self.of("durably")) is None:
+            return ""
+        return ours.verdict() if verdict else ours.target_text()
 
 
 def table(bench: Bench, rows: list[Row]) -> list[str]:
@@ -151,7 +151,8 @@ def table(bench: Bench, rows: list[Row]) -> list[str]:
     else:
         columns.append(("value [range]", operator.methodcaller("cell", "durably", True), True))
     if bench.targets:
-        columns += [("durably target", Row.target, True), ("met", Row.met, False)]
+        columns.append(("durably target", operator.methodcaller("ours", False), True))
+        columns.append(("met", operator.methodcaller("ours", True), False))
     cells = [[header for header, _, _ in columns]]
     cells += [[cell(row) for _, cell, _ in columns] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
@@ -196,7 +197,7 @@ class Results:
         print("\n".join(table(self.bench, [row for row in self.rows if row not in apart])))
         for row in apart:
             print(f"{row.metric.label}, {row.store}: {row.cell(STORE, True)} {row.metric.unit}")
-        missed = sum(row.met() == "MISS" for row in self.rows)
+        missed = sum(row.ours(verdict=True) == "MISS" for row in self.rows)
         print(f"\nfrom {self.record['sizes']['repeat']} repetition(s)", end="")
         print(f"; {missed} durably target(s) missed" if self.bench.targets else "")
         if self.bench.side_by_side:

@@ -14,7 +14,7 @@ sets synchronous=FULL or synchronous_commit=on (--fast: NORMAL, off) on every co
 the process, and reports what the first one read back as "durability".
 """
 
-# ruff: noqa: E402  (the clock starts before anything is imported: ready_seconds counts imports)
+# ruff: noqa: E402  (the clock starts before anything is imported: cold-start counts imports)
 # mypy: disable-error-code="import-not-found, untyped-decorator, no-any-return"
 # (dbos is the bench extra: where it is not installed, its names are untyped)
 
@@ -38,13 +38,12 @@ from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetWorkflo
 from sqlalchemy.pool import Pool
 
 from benchmarks.runners import effects
-from benchmarks.runners.protocol import emit, parse_command
+from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 
 RESULT_POLL = 0.01  # seconds between a handle's looks for a finished workflow
 READY = "queue worker ready"  # what a queue-worker says on stderr once it serves
 SEEN: dict[str, str] = {}  # the durability settings the first connection read back
 Enqueue = Callable[..., Awaitable[Any]]  # the workflow's arguments -> its handle
-Figures = dict[str, Any]
 
 
 @DBOS.step()
@@ -130,7 +129,7 @@ async def queue_of(args: SimpleNamespace, name: str, concurrency: int | None = N
     deadline = time.monotonic() + 10
     while not any(t.name == f"queue-worker-{name}" for t in threading.enumerate()):
         if time.monotonic() > deadline:
-            fail(f"no worker for queue {name} after 10 s")
+            raise BenchmarkError(f"no worker for queue {name} after 10 s")
         await asyncio.sleep(0.01)
     return queue
 
@@ -143,16 +142,13 @@ async def remote(args: SimpleNamespace, workflow: str) -> AsyncIterator[Enqueue]
 
     argv = [sys.executable, "-m", "benchmarks.runners.dbos_runner", "queue-worker"]
     argv += ["--url", args.url, "--queue-poll-ms", str(args.queue_poll_ms), "--queue", workflow]
-    worker = Child(argv + (["--fast"] if args.fast else []), ready=READY, stdout=False)
-    try:
+    with Child(argv + (["--fast"] if args.fast else []), ready=READY, stdout=False) as worker:
         wait_ready([worker])
         hold_durability(args)  # the client's connections too
         client = DBOSClient(system_database_url=args.url, application_name="bench")
         options: EnqueueOptions = {"queue_name": workflow, "workflow_name": workflow}
         yield lambda *values: client.enqueue_async(options, *values)
         client.destroy()
-    finally:
-        worker.close()
 
 
 async def results(handles: list[Any], poll: float = RESULT_POLL) -> list[Any]:
@@ -161,10 +157,10 @@ async def results(handles: list[Any], poll: float = RESULT_POLL) -> list[Any]:
 
 
 def check(results: list[Any], expected: list[Any]) -> None:
-    if wrong := [
-        (i, r, e) for i, (r, e) in enumerate(zip(results, expected, strict=True)) if r != e
-    ]:
-        fail(f"{len(wrong)} wrong results, the first (workflow, result, expected): {wrong[0]}")
+    """Every result the one expected; else the first wrong (workflow, result, expected)."""
+    pairs = enumerate(zip(results, expected, strict=True))
+    if wrong := [(i, r, e) for i, (r, e) in pairs if r != e]:
+        raise BenchmarkError(f"{len(wrong)} wrong results, the first: {wrong[0]}")
 
 
 async def throughput(args: SimpleNamespace) -> Figures:
@@ -180,7 +176,7 @@ async def throughput(args: SimpleNamespace) -> Figures:
     done = await asyncio.gather(*(one(i) for i in range(args.workflows)))
     total = time.perf_counter() - began
     check(list(done), [i + args.steps for i in range(args.workflows)])
-    return {"start_seconds": None, "total_seconds": total, "completed": args.workflows}
+    return {"total_seconds": total, "completed": args.workflows}
 
 
 async def w3_work(args: SimpleNamespace) -> None:
@@ -193,20 +189,19 @@ async def w3_work(args: SimpleNamespace) -> None:
             )
     emit({"started": args.workflows})
     await results(handles, poll=1.0)  # until killed: nothing is timed here
-    fail("every workflow finished before the kill")
+    raise BenchmarkError("every workflow finished before the kill")
 
 
 async def w3_recover(args: SimpleNamespace) -> Figures:
     launch(args)
     await queue_of(args, "w3", args.concurrency)
-    ready = time.perf_counter() - STARTED
     ids = [f"w3-{i}" for i in range(args.workflows)]
     handles: list[Any] = [
         await DBOS.retrieve_workflow_async(i, existing_workflow=False) for i in ids
     ]
     check(await results(handles), [args.steps] * args.workflows)
     done = await DBOS.list_workflows_async(status="SUCCESS", name="w3", load_input=False)
-    return {"ready_seconds": ready, "completed": len(done)}
+    return {"completed": len(done)}
 
 
 async def queue_hop(args: SimpleNamespace) -> Figures:
@@ -272,26 +267,23 @@ async def roundtrip(args: SimpleNamespace) -> Figures:
     return {"roundtrip_ms": totals, "heard_after_end_ms": heard if precise else None}
 
 
-def fail(message: str) -> None:
-    print(f"dbos_runner: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
+def command(
+    run: Callable[[SimpleNamespace], Coroutine[Any, Any, Figures | None]],
+) -> Callable[[SimpleNamespace], Figures]:
+    """`run` as protocol.main calls it: in an event loop, DBOS destroyed after, its figures
+    with the polls and the durability read back."""
 
+    def sync(args: SimpleNamespace) -> Figures:
+        args.queue_poll_ms = getattr(args, "queue_poll_ms", 200)
+        figures = asyncio.run(run(args)) or {}
+        DBOS.destroy()
+        polls = {"queue_poll_seconds": args.queue_poll_ms / 1000}
+        return {**figures, **polls, "result_poll_seconds": RESULT_POLL, "durability": SEEN}
 
-COMMANDS: dict[str, Callable[[SimpleNamespace], Coroutine[Any, Any, Figures | None]]] = {
-    "throughput": throughput,
-    "w3-work": w3_work,
-    "w3-recover": w3_recover,
-    "queue-hop": queue_hop,
-    "queue-throughput": queue_throughput,
-    "cold-start": cold_start,
-    "queue-worker": queue_worker,
-    "roundtrip": roundtrip,
-}
+    return sync
+
 
 if __name__ == "__main__":
-    command, args = parse_command(sys.argv[1:])
-    args.queue_poll_ms = getattr(args, "queue_poll_ms", 200)
-    figures = asyncio.run(COMMANDS[command](args))
-    polls = {"queue_poll_seconds": args.queue_poll_ms / 1000, "result_poll_seconds": RESULT_POLL}
-    emit({**(figures or {}), **polls, "durability": SEEN})
-    DBOS.destroy()
+    commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
+    commands += [queue_worker, roundtrip]
+    main("dbos", {run.__name__.replace("_", "-"): command(run) for run in commands})

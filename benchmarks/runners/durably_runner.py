@@ -5,15 +5,14 @@ process's commands (benchmarks.runners.protocol), each as a durably user writes 
 
     python -m benchmarks.runners.durably_runner COMMAND --url URL [--NAME VALUE]... [--fast]
 
-throughput starts every run (app.start) and times app.run_until_idle apart; w3-work starts
+throughput starts every run (app.start) and runs them (app.run_until_idle); w3-work starts
 every run, then a worker named "w3-worker" runs them until SIGKILL, and w3-recover starts a
 worker under that name in a thread; queue-hop and queue-throughput call app.start here, the
 worker serving in a thread (in-process) or as a `durably worker` process (cross-process);
 roundtrip waits on app.start(...).result() here, the worker a `durably worker` process polling
 once a minute, so that only its wake-ups move a run; starts (durably's own) times --workflows
 starts on an empty store by --mode loop (app.start), batch (start_many of 100) or threads (8
-calling app.start). The clock of cold-start and of W3's ready time starts before anything is
-imported.
+calling app.start). The clock of cold-start starts before anything is imported.
 """
 
 # ruff: noqa: E402  (the clock starts before the imports)
@@ -25,37 +24,29 @@ import time
 LOADED = time.perf_counter()
 
 import asyncio
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import durably
 from benchmarks.runners import effects
-from benchmarks.runners.protocol import (
-    BenchmarkError,
-    Fresh,
-    Load,
-    Timing,
-    durable,
-    emit,
-    parse_command,
-)
+from benchmarks.runners.protocol import BenchmarkError, Figures, Fresh, Load, emit, main
 
 if TYPE_CHECKING:
     from benchmarks.plan import Trial
 
-__all__ = ["STOP_AT", "BackgroundWorker", "InProcess", "add_hop", "add_long_chain", "chain_app"]
+__all__ = ["STOP_AT", "InProcess", "add_hop", "add_long_chain", "chain_app", "run_chain"]
 
 STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the long_chain step input that kills a worker process
-Figures = dict[str, Any]
+LEFT = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)  # a run not ended yet
 
 
 class InProcess:
     """durably run by the harness's own interpreter: every run started first (app.start),
-    then app.run_until_idle runs them; the Timing tells the two apart."""
+    then app.run_until_idle runs them, which alone is timed."""
 
     name = "durably"
     missing: str | None = None
@@ -65,13 +56,15 @@ class InProcess:
         with fresh() as url:
             run_chain(url, Load(4, 2, concurrency=2))
 
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
-        return run_chain(url, load)
+    def throughput(self, trial: Trial, url: str, load: Load) -> float:
+        return run_chain(url, load)[1]
 
 
-def run_chain(url: str, load: Load, setup: Callable[[durably.App], object] | None = None) -> Timing:
+def run_chain(
+    url: str, load: Load, setup: Callable[[durably.App], object] | None = None
+) -> tuple[float, float]:
     """Start every run of `load` on a fresh app (`setup` first, untimed), then run them all
-    (app.run_until_idle)."""
+    (app.run_until_idle): the seconds each took."""
     app, chain = chain_app(url, load.steps)
     try:
         if setup is not None:
@@ -84,7 +77,7 @@ def run_chain(url: str, load: Load, setup: Callable[[durably.App], object] | Non
         check_completed(app, handles, load, finished)
     finally:
         app.close()
-    return Timing(start_seconds=started - began, total_seconds=ended - began)
+    return started - began, ended - started
 
 
 def chain_app(url: str | None, steps: int) -> tuple[durably.App, durably.Workflow]:
@@ -133,19 +126,6 @@ def add_hop(app: durably.App) -> durably.Workflow:
     return hop
 
 
-def time_hops(app: durably.App, hop: durably.Workflow, count: int, idle: float) -> list[float]:
-    """Milliseconds from app.start to the body of the run's first step, one run at a time,
-    each after the worker has idled `idle` seconds; one hop first, untimed, once it serves."""
-    hops: list[float] = []
-    for i in range(-1, count):
-        elapsed = app.start(hop, time.time()).result(timeout="60s")
-        if not isinstance(elapsed, float) or not 0 <= elapsed < 60:
-            raise BenchmarkError(f"a hop returned {elapsed!r}, not the seconds since its start")
-        hops += [1000 * elapsed] if i >= 0 else []
-        time.sleep(idle)  # the worker goes back to waiting for work
-    return hops
-
-
 def add_long_chain(
     app: durably.App, stop_at: int | None, on_stop: Callable[[], None]
 ) -> durably.Workflow:
@@ -167,81 +147,59 @@ def add_long_chain(
     return long_chain
 
 
-class BackgroundWorker:
-    """A worker serving in a thread of this process (asyncio.run(worker.serve())) for the
-    length of a `with` block; a worker that dies is a BenchmarkError."""
-
-    def __init__(self, worker: durably.Worker) -> None:
-        self.worker = worker
-        self.error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._serving = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._serving.set()
-            await self.worker.serve()
-
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:  # reported by check(), in the caller's thread
-            self.error = exc
-            self._serving.set()
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise BenchmarkError(f"the worker died: {self.error!r}") from self.error
-
-    def __enter__(self) -> BackgroundWorker:
-        self._thread.start()
-        self._serving.wait()
-        self.check()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.worker.stop)
-        self._thread.join(timeout=30)
-        if self._thread.is_alive():
-            raise BenchmarkError("the worker did not stop within 30 s of worker.stop()")
-        self.check()
-
-
-# -- the runner process's commands ---------------------------------------------------------
-
-
-def wait_until(done: Callable[[], bool], pause: float, limit: float = 600.0) -> bool:
-    """Whether `done()` came true within `limit` seconds, asked every `pause` seconds."""
-    deadline = time.monotonic() + limit
-    while not done() and time.monotonic() < deadline:
+def wait_ended(app: durably.App, alive: Callable[[], None], pause: float = 0.01) -> None:
+    """Until no run of the store is pending or running, asked every `pause` seconds; `alive()`
+    raises if what runs them has died; a BenchmarkError after 600 s."""
+    deadline = time.monotonic() + 600
+    while any(app.client.runs(status=status, limit=1).runs for status in LEFT):
+        alive()
+        if time.monotonic() > deadline:
+            raise BenchmarkError("runs still pending or running after 600 s")
         time.sleep(pause)
-    return done()
+
+
+@contextmanager
+def in_thread(worker: durably.Worker) -> Iterator[Callable[[], None]]:
+    """`worker` serving in a thread of this process for the length of the block; yields a
+    check that raises a BenchmarkError if it has stopped."""
+    loop = asyncio.new_event_loop()
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(loop.run_until_complete, worker.serve())
+
+        def check() -> None:
+            if served.done():
+                raise BenchmarkError(f"the worker stopped: {served.exception()!r}")
+
+        yield check
+        check()
+        loop.call_soon_threadsafe(worker.stop)
+        served.result(timeout=30)  # what it died of, if it did on the way out
+    loop.close()
 
 
 @contextmanager
 def serving(app: durably.App, url: str, mode: str, *options: str) -> Iterator[durably.Worker]:
     """A worker for `app` (concurrency 32): in a thread here, or `durably worker OPTIONS` in a
     child process; the store opened and migrated first."""
-    from benchmarks.runners.processes import wait_ready, workers
+    from benchmarks.runners.processes import workers
 
     app.store  # noqa: B018 (opening is the point)
     worker = app.worker(concurrency=32)
     if mode == "in-process":
-        with BackgroundWorker(worker):
+        with in_thread(worker):
             yield worker
         return
-    with workers(url, 1, *options) as started:
-        wait_ready(started)
+    with workers(url, 1, *options):
         yield worker  # not serving: the child process is
+
+
+# -- the runner process's commands ---------------------------------------------------------
 
 
 def throughput(args: SimpleNamespace) -> Figures:
     load = Load(args.workflows, args.steps, args.concurrency)
-    timing = run_chain(args.store, load, setup=lambda app: app.store)  # opened before timing
-    total, start = timing.total_seconds, timing.start_seconds
-    return {"start_seconds": start, "total_seconds": total, "completed": args.workflows}
+    seconds = run_chain(args.store, load, setup=lambda app: app.store)  # opened before timing
+    return {"total_seconds": sum(seconds), "completed": args.workflows}
 
 
 def w3_app(args: SimpleNamespace) -> durably.App:
@@ -273,26 +231,25 @@ def w3_work(args: SimpleNamespace) -> None:
 
 def w3_recover(args: SimpleNamespace) -> Figures:
     app = w3_app(args)
-    app.store  # noqa: B018 (open it: ready)
-    ready_seconds = time.perf_counter() - LOADED
-    left = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)
-    with BackgroundWorker(app.worker(concurrency=args.concurrency, name="w3-worker")) as serving:
-
-        def nothing_left() -> bool:
-            serving.check()
-            return not any(app.client.runs(status=status, limit=1).runs for status in left)
-
-        wait_until(nothing_left, pause=0.01)  # a run left after that is a run lost
+    with in_thread(app.worker(concurrency=args.concurrency, name="w3-worker")) as check:
+        wait_ended(app, check)  # a run left after that is a run lost
     done = app.client.runs(status=durably.RunStatus.COMPLETED, limit=args.workflows + 1).runs
     app.close()
-    return {"ready_seconds": ready_seconds, "completed": len(done)}
+    return {"completed": len(done)}
 
 
 def queue_hop(args: SimpleNamespace) -> Figures:
+    """Milliseconds from app.start to the body of the run's first step, one run at a time,
+    each after the worker has idled 50 ms; one hop first, untimed, once it serves."""
     app = durably.App(args.store)
-    hop = add_hop(app)
+    hop, hops = add_hop(app), []
     with serving(app, args.store, args.mode):
-        hops = time_hops(app, hop, args.hops, idle=0.05)
+        for i in range(-1, args.hops):
+            elapsed = app.start(hop, time.time()).result(timeout="60s")
+            if not isinstance(elapsed, float) or not 0 <= elapsed < 60:
+                raise BenchmarkError(f"a hop returned {elapsed!r}, not the seconds since it")
+            hops += [1000 * elapsed] if i >= 0 else []
+            time.sleep(0.05)  # the worker goes back to waiting for work
     app.close()
     return {"hop_ms": hops}
 
@@ -302,10 +259,10 @@ def queue_throughput(args: SimpleNamespace) -> Figures:
     with serving(app, args.store, "in-process") as worker:
         began = time.perf_counter()
         handles = [app.start(one_step, i) for i in range(args.workflows)]
-        if not wait_until(lambda: worker.completed >= args.workflows, pause=0.001):
-            raise BenchmarkError(f"the worker ended {worker.completed} of {args.workflows} runs")
+        while worker.completed < args.workflows and time.perf_counter() - began < 600:
+            time.sleep(0.001)
         ended = time.perf_counter()
-    check_completed(app, handles, Load(args.workflows, 1), args.workflows)
+    check_completed(app, handles, Load(args.workflows, 1), worker.completed)
     app.close()
     return {"total_seconds": ended - began, "completed": args.workflows}
 
@@ -320,65 +277,61 @@ def cold_start(args: SimpleNamespace) -> Figures:
 
 
 def roundtrip(args: SimpleNamespace) -> Figures:
-    client, chain = chain_app(args.store, args.steps)
+    app, chain = chain_app(args.store, args.steps)
     totals: list[float] = []
     heard: list[float] = []
-    with serving(client, args.store, "cross-process", "--poll", "60s", "--concurrency", "4"):
+    with serving(app, args.store, "cross-process", "--poll", "60s", "--concurrency", "4"):
         for n in range(-args.warm_up, args.workflows):  # connections, caches, the listener
             began = time.perf_counter()
-            handle = client.start(chain, n)
+            handle = app.start(chain, n)
             if (result := handle.result(timeout="60s")) != n + args.steps:
                 raise BenchmarkError(f"run {n} returned {result!r}, not {n + args.steps}")
             ended, wall = time.perf_counter(), time.time()
             if n >= 0:  # the run's last commit is stamped with the worker's clock before it
                 totals.append(1000 * (ended - began))
-                heard.append(1000 * (wall - client.get_run(handle.id).updated_at.timestamp()))
-    client.close()
+                heard.append(1000 * (wall - app.client.get(handle.id).updated_at.timestamp()))
+    app.close()
     return {"roundtrip_ms": totals, "heard_after_end_ms": heard, "worker_poll_seconds": 60}
 
 
 def starts(args: SimpleNamespace) -> Figures:
-    client, chain = chain_app(args.store, 3)
-    client.start(chain, -1)  # the store opened and migrated before the clock starts
+    app, chain = chain_app(args.store, 3)
+    app.start(chain, -1)  # the store opened and migrated before the clock starts
     count, every = args.workflows, 8 if args.mode == "threads" else 1
 
     def starter(first: int) -> None:
         for n in range(first, count, every):
-            client.start(chain, n)
+            app.start(chain, n)
 
     threads = [threading.Thread(target=starter, args=(i,)) for i in range(every)]
     began = time.perf_counter()
     if args.mode == "batch":
         for first in range(0, count, 100):
             batch = range(first, min(count, first + 100))
-            client.start_many([durably.Start(chain, (n,)) for n in batch])
+            app.start_many([durably.Start(chain, (n,)) for n in batch])
     else:  # a loop: one thread alone
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     elapsed = time.perf_counter() - began
-    if (found := len(client.runs(limit=count + 2))) != count + 1:
+    if (found := len(app.client.runs(limit=count + 2).runs)) != count + 1:
         raise BenchmarkError(f"{found} runs in the store, not {count + 1}")
-    client.close()
+    app.close()
     return {"starts_per_s": count / elapsed}
 
 
-COMMANDS: dict[str, Callable[[SimpleNamespace], Figures | None]] = {
-    "throughput": throughput,
-    "w3-work": w3_work,
-    "w3-recover": w3_recover,
-    "queue-hop": queue_hop,
-    "queue-throughput": queue_throughput,
-    "cold-start": cold_start,
-    "roundtrip": roundtrip,
-    "starts": starts,
-}
-
 if __name__ == "__main__":
-    command, args = parse_command(sys.argv[1:])
-    args.store = durable(args.url, fast=args.fast)
-    try:
-        emit(COMMANDS[command](args) or {})
-    except BenchmarkError as exc:
-        sys.exit(f"durably runner: {command}: {exc}")
+    main(
+        "durably",
+        {
+            "throughput": throughput,
+            "w3-work": w3_work,
+            "w3-recover": w3_recover,
+            "queue-hop": queue_hop,
+            "queue-throughput": queue_throughput,
+            "cold-start": cold_start,
+            "roundtrip": roundtrip,
+            "starts": starts,
+        },
+    )

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-__all__ = ["applied", "apply", "create", "duplicates"]
+__all__ = ["apply", "counts", "create"]
 
 _local = threading.local()
 
@@ -30,13 +30,8 @@ def apply(path: str | Path, key: str) -> None:
     db.execute("INSERT INTO effects (key) VALUES (?)", (key,))
 
 
-def applied(path: str | Path) -> int:
-    """How many distinct effects were applied."""
+def counts(path: str | Path) -> tuple[int, int]:
+    """How many distinct effects were applied, and applications beyond the first of a key."""
     with sqlite3.connect(path) as db:
-        return int(db.execute("SELECT count(DISTINCT key) FROM effects").fetchone()[0])
-
-
-def duplicates(path: str | Path) -> int:
-    """Applications beyond the first of the same key."""
-    with sqlite3.connect(path) as db:
-        return int(db.execute("SELECT count(*) - count(DISTINCT key) FROM effects").fetchone()[0])
+        row = db.execute("SELECT count(DISTINCT key), count(*) FROM effects").fetchone()
+    return int(row[0]), int(row[1]) - int(row[0])

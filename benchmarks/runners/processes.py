@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.runners.protocol import BenchmarkError, Fresh, Load, Timing
+from benchmarks.runners.protocol import BenchmarkError, Fresh, Load
 
 if TYPE_CHECKING:
     from benchmarks.plan import Trial
@@ -57,12 +57,13 @@ class ProcessRunner:
             argv = self.argv("cold-start", url, {})
             subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=LIMIT)
 
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
+    def throughput(self, trial: Trial, url: str, load: Load) -> float:
         options = {"workflows": load.workflows, "steps": load.steps}
         output = self.run(trial, "throughput", url, **options, concurrency=load.concurrency)
         if output.get("completed") != load.workflows:
             raise BenchmarkError(f"completed: {output}", [self.module, "throughput"])
-        return Timing(output["start_seconds"], output["total_seconds"])
+        seconds: float = output["total_seconds"]
+        return seconds
 
     def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:
         """Run one command to its end; its JSON line, recorded in the trial."""
@@ -79,10 +80,6 @@ class ProcessRunner:
         trial.record(command, options, output)
         return output
 
-    def spawn(self, command: str, url: str, options: Mapping[str, object]) -> Child:
-        """A command left running, to be read as it goes (and killed)."""
-        return Child(self.argv(command, url, options))
-
 
 class Child:
     """A process run from the checkout, its stderr collected by a thread (and watched for
@@ -94,7 +91,6 @@ class Child:
         self.argv, self._ready = argv, ready
         self.log: list[str] = []
         self.ready_at: float | None = None  # perf_counter when it logged `ready`
-        self.spawned_at = time.perf_counter()
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,
@@ -132,23 +128,27 @@ class Child:
         try:
             return self.process.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            self.kill()
+            self.close()
             raise self.failed(f"still running after {limit:g} s") from None
-
-    def kill(self) -> None:
-        self.process.kill()  # SIGKILL
-        self.process.wait()
 
     def failed(self, why: str) -> BenchmarkError:
         self._reader.join(timeout=5)  # the rest of its stderr, if it has ended
         return BenchmarkError(why, self.argv, "\n".join(self.log))
 
     def close(self) -> None:
+        """SIGKILL, if it still runs; its pipes closed."""
         if self.process.poll() is None:
-            self.kill()
+            self.process.kill()
+            self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self._reader.join(timeout=5)
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Child:
@@ -162,12 +162,12 @@ def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Chil
 
 @contextmanager
 def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
-    """`count` durably workers on the store at `url`; at the end each is stopped with SIGTERM
-    once it has started (before its handler is in, SIGTERM would kill it), and must exit 0."""
+    """`count` durably workers on the store at `url`, once each has started (before its handler
+    is in, SIGTERM would kill it); at the end each is stopped with SIGTERM, and must exit 0."""
     started = [durably_worker(url, *options) for _ in range(count)]
     try:
-        yield started
         wait_ready(started)
+        yield started
         for child in started:
             child.process.send_signal(signal.SIGTERM)
         for child in started:

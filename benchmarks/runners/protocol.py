@@ -1,6 +1,6 @@
 """The runner protocol from both ends: how the harness drives an engine (a `Runner`, over a
-`Load`, giving a `Timing`), and the command line of an engine's runner module, which makes
-one measurement per process:
+`Load`), and the command line of an engine's runner module, which makes one measurement per
+process:
 
     python -m benchmarks.runners.<engine>_runner COMMAND --url URL [--NAME VALUE]... [--fast]
 
@@ -8,10 +8,10 @@ URL names an empty store (`sqlite:////abs/dir/engine.db`, or a new PostgreSQL da
 which the runner keeps in WAL with synchronous=FULL, or synchronous_commit=on (--fast: NORMAL,
 off). It prints progress to stderr and one JSON object, the last line of stdout, and exits
 non-zero, saying why, if the engine did not do the work. The commands (each runner's
-docstring tells how its engine does them): throughput (-> start_seconds, total_seconds,
-completed), w3-work (prints {"started": N}, then works until SIGKILLed), w3-recover
-(-> ready_seconds, completed), queue-hop (-> hop_ms), queue-throughput (-> total_seconds,
-completed), cold-start (-> ready_seconds), roundtrip (-> roundtrip_ms, heard_after_end_ms).
+docstring tells how its engine does them): throughput (-> total_seconds, completed), w3-work
+(prints {"started": N}, then works until SIGKILLed), w3-recover (-> completed), queue-hop
+(-> hop_ms), queue-throughput (-> total_seconds, completed), cold-start (-> ready_seconds),
+roundtrip (-> roundtrip_ms, heard_after_end_ms).
 
 Standard library only: a runner imports this once its cold-start clock runs.
 """
@@ -19,19 +19,17 @@ Standard library only: a runner imports this once its cold-start clock runs.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-if TYPE_CHECKING:
-    from benchmarks.plan import Trial
+__all__ = ["BenchmarkError", "Load", "durable", "emit", "main"]
 
-__all__ = ["CONCURRENCY", "BenchmarkError", "Load", "Runner", "Timing", "durable", "emit"]
-
-CONCURRENCY = 32  # runs in flight at once, unless a load says otherwise
 Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
+Figures = dict[str, Any]  # a command's answer
 
 
 class BenchmarkError(Exception):
@@ -56,34 +54,10 @@ class Load:
 
     workflows: int
     steps: int
-    concurrency: int = CONCURRENCY
+    concurrency: int = 32
 
     def __str__(self) -> str:
         return f"{self.workflows:,} wf x {self.steps} steps"
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    start_seconds: float | None  # starting every run; None where the engine cannot tell
-    total_seconds: float  # from the first start to the last completion
-
-    @property
-    def run_seconds(self) -> float:
-        return self.total_seconds - (self.start_seconds or 0.0)
-
-
-class Runner(Protocol):
-    """An engine as the harness drives it: durably in this process (runners.inprocess), or
-    an engine's runner module in processes of its own (runners.processes)."""
-
-    name: str  # the engine: durably, dbos
-    missing: str | None  # why it cannot run here; None if it can
-
-    def warm_up(self, fresh: Fresh) -> None:
-        """Something small and unrecorded first: imports done, files in the page cache."""
-
-    def throughput(self, trial: Trial, url: str, load: Load) -> Timing:
-        """Start every run of `load` on the empty store at `url` and run them to the end."""
 
 
 def durable(url: str, *, fast: bool = False) -> str:
@@ -94,17 +68,22 @@ def durable(url: str, *, fast: bool = False) -> str:
     return f"{url}{separator}synchronous_commit={'off' if fast else 'on'}"
 
 
-def parse_command(argv: Sequence[str]) -> tuple[str, SimpleNamespace]:
-    """COMMAND --url URL [--NAME VALUE]... [--fast]: the command, its options (numbers as
-    numbers)."""
-    command, *rest = argv
+def main(engine: str, commands: Mapping[str, Callable[[SimpleNamespace], Figures | None]]) -> None:
+    """A runner module's entry point: COMMAND --url URL [--NAME VALUE]... [--fast] run (numbers
+    as numbers; `store`: URL with its durability), its figures emitted; a BenchmarkError exits
+    non-zero, saying why."""
+    command, *rest = sys.argv[1:]
     options: dict[str, Any] = {"fast": "--fast" in rest}
     pairs = [item for item in rest if item != "--fast"]
     for name, value in zip(pairs[::2], pairs[1::2], strict=True):
         number = value.lstrip("-").replace(".", "", 1).isdigit()
         parsed = (float(value) if "." in value else int(value)) if number else value
         options[name.removeprefix("--").replace("-", "_")] = parsed
-    return command, SimpleNamespace(**options)
+    options["store"] = durable(options["url"], fast=options["fast"])  # as durably opens it
+    try:
+        emit(commands[command](SimpleNamespace(**options)) or {})
+    except BenchmarkError as exc:
+        sys.exit(f"{engine} runner: {command}: {exc}")
 
 
 def emit(figures: Mapping[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Chains of trivial steps (core, compare): a load's throughput, one workflow at a time through
-two chain lengths, and the store's own commit floor. `started_first`: durably in this process
-starts every run before the clock that counts (app.start timed apart); runner processes time
-start and run together, since an engine may not tell them apart.
+two chain lengths, and the store's own commit floor. durably in this process starts every run
+before the clock that counts; runner processes time start and run together, since an engine
+may not tell them apart.
 """
 
 from __future__ import annotations
@@ -9,58 +9,39 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.runners.protocol import Load, Timing
+from benchmarks.runners.protocol import Load
 
-__all__ = ["floor", "sequential", "throughput"]
-
-Measure = Callable[[Trial, Load], Values]
+__all__ = ["fit", "floor", "throughput"]
 
 
-def timed(trial: Trial, load: Load) -> Timing:
+def seconds(trial: Trial, load: Load) -> float:
     """What the trial's runner took over `load`, on a fresh store."""
     with trial.fresh() as url:
         return trial.engine.throughput(trial, url, load)
 
 
-def throughput(name: str, *, started_first: bool) -> Measure:
-    """A load's workflows/s and steps/s, and what starting one run cost."""
+def throughput(name: str, unit: str) -> Callable[[Trial, Load], Values]:
+    """A load's workflows/s (unit "workflows") or steps/s (unit "steps")."""
 
     def measure(trial: Trial, load: Load) -> Values:
-        timing = timed(trial, load)
-        per_s = load.workflows / (timing.run_seconds if started_first else timing.total_seconds)
-        start = timing.start_seconds and 1000 * timing.start_seconds / load.workflows
+        per_s = load.workflows / seconds(trial, load) * (load.steps if unit == "steps" else 1)
         label = f"{name.upper()} ({load}, c={load.concurrency})"
-        starting = f"{'app.start' if started_first else 'start'} of one run ({name.upper()})"
-        return {
-            Metric(f"{name}_workflows_per_s", label, "workflows/s", True): per_s,
-            Metric(f"{name}_steps_per_s", label, "steps/s", True): per_s * load.steps,
-            Metric("start_ms", starting, "ms"): start,
-        }
+        return {Metric(f"{name}_{unit}_per_s", label, f"{unit}/s", True): per_s}
 
     return measure
 
 
-def sequential(*, started_first: bool) -> Callable[[Trial, tuple[Load, Load]], Values]:
+def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
     """One workflow at a time through a short and a long chain; the line time/workflow = fixed
     + steps x per_step through the two gives one step's checkpoint and the fixed cost of a
     workflow (its start, claim and last commit)."""
-
-    def measure(trial: Trial, loads: tuple[Load, Load]) -> Values:
-        (short, long), ms = loads, []
-        for load in loads:
-            timing = timed(trial, load)
-            taken = timing.run_seconds if started_first else timing.total_seconds
-            ms.append(1000 * taken / load.workflows)
-        per_step = (ms[1] - ms[0]) / (long.steps - short.steps)
-        fixed = ms[0] - short.steps * per_step
-        return {
-            Metric("seq_short_ms", f"sequential ({short}, c=1)", "ms/workflow"): ms[0],
-            Metric("seq_long_ms", f"sequential ({long}, c=1)", "ms/workflow"): ms[1],
-            Metric("step_checkpoint_ms", "per-step checkpoint (fit)", "ms/step"): per_step,
-            Metric("workflow_fixed_ms", "workflow start+finish (fit)", "ms/workflow"): fixed,
-        }
-
-    return measure
+    (short, long), ms = loads, [1000 * seconds(trial, load) / load.workflows for load in loads]
+    per_step = (ms[1] - ms[0]) / (long.steps - short.steps)
+    return {
+        Metric("step_checkpoint_ms", "per-step checkpoint (fit)", "ms/step"): per_step,
+        Metric("workflow_fixed_ms", "workflow start+finish (fit)", "ms/workflow"): ms[0]
+        - short.steps * per_step,
+    }
 
 
 def floor(trial: Trial, commits: int) -> Values:

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.report import p95
 from benchmarks.runners import effects
-from benchmarks.runners.processes import ProcessRunner
+from benchmarks.runners.processes import Child, ProcessRunner
 from benchmarks.runners.protocol import BenchmarkError, Load
 
 __all__ = ["cold_start", "hop", "queue", "recovery", "roundtrip", "starts"]
@@ -45,27 +44,22 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
         options: dict[str, object] = {"workflows": load.workflows, "steps": load.steps}
         options["sleep-ms"] = sleep_ms
         options |= {"concurrency": load.concurrency, "effects": sink}
-        work = runner.spawn("w3-work", url, options)
-        try:
+        with Child(runner.argv("w3-work", url, options)) as work:
             if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:
                 raise work.failed(f"started {started} runs, not {load.workflows}")
             deadline = time.monotonic() + LIMIT
-            while effects.applied(sink) < load.workflows * load.steps // 2:
+            while effects.counts(sink)[0] < load.workflows * load.steps // 2:
                 if work.process.poll() is not None or time.monotonic() > deadline:
                     raise work.failed(f"ended ({work.process.returncode}) or took {LIMIT:g} s")
                 time.sleep(0.002)
-        finally:
-            work.close()  # SIGKILL
-        began, recover = time.perf_counter(), runner.spawn("w3-recover", url, options)
-        try:
+        # SIGKILLed at the end of its block
+        began = time.perf_counter()
+        with Child(runner.argv("w3-recover", url, options)) as recover:
             output = recover.json_line("completed", LIMIT)
             if (code := recover.wait(limit=60)) != 0:
                 raise recover.failed(f"exited with {code}")
-        finally:
-            recover.close()
-        seconds, applied = time.perf_counter() - began, effects.applied(sink)
+        seconds, (applied, duplicates) = time.perf_counter() - began, effects.counts(sink)
         trial.record("w3-recover", options, output)
-        duplicates = effects.duplicates(sink)
     if output["completed"] == load.workflows and applied != load.workflows * load.steps:
         raise BenchmarkError(f"every run completed, yet {applied} effects applied")
     workload = f"W3 ({load}, {sleep_ms} ms each, SIGKILL at 50%)"
@@ -73,20 +67,18 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
         Metric("w3_recovery_s", f"{workload}: recovery", "s"): seconds,
         Metric("w3_lost_runs", "W3: runs lost", "runs"): load.workflows - output["completed"],
         Metric("w3_duplicate_effects", "W3: effects applied twice", "effects"): duplicates,
-        Metric("w3_ready_s", "W3: new process ready", "s"): output["ready_seconds"],
     }
 
 
 def hop(trial: Trial, hops: int) -> Values:
     """An idle worker, in the client's process or another: enqueue -> the first step runs,
-    `hops` hops 50 ms apart: median and p95."""
+    `hops` hops 50 ms apart: the median."""
     values: Values = {}
     for mode in ("in-process", "cross-process"):
         if len(hop_ms := run(trial, "queue-hop", hops=hops, mode=mode)["hop_ms"]) != hops:
             raise BenchmarkError(f"{len(hop_ms)} hops, not {hops}")
         key, label = f"hop_{mode.replace('-', '_')}", f"queue hop, idle, {mode} ({hops} hops)"
         values[Metric(f"{key}_ms", label, "ms (median)")] = statistics.median(hop_ms)
-        values[Metric(f"{key}_p95_ms", label, "ms (p95)")] = p95(hop_ms)
     return values
 
 

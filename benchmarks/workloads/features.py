@@ -7,7 +7,6 @@ repetition measures two variants, they take turns going first, and their change 
 from __future__ import annotations
 
 import time
-import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ import durably
 from benchmarks.plan import Metric, Trial, Values
 from benchmarks.runners.durably_runner import run_chain
 from benchmarks.runners.protocol import BenchmarkError, Load
-from benchmarks.stores import fill, vacuum
+from benchmarks.stores import claimed, fill, vacuum
 from durably.stores import open_store
 from durably.testing import FakeClock
 
@@ -43,12 +42,12 @@ def change(key: str, label: str, value: float, base: float) -> Values:
 
 
 def w1_per_s(url: str, setup: Callable[[durably.App], object] | None = None) -> float:
-    return W1.workflows / run_chain(url, W1, setup).run_seconds
+    return W1.workflows / run_chain(url, W1, setup)[1]
 
 
 def step_ms(url: str) -> float:
     """The per-step fit: the slope of ms per workflow over steps, one workflow at a time."""
-    short, long = (run_chain(url, load).run_seconds / load.workflows for load in (SHORT, LONG))
+    short, long = (run_chain(url, load)[1] / load.workflows for load in (SHORT, LONG))
     return 1000 * (long - short) / (LONG.steps - SHORT.steps)
 
 
@@ -205,17 +204,17 @@ class Backlog:
 def priorities(trial: Trial, size: Backlog) -> Values:
     """One claim of 32 runs, straight on the store (no worker), from a backlog of due runs
     beside sleeping ones (the PostgreSQL store vacuumed after the fill); every claim."""
-    now, lease, samples = FakeClock().now(), timedelta(minutes=5), []
+    now, samples = FakeClock().now(), []
     with trial.fresh() as url:
         store = open_store(url)
         fill(store, "job", size.sleeping, at=now, later=timedelta(days=1), priority=lambda n: 10)
         fill(store, "job", size.due, at=now, priority=lambda n: n % 11)
         vacuum(url)
         for _ in range(size.claims):
-            began = time.perf_counter()
-            if len(store.claim("worker", ["job"], now=now, lease=lease, limit=32)) != 32:
+            ms, taken = claimed(store, ["job"], now)
+            if len(taken) != 32:
                 raise BenchmarkError("a claim took fewer than 32 runs")
-            samples.append(1000 * (time.perf_counter() - began))
+            samples.append(ms)
         store.close()
     label = f"claim of 32 from {size.due:,} due runs, {size.sleeping:,} sleeping"
     return {Metric(f"claim_ms_{size.due}_due_{size.sleeping}_sleeping", label, "ms"): samples}
@@ -223,9 +222,9 @@ def priorities(trial: Trial, size: Backlog) -> Values:
 
 def fanout(trial: Trial, width: int) -> Values:
     """One workflow gathering `width` steps (durably.gather, the worker's concurrency at once)
-    and one calling them one after another: seconds, and peak memory allocated meanwhile."""
+    and one calling them one after another: seconds, and the gather's speed-up."""
 
-    def one(workflow: str) -> tuple[float, float]:
+    def one(workflow: str) -> float:
         with trial.fresh() as url:
             app = durably.App(url)
 
@@ -241,26 +240,19 @@ def fanout(trial: Trial, width: int) -> Values:
             async def chained(width: int) -> int:
                 return sum([await part(i) for i in range(width)])
 
-            tracemalloc.start()
             began = time.perf_counter()
             handle = app.start(workflow, width)
             app.run_until_idle()
-            seconds, mib = time.perf_counter() - began, tracemalloc.get_traced_memory()[1] / 2**20
-            tracemalloc.stop()
+            seconds = time.perf_counter() - began
             if handle.result(timeout=0) != width * (width - 1):
                 raise BenchmarkError(f"{workflow}: a wrong sum")
             app.close()
-            return seconds, mib
+            return seconds
 
-    (gather_s, gather_mib), (chain_s, chain_mib) = in_turns(
-        trial, lambda: one("fanout"), lambda: one("chain")
-    )
-    gather, chain = f"1 wf gathering {width:,} steps", f"1 wf calling {width:,} steps in a row"
+    gather_s, chain_s = in_turns(trial, lambda: one("fanout"), lambda: one("chain"))
     return {
-        Metric("fanout_s", gather, "s"): gather_s,
-        Metric("chain_s", chain, "s"): chain_s,
+        Metric("fanout_s", f"1 wf gathering {width:,} steps", "s"): gather_s,
+        Metric("chain_s", f"1 wf calling {width:,} steps in a row", "s"): chain_s,
         Metric("fanout_speedup", "the gather's speed-up over the chain", "x", True): chain_s
         / gather_s,
-        Metric("fanout_mib", f"{gather}: peak memory", "MiB"): gather_mib,
-        Metric("chain_mib", f"{chain}: peak memory", "MiB"): chain_mib,
     }
