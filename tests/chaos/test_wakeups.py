@@ -20,11 +20,12 @@ import pytest
 
 import durably
 from durably.stores import Store
-
-from .processes import start_worker, wait_for_step_start
-from .stop_app import make_app
+from tests.integration.processes import start_worker, wait_for_step_start
+from tests.integration.stop_app import make_app
 
 WITHIN = "20s"
+
+pytestmark = pytest.mark.chaos
 
 
 @pytest.fixture
