@@ -315,3 +315,12 @@ def test_the_app_is_a_thin_layer_over_its_client(
 
     assert woken == ["woken", "woken"]  # one listener list, whichever door was used
     assert [run.id for run in app.client.runs().runs] == [run.id for run in app.client.runs().runs]
+
+
+def test_what_app_once_did_itself_is_refused_with_the_clients_call(app: durably.App) -> None:
+    with pytest.raises(AttributeError, match=r"App.signal is gone: .* app.client.signal\("):
+        app.signal  # noqa: B018 (the attribute is the point)
+    with pytest.raises(AttributeError, match=r"app.client.decide\(run_id, name, approved=True"):
+        app.approve  # noqa: B018
+    with pytest.raises(AttributeError, match=r"'App' object has no attribute 'nonsense'"):
+        app.nonsense  # noqa: B018

@@ -356,17 +356,6 @@ class PostgresStore(SqlStore):
     def _notify(self, channel: str) -> None:
         self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))
 
-    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        # Run again on a lost connection. If it died before the transaction began, that is
-        # plainly safe. If it died during COMMIT, the first change may have been applied, and
-        # it is applied twice: at worst a rate-limit token is spent twice, or a concurrency
-        # slot is held until its hold ends. Conservative, never unsafe.
-        return self._update_state("durably_gates", name, change)
-
-    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        # Twice, on a lost connection: a tick planned twice starts once (its run's id).
-        return self._update_state("durably_schedules", name, change)
-
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
     ) -> T:

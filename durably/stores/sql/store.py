@@ -36,6 +36,7 @@ from durably.stores.sql.stats import activity, run_stats
 __all__ = ["SqlStore"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class SqlStore(ABC):
@@ -56,6 +57,26 @@ class SqlStore(ABC):
     def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
         """`write(connection)` in one transaction; if `woke(its answer)`, runs are due now:
         the workers listening are woken once it has committed."""
+
+    @abstractmethod
+    def _update_state(
+        self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
+    ) -> T:
+        """Read `name`'s state in `table`, write what `change` makes of it, and answer what
+        `change` answered, in one transaction that holds the row."""
+
+    # -- the state of gates and schedules, one read-modify-write each -------------------
+
+    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        # Run again on PostgreSQL after a lost connection. If it died before the transaction
+        # began, that is plainly safe. If it died during COMMIT, the first change may have
+        # been applied, and it is applied twice: at worst a rate-limit token is spent twice,
+        # or a concurrency slot is held until its hold ends. Conservative, never unsafe.
+        return self._update_state("durably_gates", name, change)
+
+    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
+        # Twice, on a lost connection: a tick planned twice starts once (its run's id).
+        return self._update_state("durably_schedules", name, change)
 
     # -- writes from outside a worker that may make runs due ------------------------------
     # Each is safe to repeat on PostgreSQL after a lost connection: a send with a dedupe_key

@@ -274,12 +274,6 @@ class SQLiteStore(SqlStore):
 
         return self._finishes.watch(heard)
 
-    def update_gate(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        return self._update_state("durably_gates", name, change)
-
-    def update_schedule(self, name: str, change: Callable[[str | None], tuple[str, T]]) -> T:
-        return self._update_state("durably_schedules", name, change)
-
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
     ) -> T:
