@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from durably.cli.base import BY, DURATION, PRECEDENCE, cli, client_for, load_app, where, worker_hint
-from durably.cli.output import AS_JSON, echo_json, retry_each
+from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each
 from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
@@ -210,10 +210,18 @@ def runs_list(
 @runs.command("show", epilog=PRECEDENCE)
 @where
 @click.argument("run_id")
+@click.option(
+    "--traceback",
+    "tracebacks",
+    is_flag=True,
+    help="After the timeline, where each failed attempt of the user's code raised.",
+)
 @AS_JSON
-def runs_show(app_target: str | None, store_url: str | None, run_id: str, as_json: bool) -> None:
+def runs_show(
+    app_target: str | None, store_url: str | None, run_id: str, tracebacks: bool, as_json: bool
+) -> None:
     """A run's state, what it does now and what happens next, and its whole timeline:
-    steps, attempts, keys, durations, errors."""
+    steps, attempts, keys, durations, errors (--traceback: and where they were raised)."""
     with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
         workers, now = client.workers(), client.clock.now()
@@ -234,6 +242,7 @@ def runs_show(app_target: str | None, store_url: str | None, run_id: str, as_jso
         at = row.at.strftime("%H:%M:%S.%f")[:12]
         cells = f"{at:<12} {row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
         click.echo(f"{cells} {took:>8}  {row.detail}")
+    echo_tracebacks(run_id, timeline(history), shown=tracebacks)
 
 
 @cli.group()

@@ -13,8 +13,9 @@ from pydantic import BaseModel, TypeAdapter
 
 from durably.client.client import Client
 from durably.errors import DurablyError
+from durably.views.timeline import TimelineRow
 
-__all__ = ["AS_JSON", "echo_json", "retry_each", "status"]
+__all__ = ["AS_JSON", "echo_json", "echo_tracebacks", "retry_each", "status"]
 
 AS_JSON = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (the HTTP API's shapes), not a table."
@@ -43,6 +44,21 @@ def echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
         click.echo(value.model_dump_json(indent=1))
     else:
         click.echo(TypeAdapter(Any).dump_json(value, indent=1).decode())
+
+
+def echo_tracebacks(run_id: str, rows: Sequence[TimelineRow], *, shown: bool) -> None:
+    """Each failed attempt's traceback; without `shown`, how to see them, if there are any."""
+    told = [row for row in rows if row.traceback]
+    if not told:
+        return
+    if not shown:
+        click.echo(f"\n(where it raised: durably runs show {run_id} --traceback)")
+        return
+    for row in told:
+        step = f" {row.step}" if row.step else ""
+        attempt = f", attempt {row.attempt}" if row.attempt else ""
+        click.echo(f"\n{row.what}{step}{attempt}:")
+        click.echo(str(row.traceback).rstrip())
 
 
 def retry_each(

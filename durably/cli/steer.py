@@ -9,6 +9,8 @@ from durably.cli.base import BY, PRECEDENCE, cli, client_for, where, worker_hint
 from durably.cli.commands import runs
 from durably.client.client import Client
 from durably.client.control import Steered
+from durably.core.event_data import read_payload
+from durably.core.payloads import RunStarted
 
 __all__ = ["cancel", "pause", "release", "restart", "resume"]
 
@@ -73,9 +75,10 @@ def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
 @click.option(
     "--from-step",
     "from_step",
-    required=True,
+    default=None,
     metavar="N|NAME",
-    help="Where to run again from: a step's position (durably runs show) or its name.",
+    help="Where to run again from: a step's position (durably runs show) or its name "
+    "(default: the first step that failed, was cancelled or undone).",
 )
 @click.option("--id", "new_id", default=None, help="The new run's id (default RUN_ID.restart-N).")
 @BY
@@ -83,16 +86,19 @@ def restart(
     app_target: str | None,
     store_url: str | None,
     run_id: str,
-    from_step: str,
+    from_step: str | None,
     new_id: str | None,
     by: str,
 ) -> None:
     """Restart the ended run RUN_ID from a step, as a new run: what it recorded before that
     step is reused; from there on it runs for real, with fresh idempotency keys."""
-    where_from: int | str = int(from_step) if from_step.isdigit() else from_step
+    where_from: int | str | None = from_step
+    if from_step is not None and from_step.isdigit():
+        where_from = int(from_step)
     with client_for(app_target, store_url) as client:
         run = client.restart(run_id, from_step=where_from, by=by, id=new_id)
-        click.echo(f"restarted run {run_id} as {run.id} from step {from_step}")
+        started = read_payload(client.history(run.id)[0], RunStarted)
+        click.echo(f"restarted run {run_id} as {run.id} from step #{started.from_step}")
         click.echo(worker_hint(app_target, client, "for it to run"))
 
 

@@ -251,12 +251,18 @@ class Client(RunReader):
         return steered
 
     def restart(
-        self, run_id: str, *, from_step: int | str, by: str | None = None, id: str | None = None
+        self,
+        run_id: str,
+        *,
+        from_step: int | str | None = None,
+        by: str | None = None,
+        id: str | None = None,
     ) -> RunRecord:
-        """Restart an ended run from a step (its position, or the name of its first call):
-        a new run (`id`, default `<run>.restart-<n>`) that reuses the recorded outcomes
-        before that step and runs for real from there, with fresh idempotency keys. Both
-        histories link to each other."""
+        """Restart an ended run from a step (its position, or the name of its first call;
+        default: the first step that failed, was cancelled or undone): a new run (`id`,
+        default `<run>.restart-<n>`) that reuses the recorded outcomes before that step and
+        runs for real from there, with fresh idempotency keys. Both histories link to each
+        other."""
         by = self.by if by is None else by
         run = restarts.restart(
             self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id

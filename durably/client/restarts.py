@@ -28,20 +28,21 @@ from durably.core.status import FINAL
 from durably.errors import DurablyError, RunConflict, RunNotFound
 from durably.stores.protocol import NewRun, RunRecord, Store
 
-__all__ = ["restart"]
+__all__ = ["restart", "went_wrong_at"]
 
 
 def restart(
     store: Store,
     run_id: str,
     *,
-    from_step: int | str,
+    from_step: int | str | None,
     now: datetime,
     by: str,
     new_id: str | None = None,
 ) -> RunRecord:
-    """Start the new run (pending, due now); return it. DurablyError, naming what to do, if
-    the run has not ended, the step is unknown, or a step before it cannot be reused."""
+    """Start the new run (pending, due now); return it. `from_step` None: from where the run
+    went wrong (every step before it reused). DurablyError, naming what to do, if the run has
+    not ended, the step is unknown, or a step before it cannot be reused."""
     source = store.get_run(run_id)
     if source is None:
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
@@ -53,7 +54,10 @@ def restart(
         )
     events = store.history(run_id)
     phase = fold_run(events)
-    position = _position(phase.steps, from_step, run_id)
+    if from_step is None:
+        position = went_wrong_at(phase)
+    else:
+        position = _position(phase.steps, from_step, run_id)
     _check_reusable(phase, position, run_id)
     ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
@@ -85,6 +89,17 @@ def restart(
         assert forked is not None
         return forked
     return _found_after_refusal(store, run_id, new_id, started)
+
+
+def went_wrong_at(phase: RunPhase) -> int:
+    """Where a restart begins by default: the first step that failed, was cancelled, was
+    undone or has no outcome; after the last step if every one completed (the workflow's
+    own code failed, or the run was cancelled while it waited)."""
+    for record in phase.steps:
+        undone = record.position in phase.compensation_attempts
+        if undone or not record.settled or record.error is not None:
+            return record.position
+    return len(phase.steps)
 
 
 def _position(steps: list[StepRecord], from_step: int | str, run_id: str) -> int:

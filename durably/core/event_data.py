@@ -231,7 +231,10 @@ def _fields(payload: Payload) -> dict[str, object]:
 
 
 def _error(error: ErrorInfo) -> dict[str, object]:
-    return {"error_class": error.error_class, "message": error.message}
+    fields: dict[str, object] = {"error_class": error.error_class, "message": error.message}
+    if error.traceback is not None:  # left out when there is none, as older versions wrote
+        fields["traceback"] = error.traceback
+    return fields
 
 
 # -- decoding -----------------------------------------------------------------------------
@@ -267,7 +270,11 @@ def read_payload(event: Event, cls: type[P]) -> P:
 
 
 def _read_error(data: Mapping[str, object]) -> ErrorInfo:
-    return ErrorInfo(read.string(data, "error_class"), read.string(data, "message"))
+    return ErrorInfo(
+        read.string(data, "error_class"),
+        read.string(data, "message"),
+        read.optional_string(data, "traceback"),
+    )
 
 
 def _then(data: Mapping[str, object]) -> RunStatus:

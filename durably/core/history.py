@@ -5,9 +5,11 @@ What each kind carries in `Event.data`, typed, and its JSON both ways: durably.c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+
+from durably.core.tracebacks import user_traceback
 
 __all__ = ["UNREADABLE_ROW", "ErrorInfo", "Event", "EventKind"]
 
@@ -80,8 +82,13 @@ class EventKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
+    """An error as recorded: its class's full name, its message, and for an error the user's
+    code raised (a step's attempt, an undo, a workflow body), its traceback (user frames;
+    durably.core.tracebacks). Two errors are equal when class and message are."""
+
     error_class: str
     message: str
+    traceback: str | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, error: BaseException) -> ErrorInfo:
@@ -92,6 +99,26 @@ class ErrorInfo:
             else (f"{kind.__module__}.{kind.__qualname__}")
         )
         return cls(name, str(error))
+
+    @classmethod
+    def raised(cls, error: BaseException, hide: str = "") -> ErrorInfo:
+        """The error the user's code raised, with its traceback; `hide`: a secret the code
+        was given, replaced in the message and the traceback."""
+        info = cls.of(error)
+        text = user_traceback(error)
+        if hide:
+            hidden = None if text is None else _hidden(text, hide)
+            return cls(info.error_class, _hidden(info.message, hide), hidden)
+        return cls(info.error_class, info.message, text)
+
+    def report(self) -> str:
+        """Class and message, and the traceback (if recorded) on the lines below: for logs."""
+        said = f"{self.error_class}: {self.message}"
+        return said if self.traceback is None else f"{said}\n{self.traceback.rstrip()}"
+
+
+def _hidden(text: str, secret: str) -> str:
+    return text.replace(secret, "[hidden]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,9 +162,7 @@ def record_failure(
     """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due).
     `hide`: a secret the step was given, kept out of the recorded error message. A timed-out
     attempt is unknown, unless its step is transactional (then it was rolled back)."""
-    info = ErrorInfo.of(error)
-    if hide:
-        info = ErrorInfo(info.error_class, info.message.replace(hide, "[hidden]"))
+    info = ErrorInfo.raised(error, hide)
     timed_out = isinstance(error, StepTimeout) and not step.options.transactional
     unknown = unknown or timed_out
     decision: Any = GiveUp("terminal")
@@ -185,16 +183,22 @@ def record_failure(
         given_up = payloads.StepFailed(info, reason, scope.attempt, unknown=unknown)
         data = event_data.encode_payload(given_up)
         writer.append(EventKind.STEP_FAILED, scope.position, scope.name, scope.attempt, data)
+        _log_failed(scope, info, f"gave up ({reason})")
         raise StepFailed(step.name, info.error_class, info.message, reason) from error
     due: datetime = decision.due
     failed = payloads.AttemptFailed(info, due, unknown, policy.attempts, step.options.dependency)
     data = event_data.encode_payload(failed)
     writer.append(EventKind.STEP_ATTEMPT_FAILED, scope.position, scope.name, scope.attempt, data)
-    log.info(
-        "run %s: step %s attempt %d failed (%s), retry at %s",
-        *(scope.run_id, step.name, scope.attempt, info.error_class, due.isoformat()),
-    )
+    _log_failed(scope, info, f"retry at {due.isoformat()}")
     raise Suspend(due)
+
+
+def _log_failed(scope: StepScope, error: ErrorInfo, then: str) -> None:
+    """A failed attempt in the worker's log, at warning level, with the user's traceback."""
+    log.warning(
+        "run %s: step %s attempt %d failed, %s: %s",
+        *(scope.run_id, scope.name, scope.attempt, then, error.report()),
+    )
 
 
 async def within(

@@ -165,7 +165,7 @@ class Compensation:
 
     async def _failed(self, step: Step, record: StepRecord, attempt: int, exc: Exception) -> bool:
         policy = step.options.retry or self._engine.settings.default_retry
-        error = ErrorInfo.of(exc)
+        error = ErrorInfo.raised(exc)
         now = self._clock.now()
         decision = decide(
             policy,

@@ -318,7 +318,10 @@ class RunExecution:
             if cancel is not None:
                 await self._compensation.run(cancel_error(cancel), RunStatus.CANCELLED)
             else:
-                await self._compensation.run(ErrorInfo.of(exc), RunStatus.FAILED)
+                error = ErrorInfo.raised(exc)
+                name = self._workflow.name
+                log.warning("run %s: workflow %s failed: %s", self.run_id, name, error.report())
+                await self._compensation.run(error, RunStatus.FAILED)
             return
         await self._complete(value)
 

@@ -174,6 +174,11 @@ class EventOut(BaseModel):
     data: Any = Field(description="The event's data as JSON (null: none)")
     duration_ms: float | None = Field(description="An attempt's outcome: since it started")
     detail: str = Field(description="The event in words")
+    traceback: str | None = Field(
+        default=None,
+        description="A failed attempt of the user's code (a step, an undo, the workflow "
+        "body): the traceback of what it raised, user frames only, at most 8,000 characters",
+    )
 
 
 class HistoryOut(BaseModel):
@@ -196,6 +201,7 @@ class HistoryOut(BaseModel):
                     data=None if e.data is None else _parsed(e.data),
                     duration_ms=row.duration_ms,
                     detail=row.detail,
+                    traceback=row.traceback,
                 )
                 for e, row in zip(events, rows, strict=True)
             ],
@@ -242,7 +248,11 @@ class SkipIn(BaseModel):
 
 class RestartIn(BaseModel):
     model_config = _STRICT
-    from_step: int | str = Field(description="A step's position, or its name")
+    from_step: int | str | None = Field(
+        default=None,
+        description="A step's position, or its name (default: the first step that failed, "
+        "was cancelled or undone)",
+    )
     id: str | None = Field(default=None, min_length=1, max_length=200)
 
 

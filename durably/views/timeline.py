@@ -46,6 +46,7 @@ class TimelineRow:
     attempt: str
     duration_ms: float | None
     detail: str
+    traceback: str | None = None  # a failed attempt of the user's code: where it raised
 
 
 def timeline(events: Sequence[Event]) -> list[TimelineRow]:
@@ -74,6 +75,7 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
                 attempt="" if event.attempt is None else str(event.attempt),
                 duration_ms=duration,
                 detail=_detail(event),
+                traceback=_traceback(event),
             )
         )
     return rows
@@ -303,6 +305,29 @@ def _detail(event: Event) -> str:
         data = "" if payload.data is None else f": {_short(payload.data, 80)}"
         return f"{what} from {payload.sender}{data}"
     return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
+
+
+def _traceback(event: Event) -> str | None:
+    if event.data is None or event.kind not in _FAILURES:
+        return None
+    try:
+        payload = payload_of(event)
+    except PayloadError:
+        return None
+    return payload.error.traceback if isinstance(payload, Failure) else None
+
+
+# the kinds whose error may carry the traceback of the user's code (a workflow body's error
+# is shown once, on `compensating`; its `run_failed` repeats it)
+_FAILURES = frozenset(
+    {
+        EventKind.STEP_ATTEMPT_FAILED,
+        EventKind.STEP_FAILED,
+        EventKind.COMPENSATION_ATTEMPT_FAILED,
+        EventKind.COMPENSATION_FAILED,
+        EventKind.COMPENSATING,
+    }
+)
 
 
 def _time(moment: datetime) -> str:

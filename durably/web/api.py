@@ -219,10 +219,12 @@ def fail(run_id: RunId, body: FailIn, state: State, who: Writer) -> ActionOut:
 
 
 @router.post("/runs/{run_id}/restart", tags=["steer"], status_code=201)
-def restart(run_id: RunId, body: RestartIn, state: State, who: Writer) -> RunOut:
-    """Restart an ended run from a step, as a new run that reuses the outcomes before it."""
+def restart(run_id: RunId, state: State, who: Writer, body: Body[RestartIn] = None) -> RunOut:
+    """Restart an ended run from a step, as a new run that reuses the outcomes before it
+    (no body: from the first step that failed, was cancelled or undone)."""
+    asked = body or RestartIn()
     return RunOut.of(
-        state.client.restart(run_id, from_step=body.from_step, by=who.name, id=body.id)
+        state.client.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
     )
 
 

@@ -7,6 +7,7 @@ the reason and what to do."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from durably.testing import FakeClock
 from durably.views.timeline import describe_run
 
 from .conftest import started_key
+from .test_cli import durably_cli
 
 
 def shipping_app(app: durably.App, calls: list[tuple[str, str]], broken: set[str]) -> None:
@@ -83,6 +85,52 @@ def test_a_failed_run_restarts_from_a_step_reusing_what_came_before(
     shown_new = dict(describe_run(app.client.get(handle.id), forked))
     assert shown_old["restarted as"].startswith("r-1.restart-1 from step #2, by erin")
     assert shown_new["restart of"] == "r-1 at step #2, by erin"
+
+
+def test_without_a_step_it_restarts_where_the_run_went_wrong(
+    app: durably.App, tmp_path: Path, store_url: str
+) -> None:
+    calls: list[tuple[str, str]] = []
+    broken = {"ship"}
+    shipping_app(app, calls, broken)
+    undone: list[str] = []
+
+    @app.step
+    async def hold(order: str) -> str:
+        return f"hold-{order}"
+
+    @hold.compensation
+    async def unhold(order: str, held: str) -> None:
+        undone.append(held)
+
+    @app.step
+    async def jam(order: str) -> None:
+        raise durably.Terminal("the label printer jammed")
+
+    @app.workflow
+    async def held_then_shipped(order: str) -> None:
+        await hold(order)
+        await jam(order)
+
+    app.start("fulfil", "o-3", id="r-3")
+    app.start("held_then_shipped", "o-4", id="r-4")
+    app.run_until_idle()
+    assert undone == ["hold-o-4"]
+
+    # the step that failed: everything before it is reused
+    assert _from_step(app, app.client.restart("r-3").id) == 2
+    # a step that was undone cannot be reused: it begins there
+    assert _from_step(app, app.client.restart("r-4").id) == 0
+    # the command a failed run's `now:` line suggests works as printed
+    said = dict(describe_run(app.client.get("r-3"), app.client.history("r-3")))
+    assert "(durably runs restart r-3)" in said["now"]
+    result = durably_cli("runs", "restart", "r-3", "--store", store_url, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("restarted run r-3 as r-3.restart-2 from step #2\n")
+
+
+def _from_step(app: durably.App, run_id: str) -> int | None:
+    return read_payload(app.client.history(run_id)[0], RunStarted).from_step
 
 
 def test_restarts_from_the_start_after_the_end_and_by_position_number_their_ids(

@@ -129,6 +129,11 @@ def test_a_dead_letter_is_retried_after_the_fault_is_fixed(live: Live, payments:
         assert letter["reason"] == "attempts exhausted"
         run = web.get("/api/runs/o-9").json()
         assert run["now"].startswith("parked for a person after 2 attempt(s): step charge failed")
+        history = web.get("/api/runs/o-9/history").json()["events"]
+        raised = [e["traceback"] for e in history if e["traceback"]]
+        assert len(raised) == 2  # each attempt's, where the step raised
+        assert all('raise ConnectionError("payments unreachable")' in t for t in raised)
+        assert all("in charge" in t and "durably/runtime" not in t for t in raised)
         payments.down = False
         retried = web.post("/api/runs/o-9/retry", json={})
         assert retried.status_code == 200, retried.text
