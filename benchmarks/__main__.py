@@ -1,6 +1,6 @@
 """The benchmarks' one command:
 
-    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite,postgres] [--only W,...]
+    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite,postgres]
     python -m benchmarks --list
 
 runs the benchmarks named, in order (make bench WHAT="core scaling"; durably bench runs
@@ -19,10 +19,9 @@ from collections.abc import Sequence
 
 from benchmarks.harness import run
 from benchmarks.plan import Asked
-from benchmarks.registry import BENCHES, BOTH
-from benchmarks.stores import POSTGRES_URL
+from benchmarks.registry import BENCHES
 
-__all__ = ["main"]
+ENGINES, STORES = ("durably", "dbos"), ("sqlite", "postgres")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,9 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="what each benchmark measures")
     parser.add_argument("--repeat", type=int, help="repetitions of each (default: its own)")
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument("--stores", help="comma-separated: sqlite,postgres (default: both)")
-    parser.add_argument("--postgres-url", default=POSTGRES_URL, help="the PostgreSQL server")
-    parser.add_argument("--only", help="comma-separated: the workloads to run (default: all)")
+    parser.add_argument(
+        "--stores", default=",".join(STORES), help="comma-separated: sqlite,postgres"
+    )
     parser.add_argument("--engines", help="side by side: comma-separated, durably,dbos")
     parser.add_argument(
         "--fast", action="store_true", help="side by side: SQLite NORMAL, PostgreSQL off"
@@ -49,36 +48,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{bench.name}: {workloads} ({times} by default)")
             print(textwrap.fill(bench.about, 88, initial_indent="    ", subsequent_indent="    "))
         return 0
-    listed = {name: split(getattr(args, name)) for name in ("stores", "engines", "only")}
-    known: dict[str, tuple[str, ...]] = {"stores": BOTH, "engines": ("durably", "dbos")}
-    known["only"] = tuple(w.name for n in args.names if n in BENCHES for w in BENCHES[n].workloads)
-    for option, choices in [("names", tuple(BENCHES)), *known.items()]:
-        if unknown := set(args.names if option == "names" else listed[option] or ()) - set(choices):
-            parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(choices)})")
+    stores, engines = split(args.stores), split(args.engines) if args.engines else None
+    for option, given, known in [
+        ("names", args.names, tuple(BENCHES)),
+        ("stores", stores, STORES),
+        ("engines", engines or (), ENGINES),
+    ]:
+        if unknown := set(given) - set(known):
+            parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(known)})")
     if not args.names or (args.repeat or 1) < 1:
         parser.error("name a benchmark (--list lists them); --repeat is at least 1")
-    poll = args.dbos_queue_poll_ms
-    asked = Asked(
-        args.repeat,
-        args.quick,
-        listed["stores"],
-        args.postgres_url,
-        listed["engines"],
-        args.fast,
-        listed["only"],
-        {} if poll is None else {"dbos": {"queue-poll-ms": poll}},
-    )
-    benches = [BENCHES[name] for name in args.names]
-    only = asked.only or [w.name for bench in benches for w in bench.workloads]
-    return max(
-        run(bench, asked) for bench in benches if any(w.name in only for w in bench.workloads)
-    )
+    asked = Asked(args.repeat, args.quick, stores, engines, args.fast, args.dbos_queue_poll_ms)
+    return max(run(BENCHES[name], asked) for name in args.names)
 
 
-def split(option: str | None) -> tuple[str, ...] | None:
-    """A comma-separated option's items; None if it was not given."""
-    if option is None:
-        return None
+def split(option: str) -> tuple[str, ...]:
+    """A comma-separated option's items."""
     return tuple(item.strip() for item in option.split(",") if item.strip())
 
 

@@ -13,47 +13,44 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from benchmarks.environment import busy_note, load_average, run_context
 from benchmarks.plan import STORE, Asked, Bench, Metric, Runner, Trial, Workload
-from benchmarks.report import Figure, Results, Row, number
+from benchmarks.report import Figure, Results, Row, busy_note, number, run_context
 from benchmarks.runners.durably_runner import InProcess
 from benchmarks.runners.processes import ProcessRunner
 from benchmarks.runners.protocol import BenchmarkError
-from benchmarks.stores import Store, open_store, postgres_problem
-
-__all__ = ["run"]
+from benchmarks.stores import Store, postgres_problem
 
 
 def run(bench: Bench, asked: Asked) -> int:
     """Measure `bench` as asked; 1 if a runner failed (its stderr is printed), else 0."""
-    every = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
-    chosen = [w for w in every if asked.only is None or w.name in asked.only]
+    workloads = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
     fast, repeat = asked.fast and bench.side_by_side, asked.repeat or bench.repeat
     runners: list[Runner] = [InProcess()]
     if bench.side_by_side:
         names = [name for name in asked.engines or bench.engines if name in bench.engines]
-        options = asked.runner_options
-        runners = [ProcessRunner(n, fast=fast, options=options.get(n, {})) for n in names]
+        poll = asked.dbos_queue_poll_ms
+        options = {"dbos": {} if poll is None else {"queue-poll-ms": poll}}
+        runners = [ProcessRunner(n, fast, options.get(n, {})) for n in names]
     engines = {r.name: r.describe() for r in runners if isinstance(r, ProcessRunner)}
-    sizes = {w.name: w.size for w in every} | {"repeat": repeat}
+    sizes = {w.name: w.size for w in workloads} | {"repeat": repeat}
     record = {"benchmark": bench.name, **run_context(), "engines": engines, "sizes": sizes}
     results = Results(bench, record, fast)
-    notes = [f"{r.name}: {r.missing}" for r in runners if r.missing] + [busy_note() or ""]
-    for name in asked.stores or ("sqlite", "postgres"):
-        if name == "postgres" and (problem := postgres_problem(asked.postgres_url)):
-            notes.append(f"PostgreSQL rows skipped: {asked.postgres_url}: {problem}")
+    results.notes = [f"{r.name}: {r.missing}" for r in runners if r.missing] + [busy_note()]
+    for name in asked.stores:
+        if name == "postgres" and (problem := postgres_problem()):
+            results.notes.append(f"PostgreSQL rows skipped: {problem}")
             continue
-        store = open_store(name, asked.postgres_url, runner_processes=bench.side_by_side, fast=fast)
+        store = Store(name, runner_processes=bench.side_by_side, fast=fast)
         session = Session(bench, store, runners, repeat, fast, results.runs)
         try:
-            results.rows += session.measure(chosen)
+            results.rows += session.measure(workloads)
         except BenchmarkError as failure:
             print(failure.report(), file=sys.stderr)
             return 1
         results.durability[name] = store.settings()
-        results.write({"load_average_after": load_average()})  # a later failure leaves these
-    results.notes = [note for note in notes if note]
-    results.notes.append(f"results: {results.write({'load_average_after': load_average()})}")
+        results.write()  # a later failure leaves these
+    results.notes = [note for note in results.notes if note]
+    results.notes.append(f"results: {results.write()}")
     results.show()
     return 0
 
@@ -82,9 +79,8 @@ class Session:
 
     def repetitions(self, w: Workload[Any]) -> list[Row]:
         """--repeat repetitions of `w`, each by every runner in turn: one row per figure."""
-        samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        metrics: dict[str, Metric] = {}  # by key, in the order measured
-        pooled: set[str] = set()
+        samples: dict[Metric, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        pooled: set[Metric] = set()
         kept: dict[str, Any] = {}
         with ExitStack() as lasting:
             for repetition in range(1, self.repeat + 1):
@@ -92,15 +88,12 @@ class Session:
                     trial = Trial(self.store, runner, w.name, repetition, self.runs, lasting, kept)
                     values = w.measure(trial, w.size)
                     for metric, value in values.items():
-                        metrics.setdefault(metric.key, metric)
-                        if isinstance(value, list):
-                            pooled.add(metric.key)
-                        if value is not None:
-                            listed = value if isinstance(value, list) else [value]
-                            samples[metric.key][trial.name] += listed
+                        pooled |= {metric} if isinstance(value, list) else set()
+                        listed = value if isinstance(value, list) else [value]
+                        samples[metric][trial.name] += [v for v in listed if v is not None]
                     shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
                     self.progress(f"{w.name} {repetition}/{self.repeat} {trial.name}: {shown}")
-        return [self.row(metrics[key], samples[key], key in pooled) for key in metrics]
+        return [self.row(metric, samples[metric], metric in pooled) for metric in samples]
 
     def row(self, metric: Metric, by_runner: dict[str, list[float]], pooled: bool) -> Row:
         """A figure of the store alone (at its durable settings, whatever --fast says), or one

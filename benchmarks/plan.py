@@ -1,7 +1,7 @@
 """What a benchmark is, as data. A `Bench` (a name `python -m benchmarks` takes) is its
-workloads, repetitions, engines, stores, durably's targets and derived figures; a `Workload`
-is a measure at a size (full, and with --quick); a `Metric` is one figure a measure yields.
-A `Trial` is one repetition of a workload by one runner on one store: what a measure is given.
+workloads, repetitions, engines, durably's targets and derived figures; a `Workload` is a
+measure at a size (full, and with --quick); a `Metric` is one figure a measure yields. A
+`Trial` is one repetition of a workload by one runner on one store: what a measure is given.
 """
 
 from __future__ import annotations
@@ -11,44 +11,15 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from benchmarks.runners.protocol import BenchmarkError, Fresh, Load
+from benchmarks.runners.protocol import BenchmarkError, Load
 
 if TYPE_CHECKING:
     from benchmarks.stores import Store
 
-__all__ = [
-    "STORE",
-    "Asked",
-    "Bench",
-    "Derived",
-    "Metric",
-    "Runner",
-    "Target",
-    "Trial",
-    "Values",
-    "Workload",
-]
-
 STORE = "store"  # the cell of a figure of the store alone, which no runner measured
 S = TypeVar("S")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    limit: float
-    higher_is_better: bool
-
-    def met_by(self, value: float) -> bool:
-        return value >= self.limit if self.higher_is_better else value <= self.limit
-
-
-def at_least(limit: float) -> Target:
-    return Target(limit, higher_is_better=True)
-
-
-def at_most(limit: float) -> Target:
-    return Target(limit, higher_is_better=False)
+Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +45,7 @@ class Workload(Generic[S]):
     """`measure` makes one repetition, by one runner (of the store alone, if `store_alone`),
     at a size: its values by metric, in table order."""
 
-    name: str  # for --only, the progress lines and the results
+    name: str  # for the progress lines and the results
     measure: Callable[[Trial, S], Values]
     size: S
     quick: S  # the size with --quick
@@ -98,7 +69,7 @@ class Bench:
     workloads: tuple[Workload[Any], ...]
     repeat: int = 3
     engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
-    targets: Mapping[tuple[str, str], Target] = field(default_factory=dict)  # (key, store)
+    targets: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (key, store)
     derived: tuple[Derived, ...] = ()
 
     @property
@@ -112,12 +83,10 @@ class Asked:
 
     repeat: int | None
     quick: bool
-    stores: tuple[str, ...] | None
-    postgres_url: str
+    stores: tuple[str, ...]
     engines: tuple[str, ...] | None
     fast: bool
-    only: tuple[str, ...] | None  # workload names
-    runner_options: Mapping[str, Mapping[str, object]]  # by engine, given to its commands
+    dbos_queue_poll_ms: float | None
 
 
 class Runner(Protocol):

@@ -1,22 +1,26 @@
-"""What a bench found, and how it is shown: statistics of samples, a `Figure` (one runner's
-samples of one metric on one store), a `Row` (one metric for every runner), the table, and
-`Results`, every row with the record around them, written to benchmarks/results/.
+"""What a bench found, and how it is shown: a `Figure` (one runner's samples of one metric on
+one store), a `Row` (one metric for every runner), the table, and `Results`, every row with
+the record around them (the machine, its load, the durably measured), written to
+benchmarks/results/.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import operator
+import os
+import platform
 import statistics
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks.plan import STORE, Bench, Metric, Target
-
-__all__ = ["RESULTS", "Figure", "Results", "Row", "number", "p95"]
+import durably
+from benchmarks.plan import STORE, Bench, Metric
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -35,11 +39,12 @@ def number(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Figure:
-    """One runner's samples of one metric on one store: one per repetition, or pooled."""
+    """One runner's samples of one metric on one store (one per repetition, or pooled), and
+    durably's target for it, if any."""
 
     metric: Metric
     samples: list[float]
-    target: Target | None = None
+    target: float | None = None
     pooled: bool = False
 
     @property
@@ -47,25 +52,23 @@ class Figure:
         return p95(self.samples) if self.metric.p95 else statistics.median(self.samples)
 
     def verdict(self) -> str:
-        if (target := self.target) is None:
+        if self.target is None:
             return ""
-        return "ok" if target.met_by(self.value) else "MISS"
+        met = (
+            self.value >= self.target if self.metric.higher_is_better else self.value <= self.target
+        )
+        return "ok" if met else "MISS"
 
     def target_text(self) -> str:
-        if (target := self.target) is None:
+        if self.target is None:
             return ""
-        return f"{'>=' if target.higher_is_better else '<='} {number(target.limit)}"
+        return f"{'>=' if self.metric.higher_is_better else '<='} {number(self.target)}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "value": self.value,
-            "min": min(self.samples),
-            "max": max(self.samples),
-            "samples": self.samples,
-            "pooled": self.pooled,
-            "target": self.target_text() or None,
-            "verdict": self.verdict() or None,
-        }
+        figure: dict[str, Any] = {"value": self.value, "min": min(self.samples)}
+        figure["max"] = max(self.samples)
+        figure |= {"samples": self.samples, "pooled": self.pooled}
+        return figure | {"target": self.target_text() or None, "verdict": self.verdict() or None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,70 +103,104 @@ class Row:
 
     def as_json(self) -> dict[str, Any]:
         ratio = self.ratio()
+        cells = {
+            n: {"missing": c} if isinstance(c, str) else c.as_json() for n, c in self.cells.items()
+        }
         return {
             **dataclasses.asdict(self.metric),
             "store": self.store,
             "ratio": ratio and ratio[0],
             "ratio_by_repetition": ratio and ratio[1],
-            "engines": {
-                name: {"missing": cell} if isinstance(cell, str) else cell.as_json()
-                for name, cell in self.cells.items()
-            },
+            "engines": cells,
         }
 
-    def cell(self, runner: str, spread: bool = False) -> str:
-        """The runner's value (and the range of its repetitions' samples), or why it has none."""
+    def cell(self, runner: str) -> str:
+        """The runner's value and the range of its repetitions' samples, or why it has none."""
         if isinstance(found := self.cells.get(runner, self.of(runner)), str):
             return found
         if found is None:
             return "n/a"
         low, high = min(found.samples), max(found.samples)
-        ranged = spread and low < high and not found.metric.p95
+        ranged = low < high and not found.metric.p95
         return number(found.value) + (f" [{number(low)}..{number(high)}]" if ranged else "")
 
-    def ratio_text(self) -> str:
-        if (ratio := self.ratio()) is None:
-            return ""
-        whole, each = ratio
-        spread = f" [{number(min(each))}..{number(max(each))}]" if len(each) > 1 else ""
-        return f"{whole:.2f}x{spread}"
-
-    def ours(self, verdict: bool) -> str:
-        """durably's verdict on its target, or the target; empty where it has none."""
-        if (ours := self.of("durably")) is None:
-            return ""
-        return ours.verdict() if verdict else ours.target_text()
+    def line(self, bench: Bench) -> list[str]:
+        """Its cells in the table: every engine's value; side by side, durably's over dbos's
+        (and the same repetition by repetition); durably's target and verdict."""
+        line = [self.metric.label, self.store, self.metric.unit]
+        line += [self.cell(name) for name in bench.engines]
+        if bench.side_by_side and (ratio := self.ratio()) is not None:
+            spread = f" [{number(min(ratio[1]))}..{number(max(ratio[1]))}]"
+            line.append(f"{ratio[0]:.2f}x{spread if len(ratio[1]) > 1 else ''}")
+        elif bench.side_by_side:
+            line.append("")
+        ours = self.of("durably")
+        return line + ([ours.target_text(), ours.verdict()] if ours else ["", ""])
 
 
 def table(bench: Bench, rows: list[Row]) -> list[str]:
-    """The rows in aligned columns under a header, numbers flush right: every engine's value
-    and the range of its repetitions; side by side, durably's over dbos's (and the same
-    repetition by repetition); durably's target, where the bench has targets."""
-    columns: list[tuple[str, Callable[[Row], str], bool]] = [  # header, cell, flush right
-        ("workload", lambda row: row.metric.label, False),
-        ("store", lambda row: row.store, False),
-        ("unit", lambda row: row.metric.unit, False),
-    ]
+    """The rows in aligned columns under a header, numbers flush right."""
+    header = ["workload", "store", "unit"]
     if bench.side_by_side:
-        for name in bench.engines:
-            columns.append((f"{name} [range]", operator.methodcaller("cell", name, True), True))
-        columns.append(("ratio [by repetition]", Row.ratio_text, True))
+        header += [f"{name} [range]" for name in bench.engines] + ["ratio [by repetition]"]
     else:
-        columns.append(("value [range]", operator.methodcaller("cell", "durably", True), True))
-    if bench.targets:
-        columns.append(("durably target", operator.methodcaller("ours", False), True))
-        columns.append(("met", operator.methodcaller("ours", True), False))
-    cells = [[header for header, _, _ in columns]]
-    cells += [[cell(row) for _, cell, _ in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    lines = [
+        header.append("value [range]")
+    lines = [[*header, "durably target", "met"], *(row.line(bench) for row in rows)]
+    if not bench.targets:
+        lines = [line[:-2] for line in lines]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    right = [i >= 3 for i in range(len(widths) - 1)] + [not bench.targets]
+    shown = [
         "  ".join(
-            text.rjust(width) if right else text.ljust(width)
-            for text, width, (_, _, right) in zip(line, widths, columns, strict=True)
+            text.rjust(width) if flush else text.ljust(width)
+            for text, width, flush in zip(line, widths, right, strict=True)
         ).rstrip()
-        for line in cells
+        for line in lines
     ]
-    return [lines[0], "  ".join("-" * width for width in widths), *lines[1:]]
+    return [shown[0], "  ".join("-" * width for width in widths), *shown[1:]]
+
+
+def run_context() -> dict[str, Any]:
+    """What was measured where, taken before measuring (the source may change meanwhile)."""
+    changes = git("status", "--porcelain", "--", ".")
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpus = [line.split(":")[1].strip() for line in cpuinfo.splitlines() if "model name" in line]
+    source: dict[str, Any] = {
+        "version": next((d.version for d in metadata.distributions(name="durably")), None)
+    }
+    source |= {
+        "commit": git("rev-parse", "HEAD"),
+        "local_changes": None if changes is None else bool(changes),
+    }
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "durably": source,
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": (cpus or [platform.processor()])[0],
+            "cpus": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        },
+    }
+
+
+def busy_note() -> str:
+    """A warning when other work keeps the machine busy (the figures will be noisy)."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load < 0.5 * cpus:
+        return ""
+    return f"the machine is busy (load average {load:.1f} on {cpus} CPUs): figures may be noisy"
+
+
+def git(*args: str) -> str | None:
+    """git's answer about the durably package's source, or None."""
+    where = str(Path(durably.__file__).parent)
+    try:
+        done = subprocess.run(["git", "-C", where, *args], capture_output=True, text=True)
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 @dataclass(slots=True)
@@ -178,10 +215,10 @@ class Results:
     runs: list[dict[str, Any]] = field(default_factory=list)  # every runner process's output
     notes: list[str] = field(default_factory=list)
 
-    def write(self, more: dict[str, Any]) -> Path:
+    def write(self) -> Path:
         """benchmarks/results/<bench>[-fast]-latest.json, replaced whole (never half-written)."""
-        figures = [row.as_json() for row in self.rows]
-        report = {**self.record, **more, "durability": self.durability, "figures": figures}
+        report = {**self.record, "load_average_after": os.getloadavg()}
+        report |= {"durability": self.durability, "figures": [row.as_json() for row in self.rows]}
         report |= {"runs": self.runs, "notes": self.notes}
         RESULTS.mkdir(parents=True, exist_ok=True)
         path = RESULTS / f"{self.bench.name}{'-fast' if self.fast else ''}-latest.json"
@@ -196,8 +233,8 @@ class Results:
         print(f"\n{self.bench.name}")
         print("\n".join(table(self.bench, [row for row in self.rows if row not in apart])))
         for row in apart:
-            print(f"{row.metric.label}, {row.store}: {row.cell(STORE, True)} {row.metric.unit}")
-        missed = sum(row.ours(verdict=True) == "MISS" for row in self.rows)
+            print(f"{row.metric.label}, {row.store}: {row.cell(STORE)} {row.metric.unit}")
+        missed = sum(row.line(self.bench)[-1] == "MISS" for row in self.rows)
         print(f"\nfrom {self.record['sizes']['repeat']} repetition(s)", end="")
         print(f"; {missed} durably target(s) missed" if self.bench.targets else "")
         if self.bench.side_by_side:

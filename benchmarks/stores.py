@@ -7,14 +7,13 @@ bulk through the store's own writes, a thousand runs a transaction, then vacuume
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,8 +27,6 @@ from durably.core.history import Event, EventKind
 from durably.stores import Checkpoint, Claim, NewRun
 from durably.stores import Store as DurablyStore
 
-__all__ = ["POSTGRES_URL", "Store", "claimed", "fill", "open_store", "postgres_problem", "vacuum"]
-
 POSTGRES_URL = os.environ.get("DURABLY_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 SYNCHRONOUS = "-c synchronous_commit=on"
 LEASE = timedelta(minutes=5)  # of a fill's claims
@@ -37,28 +34,32 @@ LEASE = timedelta(minutes=5)  # of a fill's claims
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    name: str  # sqlite | postgres: the targets' key
-    label: str  # in the tables: the name, and the faster durability mode if asked
-    fresh: Callable[[str], AbstractContextManager[str]]  # runner -> the URL of an empty store
-    commit_floor: Callable[[int], float]  # seconds for n single-row commits, one at a time
-    settings: Callable[[], dict[str, Any]]  # its durability settings, for the record
+    """The store `name` (sqlite | postgres: the targets' key), for durably in this process or
+    for runner processes (which set the durability, the faster one if `fast`, themselves)."""
 
+    name: str
+    runner_processes: bool
+    fast: bool
 
-def open_store(name: str, server: str, *, runner_processes: bool, fast: bool) -> Store:
-    """The store `name` (sqlite | postgres), for durably in this process or for runner
-    processes (which set the durability, the faster one if `fast`, themselves)."""
+    @property
+    def label(self) -> str:
+        """In the tables: the name, and the faster durability mode if asked."""
+        mode = "synchronous=NORMAL" if self.name == "sqlite" else "synchronous_commit=off"
+        return f"{self.name} ({mode})" if self.fast else self.name
 
     @contextmanager
-    def fresh(runner: str) -> Iterator[str]:
-        with fresh_file(runner) if name == "sqlite" else fresh_database(server) as url:
-            yield url if runner_processes else durable(url)
+    def fresh(self, runner: str) -> Iterator[str]:
+        """A new empty store, for `runner`: its URL."""
+        with fresh_file(runner) if self.name == "sqlite" else fresh_database() as url:
+            yield url if self.runner_processes else durable(url)
 
-    if name == "sqlite":
-        label = "sqlite (synchronous=NORMAL)" if fast else "sqlite"
-        return Store(name, label, fresh, sqlite_floor, lambda: sqlite_settings(fast))
-    label = "postgres (synchronous_commit=off)" if fast else "postgres"
-    floor = functools.partial(postgres_floor, server)
-    return Store(name, label, fresh, floor, lambda: postgres_settings(server, fast))
+    def commit_floor(self, commits: int) -> float:
+        """Seconds for `commits` single-row commits, one at a time, on the durable settings."""
+        return (sqlite_floor if self.name == "sqlite" else postgres_floor)(commits)
+
+    def settings(self) -> dict[str, Any]:
+        """Its durability settings, for the record."""
+        return (sqlite_settings if self.name == "sqlite" else postgres_settings)(self.fast)
 
 
 @contextmanager
@@ -98,31 +99,31 @@ def sqlite_settings(fast: bool) -> dict[str, Any]:
     }
 
 
-def postgres_problem(url: str) -> str | None:
+def postgres_problem() -> str | None:
     """None if the server answers, else why not."""
     try:
         import psycopg
 
-        with psycopg.connect(url, connect_timeout=3):
+        with psycopg.connect(POSTGRES_URL, connect_timeout=3):
             return None
     except Exception as exc:
-        return f"{type(exc).__name__}: {exc}".strip()
+        return f"{POSTGRES_URL}: {type(exc).__name__}: {exc}".strip()
 
 
 @contextmanager
-def fresh_database(server: str) -> Iterator[str]:
+def fresh_database() -> Iterator[str]:
     """A new database on the server; dropped afterwards, with any the engine made beside it
     under the same name (a system database, say)."""
     import psycopg
     from psycopg import sql
 
     name = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as db:
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
         db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield urlunsplit(urlsplit(server)._replace(path=f"/{name}"))
+        yield urlunsplit(urlsplit(POSTGRES_URL)._replace(path=f"/{name}"))
     finally:
-        with psycopg.connect(server, autocommit=True) as db:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
             made = db.execute(
                 "SELECT datname FROM pg_database WHERE datname LIKE %s", (name + "%",)
             )
@@ -131,11 +132,11 @@ def fresh_database(server: str) -> Iterator[str]:
                 db.execute(drop.format(sql.Identifier(database)))
 
 
-def postgres_floor(server: str, commits: int) -> float:
+def postgres_floor(commits: int) -> float:
     import psycopg
 
     with (
-        fresh_database(server) as url,
+        fresh_database() as url,
         psycopg.connect(url, autocommit=True, options=SYNCHRONOUS) as db,
     ):
         db.execute("CREATE TABLE floor (id integer PRIMARY KEY, data text NOT NULL)")
@@ -145,15 +146,17 @@ def postgres_floor(server: str, commits: int) -> float:
         return time.perf_counter() - began
 
 
-def postgres_settings(server: str, fast: bool) -> dict[str, Any]:
+def postgres_settings(fast: bool) -> dict[str, Any]:
     import psycopg
 
     from durably.stores.postgres.store import redact
 
     names = ["server_version", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay"]
-    with psycopg.connect(server, options=SYNCHRONOUS) as db:
+    with psycopg.connect(POSTGRES_URL, options=SYNCHRONOUS) as db:
         settings = {name: (db.execute(f"SHOW {name}").fetchone() or [None])[0] for name in names}
-    return {"url": redact(server), **settings} | ({"synchronous_commit": "off"} if fast else {})
+    return {"url": redact(POSTGRES_URL), **settings} | (
+        {"synchronous_commit": "off"} if fast else {}
+    )
 
 
 def fill(

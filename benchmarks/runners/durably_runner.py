@@ -1,6 +1,5 @@
-"""durably as every benchmark drives it: the runner `InProcess` (durably in the harness's own
-process), the workflows its measurements run (chains of trivial steps, the queue hop, the long
-chain a crash cuts), the check that they ran, a worker serving in a thread, and the runner
+"""durably as every benchmark drives it: `InProcess` (durably in the harness's own process),
+the app its measurements run (bench_app), a worker serving in a thread, and the runner
 process's commands (benchmarks.runners.protocol), each as a durably user writes it:
 
     python -m benchmarks.runners.durably_runner COMMAND --url URL [--NAME VALUE]... [--fast]
@@ -32,15 +31,13 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import durably
-from benchmarks.runners import effects
-from benchmarks.runners.protocol import BenchmarkError, Figures, Fresh, Load, emit, main
+from benchmarks.runners.protocol import BenchmarkError, Figures, Load, apply_effect, emit, main
 
 if TYPE_CHECKING:
-    from benchmarks.plan import Trial
+    from benchmarks.plan import Fresh, Trial
+    from durably.stores import Store
 
-__all__ = ["STOP_AT", "InProcess", "add_hop", "add_long_chain", "chain_app", "run_chain"]
-
-STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the long_chain step input that kills a worker process
+STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the chain step input that kills a worker process
 LEFT = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)  # a run not ended yet
 
 
@@ -60,17 +57,51 @@ class InProcess:
         return run_chain(url, load)[1]
 
 
+def bench_app(
+    store: str | Store | None,
+    stop_at: int | None = None,
+    on_stop: Callable[[], object] = lambda: None,
+) -> durably.App:
+    """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps): `steps`
+    trivial steps in a row, each adding one (the one given x == stop_at calls on_stop()
+    first); and hop(t0), whose one step returns how long ago (time.time()) t0 was."""
+    app = durably.App(store)
+
+    @app.step
+    async def add_one(x: int) -> int:
+        if x == stop_at:
+            on_stop()
+        return x + 1
+
+    @app.workflow(name="chain")
+    async def chain(x: int, steps: int) -> int:
+        for _ in range(steps):
+            x = await add_one(x)
+        return x
+
+    @app.step
+    async def since(t0: float) -> float:
+        return time.time() - t0
+
+    @app.workflow(name="hop")
+    async def hop(t0: float) -> float:
+        elapsed: float = await since(t0)
+        return elapsed
+
+    return app
+
+
 def run_chain(
     url: str, load: Load, setup: Callable[[durably.App], object] | None = None
 ) -> tuple[float, float]:
     """Start every run of `load` on a fresh app (`setup` first, untimed), then run them all
     (app.run_until_idle): the seconds each took."""
-    app, chain = chain_app(url, load.steps)
+    app = bench_app(url)
     try:
         if setup is not None:
             setup(app)
         began = time.perf_counter()
-        handles = [app.start(chain, i) for i in range(load.workflows)]
+        handles = [app.start("chain", i, load.steps) for i in range(load.workflows)]
         started = time.perf_counter()
         finished = app.run_until_idle(concurrency=load.concurrency)
         ended = time.perf_counter()
@@ -78,24 +109,6 @@ def run_chain(
     finally:
         app.close()
     return started - began, ended - started
-
-
-def chain_app(url: str | None, steps: int) -> tuple[durably.App, durably.Workflow]:
-    """A fresh app (on $DURABLY_STORE if `url` is None) with one workflow, chain_<steps>(x):
-    `steps` trivial steps in a row, each adding one."""
-    app = durably.App(url)
-
-    @app.step
-    async def add_one(x: int) -> int:
-        return x + 1
-
-    @app.workflow(name=f"chain_{steps}")
-    async def chain(x: int) -> int:
-        for _ in range(steps):
-            x = await add_one(x)
-        return x
-
-    return app, chain
 
 
 def check_completed(
@@ -111,51 +124,15 @@ def check_completed(
             raise BenchmarkError(f"{load}: run {i} returned {result}, not {i + load.steps}")
 
 
-def add_hop(app: durably.App) -> durably.Workflow:
-    """Register hop(t0): one step, which returns how long ago (time.time()) t0 was."""
-
-    @app.step
-    async def since(t0: float) -> float:
-        return time.time() - t0
-
-    @app.workflow(name="hop")
-    async def hop(t0: float) -> float:
-        elapsed: float = await since(t0)
-        return elapsed
-
-    return hop
-
-
-def add_long_chain(
-    app: durably.App, stop_at: int | None, on_stop: Callable[[], None]
-) -> durably.Workflow:
-    """Register long_chain(x, steps): `steps` trivial steps, each adding one; the step given
-    x == stop_at calls on_stop() first."""
-
-    @app.step
-    async def add_one_or_stop(x: int) -> int:
-        if x == stop_at:
-            on_stop()
-        return x + 1
-
-    @app.workflow(name="long_chain")
-    async def long_chain(x: int, steps: int) -> int:
-        for _ in range(steps):
-            x = await add_one_or_stop(x)
-        return x
-
-    return long_chain
-
-
-def wait_ended(app: durably.App, alive: Callable[[], None], pause: float = 0.01) -> None:
-    """Until no run of the store is pending or running, asked every `pause` seconds; `alive()`
-    raises if what runs them has died; a BenchmarkError after 600 s."""
+def wait_ended(app: durably.App, alive: Callable[[], None]) -> None:
+    """Until no run of the store is pending or running, asked every 10 ms; `alive()` raises
+    if what runs them has died; a BenchmarkError after 600 s."""
     deadline = time.monotonic() + 600
     while any(app.client.runs(status=status, limit=1).runs for status in LEFT):
         alive()
         if time.monotonic() > deadline:
             raise BenchmarkError("runs still pending or running after 600 s")
-        time.sleep(pause)
+        time.sleep(0.01)
 
 
 @contextmanager
@@ -199,7 +176,7 @@ def serving(app: durably.App, url: str, mode: str, *options: str) -> Iterator[du
 def throughput(args: SimpleNamespace) -> Figures:
     load = Load(args.workflows, args.steps, args.concurrency)
     seconds = run_chain(args.store, load, setup=lambda app: app.store)  # opened before timing
-    return {"total_seconds": sum(seconds), "completed": args.workflows}
+    return {"total_seconds": sum(seconds)}
 
 
 def w3_app(args: SimpleNamespace) -> durably.App:
@@ -209,7 +186,7 @@ def w3_app(args: SimpleNamespace) -> durably.App:
     @app.step
     async def touch(workflow_index: int, step_index: int) -> None:
         await asyncio.sleep(args.sleep_ms / 1000)
-        effects.apply(args.effects, f"{workflow_index}:{step_index}")
+        apply_effect(args.effects, f"{workflow_index}:{step_index}")
 
     @app.workflow(name="w3")
     async def w3(workflow_index: int) -> int:
@@ -241,11 +218,10 @@ def w3_recover(args: SimpleNamespace) -> Figures:
 def queue_hop(args: SimpleNamespace) -> Figures:
     """Milliseconds from app.start to the body of the run's first step, one run at a time,
     each after the worker has idled 50 ms; one hop first, untimed, once it serves."""
-    app = durably.App(args.store)
-    hop, hops = add_hop(app), []
+    app, hops = bench_app(args.store), list[float]()
     with serving(app, args.store, args.mode):
         for i in range(-1, args.hops):
-            elapsed = app.start(hop, time.time()).result(timeout="60s")
+            elapsed = app.start("hop", time.time()).result(timeout="60s")
             if not isinstance(elapsed, float) or not 0 <= elapsed < 60:
                 raise BenchmarkError(f"a hop returned {elapsed!r}, not the seconds since it")
             hops += [1000 * elapsed] if i >= 0 else []
@@ -255,21 +231,21 @@ def queue_hop(args: SimpleNamespace) -> Figures:
 
 
 def queue_throughput(args: SimpleNamespace) -> Figures:
-    app, one_step = chain_app(args.store, 1)
+    app = bench_app(args.store)
     with serving(app, args.store, "in-process") as worker:
         began = time.perf_counter()
-        handles = [app.start(one_step, i) for i in range(args.workflows)]
+        handles = [app.start("chain", i, 1) for i in range(args.workflows)]
         while worker.completed < args.workflows and time.perf_counter() - began < 600:
             time.sleep(0.001)
         ended = time.perf_counter()
     check_completed(app, handles, Load(args.workflows, 1), worker.completed)
     app.close()
-    return {"total_seconds": ended - began, "completed": args.workflows}
+    return {"total_seconds": ended - began}
 
 
 def cold_start(args: SimpleNamespace) -> Figures:
-    """durably was imported after LOADED: here, App(url), a workflow, the store opened."""
-    app, _ = chain_app(args.store, 1)
+    """durably was imported after LOADED: here, App(url), its workflows, the store opened."""
+    app = bench_app(args.store)
     app.store  # noqa: B018 (opening is the point)
     ready_seconds = time.perf_counter() - LOADED
     app.close()
@@ -277,13 +253,11 @@ def cold_start(args: SimpleNamespace) -> Figures:
 
 
 def roundtrip(args: SimpleNamespace) -> Figures:
-    app, chain = chain_app(args.store, args.steps)
-    totals: list[float] = []
-    heard: list[float] = []
+    app, totals, heard = bench_app(args.store), list[float](), list[float]()
     with serving(app, args.store, "cross-process", "--poll", "60s", "--concurrency", "4"):
         for n in range(-args.warm_up, args.workflows):  # connections, caches, the listener
             began = time.perf_counter()
-            handle = app.start(chain, n)
+            handle = app.start("chain", n, args.steps)
             if (result := handle.result(timeout="60s")) != n + args.steps:
                 raise BenchmarkError(f"run {n} returned {result!r}, not {n + args.steps}")
             ended, wall = time.perf_counter(), time.time()
@@ -295,20 +269,20 @@ def roundtrip(args: SimpleNamespace) -> Figures:
 
 
 def starts(args: SimpleNamespace) -> Figures:
-    app, chain = chain_app(args.store, 3)
-    app.start(chain, -1)  # the store opened and migrated before the clock starts
+    app = bench_app(args.store)
+    app.start("chain", -1, 3)  # the store opened and migrated before the clock starts
     count, every = args.workflows, 8 if args.mode == "threads" else 1
 
     def starter(first: int) -> None:
         for n in range(first, count, every):
-            app.start(chain, n)
+            app.start("chain", n, 3)
 
     threads = [threading.Thread(target=starter, args=(i,)) for i in range(every)]
     began = time.perf_counter()
     if args.mode == "batch":
         for first in range(0, count, 100):
             batch = range(first, min(count, first + 100))
-            app.start_many([durably.Start(chain, (n,)) for n in batch])
+            app.start_many([durably.Start("chain", (n, 3)) for n in batch])
     else:  # a loop: one thread alone
         for thread in threads:
             thread.start()
@@ -322,16 +296,6 @@ def starts(args: SimpleNamespace) -> Figures:
 
 
 if __name__ == "__main__":
-    main(
-        "durably",
-        {
-            "throughput": throughput,
-            "w3-work": w3_work,
-            "w3-recover": w3_recover,
-            "queue-hop": queue_hop,
-            "queue-throughput": queue_throughput,
-            "cold-start": cold_start,
-            "roundtrip": roundtrip,
-            "starts": starts,
-        },
-    )
+    commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
+    commands += [roundtrip, starts]
+    main("durably", {run.__name__.replace("_", "-"): run for run in commands})

@@ -16,16 +16,15 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.runners.protocol import BenchmarkError, Fresh, Load
+from benchmarks.runners.protocol import BenchmarkError, Load
 
 if TYPE_CHECKING:
-    from benchmarks.plan import Trial
-
-__all__ = ["Child", "ProcessRunner", "durably_worker", "workers"]
+    from benchmarks.plan import Fresh, Trial
 
 ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout: `-m benchmarks...` works
 LIMIT = 900.0  # seconds any one process may take
@@ -35,7 +34,7 @@ class ProcessRunner:
     """An engine driven through its runner module, benchmarks/runners/<engine>_runner.py, one
     measurement per process (benchmarks.runners.protocol); `options` go to every command."""
 
-    def __init__(self, name: str, *, fast: bool, options: Mapping[str, object]) -> None:
+    def __init__(self, name: str, fast: bool, options: Mapping[str, object]) -> None:
         self.name, self.fast, self.options = name, fast, options
         self.module = f"benchmarks.runners.{name}_runner"
         found = importlib.util.find_spec(name) is not None
@@ -58,11 +57,7 @@ class ProcessRunner:
             subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=LIMIT)
 
     def throughput(self, trial: Trial, url: str, load: Load) -> float:
-        options = {"workflows": load.workflows, "steps": load.steps}
-        output = self.run(trial, "throughput", url, **options, concurrency=load.concurrency)
-        if output.get("completed") != load.workflows:
-            raise BenchmarkError(f"completed: {output}", [self.module, "throughput"])
-        seconds: float = output["total_seconds"]
+        seconds: float = self.run(trial, "throughput", url, **asdict(load))["total_seconds"]
         return seconds
 
     def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:

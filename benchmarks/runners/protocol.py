@@ -1,6 +1,5 @@
-"""The runner protocol from both ends: how the harness drives an engine (a `Runner`, over a
-`Load`), and the command line of an engine's runner module, which makes one measurement per
-process:
+"""The runner protocol from both ends: how the harness drives an engine (over a `Load`), and
+the command line of an engine's runner module, which makes one measurement per process:
 
     python -m benchmarks.runners.<engine>_runner COMMAND --url URL [--NAME VALUE]... [--fast]
 
@@ -8,10 +7,13 @@ URL names an empty store (`sqlite:////abs/dir/engine.db`, or a new PostgreSQL da
 which the runner keeps in WAL with synchronous=FULL, or synchronous_commit=on (--fast: NORMAL,
 off). It prints progress to stderr and one JSON object, the last line of stdout, and exits
 non-zero, saying why, if the engine did not do the work. The commands (each runner's
-docstring tells how its engine does them): throughput (-> total_seconds, completed), w3-work
-(prints {"started": N}, then works until SIGKILLed), w3-recover (-> completed), queue-hop
-(-> hop_ms), queue-throughput (-> total_seconds, completed), cold-start (-> ready_seconds),
-roundtrip (-> roundtrip_ms, heard_after_end_ms).
+docstring tells how its engine does them): throughput (-> total_seconds), w3-work (prints
+{"started": N}, then works until SIGKILLed), w3-recover (-> completed), queue-hop (-> hop_ms),
+queue-throughput (-> total_seconds), cold-start (-> ready_seconds), roundtrip (-> roundtrip_ms,
+heard_after_end_ms).
+
+W3's side effects go to a SQLite file outside every engine's store, shared by processes: a key
+applied twice is an effect that happened twice in the world (a card charged twice).
 
 Standard library only: a runner imports this once its cold-start clock runs.
 """
@@ -19,17 +21,17 @@ Standard library only: a runner imports this once its cold-start clock runs.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["BenchmarkError", "Load", "durable", "emit", "main"]
-
-Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
 Figures = dict[str, Any]  # a command's answer
+_local = threading.local()  # each thread's connection to the effects file
 
 
 class BenchmarkError(Exception):
@@ -89,3 +91,25 @@ def main(engine: str, commands: Mapping[str, Callable[[SimpleNamespace], Figures
 def emit(figures: Mapping[str, Any]) -> None:
     """The runner's answer: one JSON object, the last line of its stdout."""
     print(json.dumps(figures), flush=True)
+
+
+def create_effects(path: Path) -> None:
+    with sqlite3.connect(path, isolation_level=None) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT NOT NULL)")
+
+
+def apply_effect(path: str, key: str) -> None:
+    """Record one application of the effect named `key` (committed before returning)."""
+    db: sqlite3.Connection | None = getattr(_local, "db", None)
+    if db is None:
+        db = _local.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("INSERT INTO effects (key) VALUES (?)", (key,))
+
+
+def count_effects(path: Path) -> tuple[int, int]:
+    """How many distinct effects were applied, and applications beyond the first of a key."""
+    with sqlite3.connect(path) as db:
+        row = db.execute("SELECT count(DISTINCT key), count(*) FROM effects").fetchone()
+    return int(row[0]), int(row[1]) - int(row[0])

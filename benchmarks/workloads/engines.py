@@ -1,7 +1,10 @@
-"""What engines in processes of their own are compared on (compare, roundtrip), beyond chains:
-W3 (a worker SIGKILLed half way, and its successor), a hop to an idle worker, a burst on the
-queue, the cold start, a start -> result round trip from outside the worker, and durably's
-starts per second. Each is a command of the engines' runners (benchmarks.runners.protocol).
+"""What engines are measured on (core, compare, roundtrip). Chains of trivial steps: a load's
+throughput, one workflow at a time through two chain lengths, and the store's own commit floor;
+durably in this process starts every run before the clock that counts, runner processes time
+start and run together, since an engine may not tell them apart. Then, for engines in
+processes of their own, each a command of their runners (benchmarks.runners.protocol): W3 (a
+worker SIGKILLed half way, and its successor), a hop to an idle worker, a burst on the queue,
+the cold start, a start -> result round trip from outside the worker, durably's starts/s.
 """
 
 from __future__ import annotations
@@ -9,17 +12,56 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.runners import effects
 from benchmarks.runners.processes import Child, ProcessRunner
-from benchmarks.runners.protocol import BenchmarkError, Load
-
-__all__ = ["cold_start", "hop", "queue", "recovery", "roundtrip", "starts"]
+from benchmarks.runners.protocol import BenchmarkError, Load, count_effects, create_effects
 
 LIMIT = 900.0  # seconds to start every W3 run, to apply half the effects, to recover
+
+
+def seconds(trial: Trial, load: Load) -> float:
+    """What the trial's runner took over `load`, on a fresh store."""
+    with trial.fresh() as url:
+        return trial.engine.throughput(trial, url, load)
+
+
+def throughput(name: str, unit: str) -> Callable[[Trial, Load], Values]:
+    """A load's workflows/s (unit "workflows") or steps/s (unit "steps")."""
+
+    def measure(trial: Trial, load: Load) -> Values:
+        per_s = load.workflows / seconds(trial, load) * (load.steps if unit == "steps" else 1)
+        label = f"{name.upper()} ({load}, c={load.concurrency})"
+        return {Metric(f"{name}_{unit}_per_s", label, f"{unit}/s", True): per_s}
+
+    return measure
+
+
+def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
+    """One workflow at a time through a short and a long chain; the line time/workflow = fixed
+    + steps x per_step through the two gives one step's checkpoint and the fixed cost of a
+    workflow (its start, claim and last commit)."""
+    (short, long), ms = loads, [1000 * seconds(trial, load) / load.workflows for load in loads]
+    per_step = (ms[1] - ms[0]) / (long.steps - short.steps)
+    return {
+        Metric("step_checkpoint_ms", "per-step checkpoint (fit)", "ms/step"): per_step,
+        Metric("workflow_fixed_ms", "workflow start+finish (fit)", "ms/workflow"): ms[0]
+        - short.steps * per_step,
+    }
+
+
+def floor(trial: Trial, commits: int) -> Values:
+    """The store's own cost of a durable commit: single-row transactions, one at a time, on its
+    durable settings, whatever --fast says. No engine takes part."""
+    ms = 1000 * trial.store.commit_floor(commits) / commits
+    label = f"store floor ({commits:,} single-row commits)"
+    return {
+        Metric("floor_commit_ms", label, "ms/commit"): ms,
+        Metric("floor_commits_per_s", label, "commits/s", True): 1000 / ms,
+    }
 
 
 def runner_of(trial: Trial) -> ProcessRunner:
@@ -40,7 +82,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
     spawn to its result line (every run ended). Runs lost, effects applied twice."""
     (load, sleep_ms), runner = size, runner_of(trial)
     with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
-        effects.create(sink := Path(tmp) / "effects.db")
+        create_effects(sink := Path(tmp) / "effects.db")
         options: dict[str, object] = {"workflows": load.workflows, "steps": load.steps}
         options["sleep-ms"] = sleep_ms
         options |= {"concurrency": load.concurrency, "effects": sink}
@@ -48,7 +90,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
             if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:
                 raise work.failed(f"started {started} runs, not {load.workflows}")
             deadline = time.monotonic() + LIMIT
-            while effects.counts(sink)[0] < load.workflows * load.steps // 2:
+            while count_effects(sink)[0] < load.workflows * load.steps // 2:
                 if work.process.poll() is not None or time.monotonic() > deadline:
                     raise work.failed(f"ended ({work.process.returncode}) or took {LIMIT:g} s")
                 time.sleep(0.002)
@@ -58,7 +100,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
             output = recover.json_line("completed", LIMIT)
             if (code := recover.wait(limit=60)) != 0:
                 raise recover.failed(f"exited with {code}")
-        seconds, (applied, duplicates) = time.perf_counter() - began, effects.counts(sink)
+        seconds, (applied, duplicates) = time.perf_counter() - began, count_effects(sink)
         trial.record("w3-recover", options, output)
     if output["completed"] == load.workflows and applied != load.workflows * load.steps:
         raise BenchmarkError(f"every run completed, yet {applied} effects applied")

@@ -21,8 +21,6 @@ from benchmarks.stores import claimed, fill, vacuum
 from durably.stores import open_store
 from durably.testing import FakeClock
 
-__all__ = ["Backlog", "beside", "due", "fanout", "priorities", "retention", "schedules"]
-
 T = TypeVar("T")
 W1 = Load(1_000, 3)
 W1_LABEL = f"W1 ({W1}, c={W1.concurrency})"

@@ -14,19 +14,11 @@ from typing import Any, cast
 
 import durably
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.runners.durably_runner import (
-    STOP_AT,
-    add_long_chain,
-    chain_app,
-    check_completed,
-    wait_ended,
-)
+from benchmarks.runners.durably_runner import STOP_AT, bench_app, check_completed, wait_ended
 from benchmarks.runners.processes import durably_worker, workers
 from benchmarks.runners.protocol import BenchmarkError, Load
 from benchmarks.stores import claimed, fill, vacuum
 from durably.stores import Claim, Store, open_store
-
-__all__ = ["StoreSizes", "big_stores", "histories", "pickup", "processes"]
 
 
 def step_starts(history: Sequence[durably.Event]) -> list[datetime]:
@@ -50,8 +42,8 @@ def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
     for steps in lengths:
         runs = -(-1_000 // steps)
         with trial.fresh() as url:
-            app, chain = chain_app(url, steps)
-            handles = [app.start(chain, i) for i in range(runs)]
+            app = bench_app(url)
+            handles = [app.start("chain", i, steps) for i in range(runs)]
             check_completed(app, handles, Load(runs, steps), app.run_until_idle(concurrency=1))
             starts = [step_starts(app.client.history(handle.id)) for handle in handles]
             app.close()
@@ -89,9 +81,8 @@ def pickup(trial: Trial, done: int) -> Values:
     reached: list[float] = []
     with trial.fresh() as url:
         timer = ClaimTimer(open_store(url))
-        app = durably.App(cast(Store, timer))
-        chain = add_long_chain(app, done, lambda: reached.append(time.perf_counter()))
-        handle = app.start(chain, 0, done + 1)
+        app = bench_app(cast(Store, timer), done, lambda: reached.append(time.perf_counter()))
+        handle = app.start("chain", 0, done + 1)
         crashing = durably_worker(
             url, "--concurrency", "1", "--lease", "1s", env={STOP_AT: str(done)}
         )
@@ -137,13 +128,13 @@ def big_stores(trial: Trial, sizes: StoreSizes) -> Values:
     values: Values = {}
     for key, label, finished, pending in cases:
         with trial.fresh() as url:
-            app, chain = chain_app(url, 3)
+            app = bench_app(url)
             ago, claims = app.clock.now() - timedelta(hours=1), []
-            fill(app.store, chain.name, finished, at=ago, ended=True)
+            fill(app.store, "chain", finished, at=ago, ended=True)
             fill(app.store, "elsewhere", pending, at=ago)
             vacuum(url)
             for i in range(sizes.claims):
-                handle = app.start(chain, i)
+                handle = app.start("chain", i, 3)
                 ms, taken = claimed(app.store, app.workflow_names(), app.clock.now())
                 if [claim.run_id for claim in taken] != [handle.id]:
                     raise BenchmarkError(f"claim {i} took {len(taken)} runs, not {handle.id}")
@@ -161,8 +152,8 @@ def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
     (counts, load), values = size, cast(Values, {})
     for count in counts:
         with trial.fresh() as url:
-            app, chain = chain_app(url, load.steps)
-            handles = [app.start(chain, i) for i in range(load.workflows)]
+            app = bench_app(url)
+            handles = [app.start("chain", i, load.steps) for i in range(load.workflows)]
             began = time.perf_counter()
             with workers(url, count, "--concurrency", str(load.concurrency)) as started:
 
