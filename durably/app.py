@@ -24,6 +24,7 @@ from durably.resilience import Dependency
 from durably.runtime.engine import Settings
 from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
+from durably.runtime.upgrades import Upgrade, upgrade
 from durably.runtime.worker import Worker
 from durably.stores import Store, open_store, resolve_url
 from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
@@ -381,6 +382,23 @@ class App:
             f"App.{name} is gone: what a caller does to runs goes through the app's client, "
             f"app.client.{moved} (see docs/reference/api.md#durablyclient)"
         )
+
+    def upgrade(
+        self, *, workflow: str | None = None, dry_run: bool = False, by: str = "app"
+    ) -> list[Upgrade]:
+        """Move the runs in flight on a version no live worker serves to this code's version,
+        each only if this code replays its history (no step runs); the others stay, with
+        where they part (durably.runtime.upgrades). `dry_run`: only say what would move."""
+        upgrades = upgrade(
+            self.store,
+            self.registry,
+            now=self.clock.now(),
+            by=by,
+            workflow=workflow,
+            dry_run=dry_run,
+        )
+        self.client.notify()
+        return upgrades
 
     def worker(self, **options: Any) -> Worker:
         """A worker for this app (see Worker for the options)."""

@@ -11,6 +11,7 @@ command line is wrong.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from datetime import datetime, timedelta
@@ -19,10 +20,11 @@ from typing import Any
 import click
 
 from durably.cli.base import BY, DURATION, PRECEDENCE, cli, client_for, load_app, where, worker_hint
-from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each
+from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each, say_upgraded
 from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
+from durably.runtime.upgrades import Outcome
 from durably.views.models import (
     ApprovalOut,
     DeadLetterOut,
@@ -33,6 +35,8 @@ from durably.views.models import (
 from durably.views.timeline import describe_run, timeline
 
 __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "worker"]
+
+log = logging.getLogger("durably.worker")
 
 
 @cli.command(epilog="Which store: --store, else the app's.")
@@ -75,6 +79,13 @@ __all__ = ["approvals", "bench", "demo", "dlq", "runs", "signal", "start", "work
     show_default=True,
     help="The address the metrics are served on (0.0.0.0: every interface).",
 )
+@click.option(
+    "--upgrade",
+    "upgrading",
+    is_flag=True,
+    help="First move the runs no live worker serves to this code, each only if it replays "
+    "their history (durably upgrade).",
+)
 def worker(
     target: str,
     store_url: str | None,
@@ -85,6 +96,7 @@ def worker(
     name: str | None,
     metrics_port: int | None,
     metrics_host: str,
+    upgrading: bool,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
     app = load_app(target)
@@ -96,9 +108,19 @@ def worker(
         metrics = Metrics(store=lambda: app.store, clock=app.clock)
         app.hooks.append(metrics)
         metrics.serve(metrics_port, metrics_host)
-    app.worker(
+    running = app.worker(
         concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace, name=name
-    ).run()
+    )
+    if upgrading:
+        upgrades = app.upgrade(by=f"worker {running.name}")
+        log.info("%s", say_upgraded(upgrades, dry_run=False))
+        for upgraded in upgrades:
+            if upgraded.outcome is not Outcome.MOVED:
+                log.warning(
+                    "run %s stays on version %s (%s): %s",
+                    *(upgraded.run_id, upgraded.from_version, upgraded.outcome, upgraded.why),
+                )
+    running.run()
 
 
 @cli.command(epilog=PRECEDENCE)

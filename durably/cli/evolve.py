@@ -1,6 +1,7 @@
 """Commands for code and stores that evolve: which workers run which versions (`durably
-workers`), a run's history for a replay test of new code (`durably runs export`), and the
-deletion of old runs (`durably prune`)."""
+workers`), moving stranded runs to the code being deployed (`durably upgrade`), a run's
+history for a replay test of new code (`durably runs export`), and the deletion of old runs
+(`durably prune`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ import sys
 
 import click
 
-from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where
 from durably.cli.commands import runs
-from durably.cli.output import AS_JSON, echo_json
+from durably.cli.output import AS_JSON, echo_json, say_upgraded
 from durably.durations import parse_duration
+from durably.runtime.upgrades import Outcome
 from durably.views.breakers import breakers as read_breakers
-from durably.views.models import BreakerOut, WorkerOut
+from durably.views.models import BreakerOut, UpgradeOut, WorkerOut
 
-__all__ = ["prune", "runs_export", "workers"]
+__all__ = ["prune", "runs_export", "upgrade", "workers"]
 
 
 @runs.command("export", epilog=PRECEDENCE)
@@ -55,6 +57,46 @@ def workers(app_target: str | None, store_url: str | None, as_json: bool) -> Non
         click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<25} {serves}")
     if not listed:
         click.echo("(no worker has run on this store lately)")
+
+
+@cli.command(epilog="Which store: --store, else the app's.")
+@click.argument("target")
+@click.option("--store", "store_url", default=None, metavar="URL", help="Overrides the app's.")
+@click.option("--workflow", default=None, help="Only this workflow's runs.")
+@click.option("--dry-run", is_flag=True, help="Say what would move; move nothing.")
+@BY
+@AS_JSON
+def upgrade(
+    target: str,
+    store_url: str | None,
+    workflow: str | None,
+    dry_run: bool,
+    by: str,
+    as_json: bool,
+) -> None:
+    """Move the runs in flight on a version no live worker serves to the code of the app at
+    TARGET (module:attribute), each only if that code replays its history without running a
+    step; the others stay where they are, listed with the first call where code and history
+    part. Exit status 1 if any run stays for that reason."""
+    app = load_app(target)
+    if store_url:
+        app.use_store(store_url)
+    try:
+        upgrades = app.upgrade(workflow=workflow, dry_run=dry_run, by=by)
+    finally:
+        app.close()
+    if as_json:
+        echo_json([UpgradeOut.of(upgraded) for upgraded in upgrades])
+    else:
+        for upgraded in upgrades:
+            why = f"  {upgraded.why}" if upgraded.why else ""
+            click.echo(
+                f"{upgraded.run_id}: {upgraded.outcome} ({upgraded.workflow} "
+                f"{upgraded.from_version} -> {upgraded.to_version}){why}"
+            )
+        click.echo(say_upgraded(upgrades, dry_run=dry_run))
+    if any(upgraded.outcome is Outcome.DIVERGES for upgraded in upgrades):
+        sys.exit(1)
 
 
 @cli.command(epilog=PRECEDENCE)

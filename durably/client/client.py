@@ -130,7 +130,7 @@ class Client(RunReader):
         new = [self._run_of(item) for item in starts]
         outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
         if any(created for _, created in outcomes):
-            self._notify()
+            self.notify()
         conflicts: list[RunConflict] = []
         for run, (record, created) in zip(new, outcomes, strict=True):
             if not created:
@@ -187,7 +187,7 @@ class Client(RunReader):
         from `from_step`, none of which may have completed)."""
         by = self.by if by is None else by
         dead_letters.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
-        self._notify()
+        self.notify()
 
     def skip_step(self, run_id: str, *, by: str | None = None, result: Any = None) -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on.
@@ -214,13 +214,13 @@ class Client(RunReader):
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         by = self.by if by is None else by
         dead_letters.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
-        self._notify()
+        self.notify()
 
     def release(self, run_id: str) -> Released:
         """The run's worker is dead: end the leases it holds, this run's and its others', so
         that the next worker to poll takes them over now."""
         worker, count = dead_letters.release(self.store, run_id, now=self.clock.now())
-        self._notify()
+        self.notify()
         return Released(worker, count)
 
     # -- steering a run: cancel, pause, resume --------------------------------------------
@@ -232,7 +232,7 @@ class Client(RunReader):
         that has finished otherwise."""
         by = self.by if by is None else by
         steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
-        self._notify()
+        self.notify()
         return steered
 
     def pause(self, run_id: str, *, by: str | None = None, reason: str | None = None) -> Steered:
@@ -240,14 +240,14 @@ class Client(RunReader):
         finishes and is recorded), and timers that come due wait, until it is resumed."""
         by = self.by if by is None else by
         steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
-        self._notify()
+        self.notify()
         return steered
 
     def resume(self, run_id: str, *, by: str | None = None) -> Steered:
         """Resume a paused run from where it stopped."""
         by = self.by if by is None else by
         steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
-        self._notify()
+        self.notify()
         return steered
 
     def restart(
@@ -267,7 +267,7 @@ class Client(RunReader):
         run = restarts.restart(
             self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
         )
-        self._notify()
+        self.notify()
         return run
 
     # -- approvals (durably.approval) and escalations -----------------------------------
@@ -297,7 +297,7 @@ class Client(RunReader):
             now=self.clock.now(),
             comment=comment,
         )
-        self._notify()
+        self.notify()
         return decision
 
     def decide_with_token(
@@ -308,7 +308,7 @@ class Client(RunReader):
         decision = approvals.decide_with_token(
             self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
         )
-        self._notify()
+        self.notify()
         return decision
 
     # -- commands from outside a run ----------------------------------------------------
@@ -353,7 +353,7 @@ class Client(RunReader):
             )
         assert sent.message_id is not None
         if sent.outcome is SentOutcome.STORED:
-            self._notify()  # a local worker may claim the woken run at once
+            self.notify()  # a local worker may claim the woken run at once
         return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
 
     def signal(
@@ -427,7 +427,8 @@ class Client(RunReader):
 
         return unsubscribe
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Tell this process's listeners (its workers) that runs may be due now."""
         with self._listeners_lock:
             listeners = list(self._listeners)
         for listener in listeners:
@@ -443,14 +444,14 @@ class Client(RunReader):
         if not created:
             check_same_start(record, new.workflow, new.input)
         else:
-            self._notify()
+            self.notify()
         return Started(record, created)
 
     def _skip(self, run_id: str, result_json: str, by: str) -> None:
         dead_letters.skip_step(
             self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
         )
-        self._notify()
+        self.notify()
 
     def _skipped_hint(self, run_id: str) -> Any:
         """The return type hint of the step a parked run failed at (none if the app does

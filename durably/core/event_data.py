@@ -50,6 +50,7 @@ from durably.core.payloads import (
     StepReconciled,
     StepStarted,
     StepWaiting,
+    Upgraded,
     WaitStarted,
 )
 from durably.core.status import RunStatus
@@ -87,6 +88,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.RUN_PAUSED: Command,
     EventKind.RUN_RESTARTED: Restarted,
     EventKind.RUN_RETRIED: RunRetried,
+    EventKind.UPGRADED: Upgraded,
     EventKind.RELEASED: Released,
     EventKind.RUNNING_ALONE: RunningAlone,
     EventKind.MESSAGE_RECEIVED: MessageReceived,
@@ -187,6 +189,8 @@ def _fields(payload: Payload) -> dict[str, object]:
             return {**_error(error), "reason": reason}
         case RunRetried(by, from_step):
             return {"by": by, "from_step": from_step}
+        case Upgraded(from_version, to_version, by):
+            return {"from": from_version, "to": to_version, "by": by}
         case RunningAlone(reason, others) if others:
             return {"reason": reason, "others": others}
         case Released(reason) | RunningAlone(reason):
@@ -336,6 +340,9 @@ _DECODERS: Mapping[type[Payload], Callable[[dict[str, object]], Payload]] = {
     RunFailed: lambda d: RunFailed(_read_error(d)),
     RunParked: lambda d: RunParked(_read_error(d), read.string(d, "reason")),
     RunRetried: lambda d: RunRetried(read.string(d, "by"), read.optional_integer(d, "from_step")),
+    Upgraded: lambda d: Upgraded(
+        read.optional_string(d, "from"), read.string(d, "to"), read.string(d, "by")
+    ),
     Released: lambda d: Released(read.string(d, "reason")),
     RunningAlone: lambda d: RunningAlone(
         read.string(d, "reason"), read.optional_integer(d, "others") or 0

@@ -41,6 +41,7 @@ class EventKind(StrEnum):
     RUN_PAUSED = "run_paused"  # a person paused it before its next step (data: by, reason)
     RUN_RESTARTED = "run_restarted"  # this ended run was restarted as another (data: it)
     RUN_RETRIED = "run_retried"  # a person asked for fresh attempts (position: from step)
+    UPGRADED = "upgraded"  # moved to a deployed version its history replays on (data: from, to)
     RELEASED = "released"  # a worker handed the run back (stopping, or after running alone)
     RUNNING_ALONE = "running_alone"  # a worker died under the run: it now runs with no other
     ATTEMPT_LOST = "attempt_lost"  # taken over: the dead worker's attempt at this step is lost

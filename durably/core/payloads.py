@@ -42,6 +42,7 @@ __all__ = [
     "StepReconciled",
     "StepStarted",
     "StepWaiting",
+    "Upgraded",
     "WaitStarted",
 ]
 
@@ -221,6 +222,16 @@ class RunRetried:
 
 
 @dataclass(frozen=True, slots=True)
+class Upgraded:
+    """`upgraded`: the run was moved from the version it ran on (`from_version`, None: a run
+    from before versions) to `to_version`, whose code replays its history, by `by`."""
+
+    from_version: str | None
+    to_version: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
 class Released:
     """`released` with a reason: a run that ran alone handed back for the next suspect."""
 
@@ -321,6 +332,7 @@ Payload: TypeAlias = (
     | RunFailed
     | RunParked
     | RunRetried
+    | Upgraded
     | Released
     | RunningAlone
     | MessageReceived

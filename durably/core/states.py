@@ -32,6 +32,7 @@ _NEUTRAL = frozenset(
         EventKind.APPROVAL_TOKEN,
         EventKind.STEP_HEARTBEAT,
         EventKind.RUN_RESTARTED,
+        EventKind.UPGRADED,
         EventKind.PATCH_DECIDED,
         EventKind.VALUE_RECORDED,
         EventKind.CHILD_STARTED,

@@ -442,9 +442,9 @@ class Worker:
                 log.warning(
                     "%d run(s) of workflow %r started on version %s are waiting, but this "
                     "worker runs version(s) %s of it; they stay pending until a worker with "
-                    "their code runs (or, if this code runs them the same way, list %r in "
-                    "@app.workflow(versions=...))",
-                    *(count, name, version, ", ".join(self._serves[name]), version),
+                    "their code runs, or until `durably upgrade` (or a worker started with "
+                    "--upgrade) moves them to this code, each only if it replays their history",
+                    *(count, name, version, ", ".join(self._serves[name])),
                 )
         for name, count in waiting.items():
             if name not in self._warned_unknown:

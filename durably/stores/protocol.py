@@ -359,6 +359,23 @@ class OperatorStore(Protocol):
         nothing, if its id is taken."""
         ...
 
+    def move_version(
+        self,
+        run_id: str,
+        *,
+        from_version: str,
+        to_version: str,
+        seen: int,
+        note: Event,
+        now: datetime,
+    ) -> bool:
+        """Move the run to `to_version` (durably upgrade: its code replays the run's history)
+        and append `note` after its last event (`note.seq` is not used), in one transaction,
+        if it is still on `from_version` with `seen` events, has not ended, and no lease
+        holds it (none, or an expired one). False, writing nothing, otherwise. A run made
+        due by it wakes the workers."""
+        ...
+
     def take(
         self,
         run_id: str,

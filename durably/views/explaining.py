@@ -274,10 +274,18 @@ def _taker(
     live = runners(run, workers, now)
     if live:
         return f"{when} ({', '.join(sorted(w.name for w in live))})"
+    if run.version is not None and any(
+        w.alive(now) and run.workflow in w.serves for w in workers
+    ):  # workers of other code run: a deploy left it behind
+        return (
+            f"no live worker runs workflow {run.workflow!r} at version {run.version}, the "
+            "code it started on: move it to the deployed code, which first checks that the "
+            "code replays its history (durably upgrade MODULE:ATTR)"
+        )
     return (
         f"no live worker runs workflow {run.workflow!r}"
         + ("" if run.version is None else f" at version {run.version}")
-        + f": start one with its code, or cancel it (durably cancel {run.id})"
+        + ": start one (durably worker MODULE:ATTR)"
     )
 
 

@@ -17,6 +17,7 @@ from durably.client.dead_letters import DeadLetter
 from durably.core.history import ErrorInfo, Event
 from durably.core.priority import MAX_PRIORITY
 from durably.runtime.schedules import ScheduleInfo
+from durably.runtime.upgrades import Upgrade
 from durably.stores.protocol import RunRecord, RunStats, WorkerBeat
 from durably.views.breakers import BreakerInfo
 from durably.views.explaining import explain
@@ -45,6 +46,7 @@ __all__ = [
     "SkipIn",
     "StartIn",
     "StatusOut",
+    "UpgradeOut",
     "WorkerOut",
 ]
 
@@ -418,3 +420,27 @@ def _parsed(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+class UpgradeOut(BaseModel):
+    run: str
+    workflow: str
+    from_version: str
+    to_version: str
+    outcome: str = Field(description="moved, would move (a dry run), diverges, or changed")
+    why: str | None = Field(
+        default=None,
+        description="diverges: where the code and the run's history part; changed: what "
+        "changed while it was rehearsed",
+    )
+
+    @classmethod
+    def of(cls, upgraded: Upgrade) -> UpgradeOut:
+        return cls(
+            run=upgraded.run_id,
+            workflow=upgraded.workflow,
+            from_version=upgraded.from_version,
+            to_version=upgraded.to_version,
+            outcome=str(upgraded.outcome),
+            why=upgraded.why,
+        )

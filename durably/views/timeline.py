@@ -27,6 +27,7 @@ from durably.core.payloads import (
     RunStarted,
     SignalReceived,
     StepStarted,
+    Upgraded,
     WaitStarted,
 )
 from durably.core.status import FINAL, RunStatus
@@ -165,6 +166,14 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
         payload = payload_of(event) if event.kind in _LINKS else None
         if isinstance(payload, RunStarted):
             pairs += _started(payload)
+        elif isinstance(payload, Upgraded):
+            pairs.append(
+                (
+                    "upgraded",
+                    f"from version {payload.from_version} to {payload.to_version}, "
+                    f"by {payload.by} at {_time(event.at)}",
+                )
+            )
         elif isinstance(payload, Restarted):
             pairs.append(
                 (
@@ -196,7 +205,7 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
     return pairs
 
 
-_LINKS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_RESTARTED})
+_LINKS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_RESTARTED, EventKind.UPGRADED})
 _CHILDREN_SHOWN = 10
 
 
@@ -295,6 +304,8 @@ def _detail(event: Event) -> str:
         return "; ".join(f"{label} {value}" for label, value in pairs)
     if isinstance(payload, ChildStarted):
         return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
+    if isinstance(payload, Upgraded):
+        return f"from version {payload.from_version} to {payload.to_version} by {payload.by}"
     if isinstance(payload, RunRetried):
         where = "" if payload.from_step is None else f" from step #{payload.from_step}"
         return f"fresh attempts{where}, asked by {payload.by}"
@@ -356,9 +367,9 @@ def _version(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime | None
     others = sorted({v for w in live for v in w.serves[run.workflow]})
     if others:
         return (
-            f"{run.version}: no live worker runs it; theirs: {', '.join(others)}. Start a "
-            "worker with the code it started on, or list it in @app.workflow(versions=...) "
-            "if this code runs it the same way"
+            f"{run.version}: no live worker runs it; theirs: {', '.join(others)}. Move it "
+            "to their code if that code replays its history (durably upgrade MODULE:ATTR), "
+            "or start a worker with the code it started on"
         )
     return f"{run.version} (no live worker runs workflow {run.workflow!r})"
 

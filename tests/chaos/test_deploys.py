@@ -117,3 +117,39 @@ def test_a_patched_deploy_finishes_old_runs_on_the_old_path_and_an_unpatched_one
     assert "'check_fraud'" in run.error.message
     assert deploys.steps("old-3") == ["reserve"]  # never a mixture: nothing more ran
     assert deploys.steps("new-3") == ["reserve", "check", "ship"]
+
+
+def test_a_worker_started_with_upgrade_moves_stranded_runs_and_finishes_them(
+    store_url: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An edit that keeps the calls (a new default version): the worker of the new code,
+    started with --upgrade, moves the run the old code left asleep and runs it to its end."""
+    from durably.testing import FakeClock
+    from tests.integration import upgrade_app
+
+    clock = FakeClock()  # months ago: the run's hour of sleep is long over for the worker
+    first = upgrade_app.build(durably.App(store_url, clock=clock), "first")
+    first.start("order", "o-1", id="o-1")
+    first.run_until_idle()
+    old = first.client.get("o-1").version
+    assert first.client.get("o-1").status is RunStatus.PENDING
+
+    monkeypatch.setenv("UPGRADE_CODE", "edited")
+    log = tmp_path / "worker.log"
+    processes.append(
+        start_worker(store_url, log, "--upgrade", target="tests.integration.upgrade_app:app")
+    )
+    wait_until(
+        "the upgraded run's end",
+        lambda: first.client.get("o-1").status is RunStatus.COMPLETED,
+        log,
+        WAIT,
+    )
+    [note] = [e for e in first.client.history("o-1") if e.kind is EventKind.UPGRADED]
+    assert f'"from": "{old}"' in (note.data or "")
+    assert '"by": "worker ' in (note.data or "")
+    assert "1 run(s) moved to the deployed code" in log.read_text()
+    first.close()

@@ -526,6 +526,6 @@ def test_a_run_is_paused_resumed_cancelled_and_restarted_from_the_command_line(
 
     restarted = cli("runs", "restart", "s-1", "--from-step", "0", "--by", "ops")
     assert restarted.returncode == 0, restarted.stderr
-    assert "restarted run s-1 as s-1.restart-1 from step 0" in restarted.stdout
+    assert "restarted run s-1 as s-1.restart-1 from step #0" in restarted.stdout
     assert app.client.get("s-1.restart-1").status is RunStatus.PENDING
     refused(cli("runs", "restart", "s-1.restart-1", "--from-step", "0"), 1, "only an ended run")

@@ -81,9 +81,10 @@ def test_lines_about_a_run_carry_its_id_and_step(
     assert (retry["logger"], retry["run_id"], retry["level"]) == (
         "durably.execution",
         "o-1",
-        "INFO",
+        "WARNING",  # a failed attempt, with where it raised on the lines below
     )
     assert "step" not in retry  # said after the attempt, outside it
+    assert "\nTraceback (most recent call last):\n" in retry["message"]
 
 
 def test_the_worker_command_writes_json_lines(store_url: str, tmp_path: Path) -> None:

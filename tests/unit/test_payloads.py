@@ -44,6 +44,7 @@ from durably.core.payloads import (
     StepReconciled,
     StepStarted,
     StepWaiting,
+    Upgraded,
     WaitStarted,
 )
 from durably.core.status import RunStatus
@@ -157,6 +158,16 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
     ),
     (EventKind.RUN_RETRIED, '{"by": "erin", "from_step": 2}', RunRetried("erin", 2)),
     (EventKind.RUN_RETRIED, '{"by": "erin", "from_step": null}', RunRetried("erin", None)),
+    (
+        EventKind.UPGRADED,
+        '{"from": "57c67945b449", "to": "9f0e1d2c3b4a", "by": "erin"}',
+        Upgraded("57c67945b449", "9f0e1d2c3b4a", "erin"),
+    ),
+    (
+        EventKind.UPGRADED,
+        '{"from": null, "to": "v2", "by": "worker w1"}',
+        Upgraded(None, "v2", "worker w1"),
+    ),
     (
         EventKind.RELEASED,
         '{"reason": "ran alone past where its worker died; others wait"}',

@@ -82,4 +82,4 @@ def test_three_broken_runs_explain_themselves(
         assert "stranded: the lease of worker worker-7 expired at " in said
         assert "presumed dead" in said
         assert "no live worker runs workflow 'checkout'" in said  # nobody will take it over
-        assert "start one with its code, or cancel it (durably cancel stranded)" in said
+        assert "start one (durably worker MODULE:ATTR)" in said

@@ -29,7 +29,7 @@ from durably.stores.protocol import (
     SentOutcome,
     WorkerBeat,
 )
-from durably.stores.sql import effects, forking, inbox, pruning, reads, waking, workers
+from durably.stores.sql import effects, forking, inbox, pruning, reads, versions, waking, workers
 from durably.stores.sql.reads import Dialect
 from durably.stores.sql.stats import activity, run_stats
 
@@ -103,6 +103,30 @@ class SqlStore(ABC):
             return effects.insert_run(db, self.dialect, run, events, now=now)
 
         return self._writing_waking(insert, bool)
+
+    def move_version(
+        self,
+        run_id: str,
+        *,
+        from_version: str,
+        to_version: str,
+        seen: int,
+        note: Event,
+        now: datetime,
+    ) -> bool:
+        def move(db: Any) -> bool:
+            return versions.move(
+                db,
+                self.dialect,
+                run_id,
+                from_version=from_version,
+                to_version=to_version,
+                seen=seen,
+                note=note,
+                now=now,
+            )
+
+        return self._writing_waking(move, bool)
 
     def wake(self, run_ids: Collection[str], *, now: datetime) -> None:
         if run_ids:
