@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks.plan import STORE, Asked, Bench, Metric, Runner, Trial, Workload
-from benchmarks.report import Figure, Results, Row, busy_note, number, run_context
+from benchmarks.report import Results, Row, busy_note, number, run_context
 from benchmarks.runners.durably_runner import InProcess
 from benchmarks.runners.processes import ProcessRunner
 from benchmarks.runners.protocol import BenchmarkError
@@ -97,22 +97,18 @@ class Session:
 
     def row(self, metric: Metric, by_runner: dict[str, list[float]], pooled: bool) -> Row:
         """A figure of the store alone (at its durable settings, whatever --fast says), or one
-        cell per engine: its figure, with durably's target in the durable mode, or why none."""
+        cell per engine: its samples, or why none; with durably's target in the durable mode."""
         if STORE in by_runner:
-            figure = Figure(metric, by_runner[STORE], None, pooled)
-            return Row(metric, self.store.name, {STORE: figure})
+            return Row(metric, self.store.name, {STORE: by_runner[STORE]})
         asked = {runner.name: runner for runner in self.runners}
-        cells: dict[str, Figure | str] = {}
-        for name in self.bench.engines:
-            if (runner := asked.get(name)) is None or runner.missing:
-                cells[name] = (runner and runner.missing) or "not run"
-            elif not by_runner.get(name):
-                cells[name] = "n/a"  # the runner cannot tell this figure apart
-            else:
-                ours = name == "durably" and not self.fast
-                target = self.bench.targets.get((metric.key, self.store.name)) if ours else None
-                cells[name] = Figure(metric, by_runner[name], target, pooled)
-        return Row(metric, self.store.label, cells)
+        cells: dict[str, list[float] | str] = {}
+        for name in self.bench.engines:  # "n/a": the runner cannot tell this figure apart
+            runner = asked.get(name)
+            cells[name] = (
+                "not run" if runner is None else runner.missing or by_runner.get(name) or "n/a"
+            )
+        target = None if self.fast else self.bench.targets.get((metric.key, self.store.name))
+        return Row(metric, self.store.label, cells, target, pooled)
 
     def derive(self, rows: Sequence[Row]) -> list[Row]:
         """The bench's derived figures, runner by runner, where both inputs were measured."""
@@ -120,10 +116,10 @@ class Session:
         for d in self.bench.derived:
             if (first := by_key.get(d.of[0])) is None or (second := by_key.get(d.of[1])) is None:
                 continue
-            values = {}
+            values: dict[str, list[float]] = {}
             for name in first.cells:
-                if (a := first.of(name)) is not None and (b := second.of(name)) is not None:
-                    values[name] = [d.combine(a.value, b.value)]
+                if (a := first.value(name)) is not None and (b := second.value(name)) is not None:
+                    values[name] = [d.combine(a, b)]
             derived.append(self.row(d.metric, values, pooled=False))
         return derived
 

@@ -10,8 +10,7 @@ from typing import Any
 from benchmarks.plan import Bench, Derived, Metric, Workload
 from benchmarks.runners.protocol import Load
 from benchmarks.workloads import engines, features, scaling
-from benchmarks.workloads.features import Backlog
-from benchmarks.workloads.scaling import StoreSizes
+from benchmarks.workloads.scaling import Backlog
 
 BOTH = ("sqlite", "postgres")
 CORE_TARGETS = {  # durably's, by figure key and store (the metric says which way is better)
@@ -97,11 +96,14 @@ SCALING = Bench(
     (
         Workload("history", scaling.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
         Workload("pickup", scaling.pickup, 10_000, 1_000),
-        Workload(
-            "stores",
-            scaling.big_stores,
-            StoreSizes((0, 10_000, 100_000), backlog=100_000, claims=200),
-            StoreSizes((0, 2_000, 10_000), backlog=10_000, claims=50),
+        *(
+            Workload(f"claim-{name}", scaling.claims, Backlog(200, 200, 1, **held), quick)
+            for name, held, quick in [
+                ("empty", {}, Backlog(50, 50, 1)),
+                ("10k", {"finished": 10_000}, Backlog(50, 50, 1, finished=2_000)),
+                ("100k", {"finished": 100_000}, Backlog(50, 50, 1, finished=10_000)),
+                ("elsewhere", {"elsewhere": 100_000}, Backlog(50, 50, 1, elsewhere=10_000)),
+            ]
         ),
         Workload(
             "processes", scaling.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
@@ -121,17 +123,13 @@ PRIORITIES = Bench(
     "priorities",
     "one claim of 32 runs from 1,000 or 100,000 due runs, or 1,000 beside 100,000 sleeping "
     "priority-10 runs (30 claims pooled)",
-    (
-        Workload("backlog-1k", features.priorities, Backlog(1_000, 0, 30), Backlog(1_000, 0, 10)),
-        Workload(
-            "backlog-100k", features.priorities, Backlog(100_000, 0, 30), Backlog(10_000, 0, 10)
-        ),
-        Workload(
-            "sleepers-100k",
-            features.priorities,
-            Backlog(1_000, 100_000, 30),
-            Backlog(1_000, 10_000, 10),
-        ),
+    tuple(
+        Workload(name, scaling.claims, Backlog(due, 30, sleeping=asleep), quick)
+        for name, due, asleep, quick in [
+            ("backlog-1k", 1_000, 0, Backlog(1_000, 10)),
+            ("backlog-100k", 100_000, 0, Backlog(10_000, 10)),
+            ("sleepers-100k", 1_000, 100_000, Backlog(1_000, 10, sleeping=10_000)),
+        ]
     ),
     repeat=1,
 )

@@ -1,7 +1,6 @@
-"""What a bench found, and how it is shown: a `Figure` (one runner's samples of one metric on
-one store), a `Row` (one metric for every runner), the table, and `Results`, every row with
-the record around them (the machine, its load, the durably measured), written to
-benchmarks/results/.
+"""What a bench found, and how it is shown: a `Row` (one metric on one store, for every
+runner), the table, and `Results`, every row with the record around them (the machine, its
+load, the durably measured), written to benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -37,105 +36,74 @@ def number(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.{3 if abs(value) < 1 else 2}f}"
 
 
-@dataclass(frozen=True, slots=True)
-class Figure:
-    """One runner's samples of one metric on one store (one per repetition, or pooled), and
-    durably's target for it, if any."""
-
-    metric: Metric
-    samples: list[float]
-    target: float | None = None
-    pooled: bool = False
-
-    @property
-    def value(self) -> float:
-        return p95(self.samples) if self.metric.p95 else statistics.median(self.samples)
-
-    def verdict(self) -> str:
-        if self.target is None:
-            return ""
-        met = (
-            self.value >= self.target if self.metric.higher_is_better else self.value <= self.target
-        )
-        return "ok" if met else "MISS"
-
-    def target_text(self) -> str:
-        if self.target is None:
-            return ""
-        return f"{'>=' if self.metric.higher_is_better else '<='} {number(self.target)}"
-
-    def as_json(self) -> dict[str, Any]:
-        figure: dict[str, Any] = {"value": self.value, "min": min(self.samples)}
-        figure["max"] = max(self.samples)
-        figure |= {"samples": self.samples, "pooled": self.pooled}
-        return figure | {"target": self.target_text() or None, "verdict": self.verdict() or None}
+def median_or_p95(metric: Metric, samples: list[float]) -> float:
+    return p95(samples) if metric.p95 else statistics.median(samples)
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One metric for every runner: its figure, or why there is none ("not run", "n/a")."""
+    """One metric on one store: every runner's samples (one per repetition, or pooled over
+    them), or why it has none ("not run", "n/a"); and durably's target, if any."""
 
     metric: Metric
     store: str
-    cells: dict[str, Figure | str]
+    cells: dict[str, list[float] | str]  # by runner, or the store alone's
+    target: float | None = None
+    pooled: bool = False
 
-    def of(self, runner: str) -> Figure | None:
-        """The runner's figure; where one runner (or the store alone) was measured, its one."""
-        found = self.cells.get(runner) if len(self.cells) > 1 else next(iter(self.cells.values()))
-        return found if isinstance(found, Figure) else None
+    def value(self, runner: str) -> float | None:
+        """The runner's figure (the store's, where the store alone was measured)."""
+        samples = self.cells.get(runner, self.cells.get(STORE))
+        return median_or_p95(self.metric, samples) if isinstance(samples, list) else None
 
-    def ratio(self) -> tuple[float, list[float]] | None:
-        """How many times better durably is than dbos in the metric's direction, and the same
-        repetition by repetition (where both have one sample per repetition)."""
+    def cell(self, runner: str) -> str:
+        """The runner's figure and the range of its samples, or why it has none."""
+        if isinstance(samples := self.cells.get(runner, self.cells.get(STORE, "n/a")), str):
+            return samples
+        low, high, value = min(samples), max(samples), median_or_p95(self.metric, samples)
+        ranged = low < high and not self.metric.p95
+        return number(value) + (f" [{number(low)}..{number(high)}]" if ranged else "")
+
+    def ratios(self) -> list[float]:
+        """How many times better durably is than dbos in the metric's direction, then the same
+        repetition by repetition (where each has one sample per repetition); [] if not both."""
         ours, theirs = self.cells.get("durably"), self.cells.get("dbos")
-        if not isinstance(ours, Figure) or not isinstance(theirs, Figure):
-            return None
-        if min(ours.samples + theirs.samples) <= 0:
-            return None  # nothing to divide (or a fit gone wrong)
+        if not isinstance(ours, list) or not isinstance(theirs, list) or min(ours + theirs) <= 0:
+            return []  # nothing to divide (or a fit gone wrong)
 
         def better(a: float, b: float) -> float:
             return a / b if self.metric.higher_is_better else b / a
 
-        whole = better(ours.value, theirs.value)
-        if len(ours.samples) != len(theirs.samples) or ours.pooled:
-            return whole, []
-        return whole, [better(a, b) for a, b in zip(ours.samples, theirs.samples, strict=True)]
+        same = len(ours) == len(theirs) and not self.pooled
+        each = [better(a, b) for a, b in zip(ours, theirs, strict=True)] if same else []
+        return [better(median_or_p95(self.metric, ours), median_or_p95(self.metric, theirs)), *each]
 
-    def as_json(self) -> dict[str, Any]:
-        ratio = self.ratio()
-        cells = {
-            n: {"missing": c} if isinstance(c, str) else c.as_json() for n, c in self.cells.items()
-        }
-        return {
-            **dataclasses.asdict(self.metric),
-            "store": self.store,
-            "ratio": ratio and ratio[0],
-            "ratio_by_repetition": ratio and ratio[1],
-            "engines": cells,
-        }
-
-    def cell(self, runner: str) -> str:
-        """The runner's value and the range of its repetitions' samples, or why it has none."""
-        if isinstance(found := self.cells.get(runner, self.of(runner)), str):
-            return found
-        if found is None:
-            return "n/a"
-        low, high = min(found.samples), max(found.samples)
-        ranged = low < high and not found.metric.p95
-        return number(found.value) + (f" [{number(low)}..{number(high)}]" if ranged else "")
+    def verdict(self) -> list[str]:
+        """durably's target, and whether its figure meets it ("ok", "MISS")."""
+        if self.target is None or (ours := self.value("durably")) is None:
+            return ["", ""]
+        higher = self.metric.higher_is_better
+        met = ours >= self.target if higher else ours <= self.target
+        return [f"{'>=' if higher else '<='} {number(self.target)}", "ok" if met else "MISS"]
 
     def line(self, bench: Bench) -> list[str]:
-        """Its cells in the table: every engine's value; side by side, durably's over dbos's
-        (and the same repetition by repetition); durably's target and verdict."""
+        """Its cells in the table: every engine's figure; side by side, the ratio (and the same
+        repetition by repetition); durably's target and verdict, where the bench has targets."""
         line = [self.metric.label, self.store, self.metric.unit]
         line += [self.cell(name) for name in bench.engines]
-        if bench.side_by_side and (ratio := self.ratio()) is not None:
-            spread = f" [{number(min(ratio[1]))}..{number(max(ratio[1]))}]"
-            line.append(f"{ratio[0]:.2f}x{spread if len(ratio[1]) > 1 else ''}")
-        elif bench.side_by_side:
-            line.append("")
-        ours = self.of("durably")
-        return line + ([ours.target_text(), ours.verdict()] if ours else ["", ""])
+        if bench.side_by_side:
+            ratios = self.ratios()
+            spread = f" [{number(min(ratios[1:]))}..{number(max(ratios[1:]))}]"
+            line.append(f"{ratios[0]:.2f}x{spread if len(ratios) > 2 else ''}" if ratios else "")
+        return line + (self.verdict() if bench.targets else [])
+
+    def as_json(self) -> dict[str, Any]:
+        row = {**dataclasses.asdict(self.metric), "store": self.store, "target": self.target}
+        row |= {"pooled": self.pooled, "ratios": self.ratios(), "verdict": self.verdict()[1]}
+        return row | {
+            "values": {name: self.value(name) for name in self.cells},
+            "samples": self.cells,
+        }
 
 
 def table(bench: Bench, rows: list[Row]) -> list[str]:
@@ -145,9 +113,8 @@ def table(bench: Bench, rows: list[Row]) -> list[str]:
         header += [f"{name} [range]" for name in bench.engines] + ["ratio [by repetition]"]
     else:
         header.append("value [range]")
-    lines = [[*header, "durably target", "met"], *(row.line(bench) for row in rows)]
-    if not bench.targets:
-        lines = [line[:-2] for line in lines]
+    lines = [header + (["durably target", "met"] if bench.targets else [])]
+    lines += [row.line(bench) for row in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     right = [i >= 3 for i in range(len(widths) - 1)] + [not bench.targets]
     shown = [
@@ -234,7 +201,7 @@ class Results:
         print("\n".join(table(self.bench, [row for row in self.rows if row not in apart])))
         for row in apart:
             print(f"{row.metric.label}, {row.store}: {row.cell(STORE)} {row.metric.unit}")
-        missed = sum(row.line(self.bench)[-1] == "MISS" for row in self.rows)
+        missed = sum(row.verdict()[1] == "MISS" for row in self.rows)
         print(f"\nfrom {self.record['sizes']['repeat']} repetition(s)", end="")
         print(f"; {missed} durably target(s) missed" if self.bench.targets else "")
         if self.bench.side_by_side:

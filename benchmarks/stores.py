@@ -169,45 +169,31 @@ def fill(
     later: timedelta | None = None,
     priority: Callable[[int], int] = lambda n: 0,
 ) -> None:
-    """`count` runs of `workflow` started at `at`: pending and due then; or handed back by a
-    worker then, due `later`; or, if `ended`, completed then after three steps (9 events)."""
+    """`count` runs of `workflow` started at `at`, a thousand a transaction: pending and due
+    then; or handed back by a worker then, due `later` (runs that sleep); or, if `ended`,
+    completed then after three steps (9 events)."""
     for first in range(0, count, 1_000):
-        runs = [
-            NewRun(new_run_id(), workflow, "[]", priority=priority(n))
-            for n in range(min(1_000, count - first))
-        ]
+        batch = range(min(1_000, count - first))
+        runs = [NewRun(new_run_id(), workflow, "[]", priority=priority(n)) for n in batch]
         store.create_runs(runs, now=at)
         if ended or later is not None:
-            claims = store.claim("filler", [workflow], now=at, lease=LEASE, limit=len(runs))
+            claims = store.claim("filler", [workflow], now=at, lease=LEASE, limit=len(batch))
             due = at + (later or LEASE)
-            store.commit(
-                [completed(c, at) if ended else handed_back(c, due) for c in claims], now=at
-            )
+            store.commit([completed(c, at) if ended else sleeping(c, due) for c in claims], now=at)
 
 
-def handed_back(claim: Claim, due: datetime) -> Checkpoint:
-    """A claimed run handed back, pending, due then (a run that sleeps)."""
+def sleeping(claim: Claim, due: datetime) -> Checkpoint:
     return Checkpoint(claim.run_id, claim.epoch, (), durably.RunStatus.PENDING, available_at=due)
 
 
 def completed(claim: Claim, at: datetime) -> Checkpoint:
-    """A claimed run's checkpoint: three steps started and completed, and its end."""
     seq, events = claim.events[-1].seq, []
     for n in range(3):
         events.append(Event(seq + 1 + 2 * n, EventKind.STEP_STARTED, at, n, f"step_{n}", 1))
         events.append(Event(seq + 2 + 2 * n, EventKind.STEP_COMPLETED, at, n, f"step_{n}", 1, "1"))
     events.append(Event(seq + 7, EventKind.RUN_COMPLETED, at))
-    return Checkpoint(
-        claim.run_id, claim.epoch, tuple(events), durably.RunStatus.COMPLETED, result="1"
-    )
-
-
-def claimed(store: DurablyStore, names: list[str], now: datetime) -> tuple[float, list[Claim]]:
-    """One claim of up to 32 runs, as an idle worker makes it: its milliseconds, and the runs
-    it took."""
-    began = time.perf_counter()
-    taken = store.claim("bench", names, now=now, lease=LEASE, limit=32)
-    return 1000 * (time.perf_counter() - began), taken
+    done = durably.RunStatus.COMPLETED
+    return Checkpoint(claim.run_id, claim.epoch, tuple(events), done, result="1")
 
 
 def vacuum(url: str) -> None:

@@ -57,16 +57,13 @@ async def chain(x: int, steps: int) -> int:
     return x
 
 
-@DBOS.step()
-async def sleep_then_apply(path: str, key: str, sleep_ms: int) -> None:
-    await asyncio.sleep(sleep_ms / 1000)
-    apply_effect(path, key)
+touch = DBOS.step(name="touch")(apply_effect)
 
 
 @DBOS.workflow(name="w3")
 async def w3(index: int, steps: int, sleep_ms: int, path: str) -> int:
     for step in range(steps):
-        await sleep_then_apply(path, f"{index}:{step}", sleep_ms)
+        await touch(path, f"{index}:{step}", sleep_ms)
     return steps
 
 

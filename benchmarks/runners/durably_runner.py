@@ -1,17 +1,14 @@
 """durably as every benchmark drives it: `InProcess` (durably in the harness's own process),
-the app its measurements run (bench_app), a worker serving in a thread, and the runner
-process's commands (benchmarks.runners.protocol), each as a durably user writes it:
-
-    python -m benchmarks.runners.durably_runner COMMAND --url URL [--NAME VALUE]... [--fast]
-
-throughput starts every run (app.start) and runs them (app.run_until_idle); w3-work starts
-every run, then a worker named "w3-worker" runs them until SIGKILL, and w3-recover starts a
-worker under that name in a thread; queue-hop and queue-throughput call app.start here, the
-worker serving in a thread (in-process) or as a `durably worker` process (cross-process);
-roundtrip waits on app.start(...).result() here, the worker a `durably worker` process polling
-once a minute, so that only its wake-ups move a run; starts (durably's own) times --workflows
-starts on an empty store by --mode loop (app.start), batch (start_many of 100) or threads (8
-calling app.start). The clock of cold-start starts before anything is imported.
+the app its measurements run (bench_app), and the runner process's commands
+(benchmarks.runners.protocol), each as a durably user writes it. throughput starts every run
+(app.start) and runs them (app.run_until_idle); w3-work starts every run, then a worker named
+"w3-worker" runs them until SIGKILL, and w3-recover starts a worker under that name in a
+thread; queue-hop and queue-throughput call app.start here, the worker serving in a thread
+(in-process) or as a `durably worker` process (cross-process); roundtrip waits on
+app.start(...).result() here, the worker a `durably worker` process polling once a minute, so
+that only its wake-ups move a run; starts (durably's own) times --workflows starts on an empty
+store by --mode loop (app.start), batch (start_many of 100) or threads (8 calling app.start).
+The clock of cold-start starts before anything is imported.
 """
 
 # ruff: noqa: E402  (the clock starts before the imports)
@@ -49,8 +46,7 @@ class InProcess:
     missing: str | None = None
 
     def warm_up(self, fresh: Fresh) -> None:
-        """One tiny run, so that imports and type adapters are not timed."""
-        with fresh() as url:
+        with fresh() as url:  # imports and type adapters, not timed
             run_chain(url, Load(4, 2, concurrency=2))
 
     def throughput(self, trial: Trial, url: str, load: Load) -> float:
@@ -64,7 +60,8 @@ def bench_app(
 ) -> durably.App:
     """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps): `steps`
     trivial steps in a row, each adding one (the one given x == stop_at calls on_stop()
-    first); and hop(t0), whose one step returns how long ago (time.time()) t0 was."""
+    first); hop(t0), whose one step returns how long ago (time.time()) t0 was; and W3's
+    w3(index, steps, sleep_ms, path), each step sleeping, then applying its keyed effect."""
     app = durably.App(store)
 
     @app.step
@@ -87,6 +84,14 @@ def bench_app(
     async def hop(t0: float) -> float:
         elapsed: float = await since(t0)
         return elapsed
+
+    touch = app.step(name="touch")(apply_effect)
+
+    @app.workflow(name="w3")
+    async def w3(index: int, steps: int, sleep_ms: int, path: str) -> int:
+        for step in range(steps):
+            await touch(path, f"{index}:{step}", sleep_ms)
+        return steps
 
     return app
 
@@ -117,11 +122,11 @@ def check_completed(
     """The worker ended every run of `load` (run i started with i), and they are the runs that
     completed last, the first and last with i + steps."""
     completed = app.client.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows).runs
+    results = [handles[i].result(timeout="1s") - i for i in (0, len(handles) - 1)]
     if finished != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
         raise BenchmarkError(f"{load}: {finished} runs ended, not all of them completed")
-    for i in (0, len(handles) - 1):
-        if (result := handles[i].result(timeout="1s")) != i + load.steps:
-            raise BenchmarkError(f"{load}: run {i} returned {result}, not {i + load.steps}")
+    if results != [load.steps] * 2:
+        raise BenchmarkError(f"{load}: the first and last runs added {results}, not {load.steps}")
 
 
 def wait_ended(app: durably.App, alive: Callable[[], None]) -> None:
@@ -179,35 +184,17 @@ def throughput(args: SimpleNamespace) -> Figures:
     return {"total_seconds": sum(seconds)}
 
 
-def w3_app(args: SimpleNamespace) -> durably.App:
-    """W3's workflow: `steps` steps, each sleeping, then applying its keyed side effect."""
-    app = durably.App(args.store)
-
-    @app.step
-    async def touch(workflow_index: int, step_index: int) -> None:
-        await asyncio.sleep(args.sleep_ms / 1000)
-        apply_effect(args.effects, f"{workflow_index}:{step_index}")
-
-    @app.workflow(name="w3")
-    async def w3(workflow_index: int) -> int:
-        for step_index in range(args.steps):
-            await touch(workflow_index, step_index)
-        return workflow_index
-
-    return app
-
-
 def w3_work(args: SimpleNamespace) -> None:
-    app = w3_app(args)
+    app = bench_app(args.store)
     for i in range(args.workflows):
-        app.start("w3", i)
+        app.start("w3", i, args.steps, args.sleep_ms, args.effects)
     emit({"started": args.workflows})
     app.worker(concurrency=args.concurrency, name="w3-worker").run()  # until SIGKILL
     raise BenchmarkError("the worker stopped before it was killed")
 
 
 def w3_recover(args: SimpleNamespace) -> Figures:
-    app = w3_app(args)
+    app = bench_app(args.store)
     with in_thread(app.worker(concurrency=args.concurrency, name="w3-worker")) as check:
         wait_ended(app, check)  # a run left after that is a run lost
     done = app.client.runs(status=durably.RunStatus.COMPLETED, limit=args.workflows + 1).runs

@@ -6,6 +6,7 @@ benchmarks.worker_app (`durably_worker`, and `workers`, which stops them at the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -52,9 +53,8 @@ class ProcessRunner:
 
     def warm_up(self, fresh: Fresh) -> None:
         """One cold start, not recorded: bytecode compiled, files in the page cache."""
-        with fresh() as url:
-            argv = self.argv("cold-start", url, {})
-            subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=LIMIT)
+        with fresh() as url, Child(self.argv("cold-start", url, {})) as child:
+            child.wait()
 
     def throughput(self, trial: Trial, url: str, load: Load) -> float:
         seconds: float = self.run(trial, "throughput", url, **asdict(load))["total_seconds"]
@@ -62,16 +62,10 @@ class ProcessRunner:
 
     def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:
         """Run one command to its end; its JSON line, recorded in the trial."""
-        argv = self.argv(command, url, options)
-        try:
-            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=LIMIT)
-        except subprocess.TimeoutExpired as exc:
-            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
-            raise BenchmarkError(f"still running after {LIMIT:g} s", argv, stderr) from None
-        lines = done.stdout.strip().splitlines()
-        if done.returncode != 0 or (output := _json_object(lines[-1] if lines else "")) is None:
-            why = f"exited with {done.returncode}, its last stdout line no JSON object"
-            raise BenchmarkError(why, argv, done.stderr)
+        with Child(self.argv(command, url, options)) as child:
+            output = child.json_line()
+            if (code := child.wait()) != 0:
+                raise child.failed(f"exited with {code}")
         trial.record(command, options, output)
         return output
 
@@ -83,9 +77,7 @@ class Child:
     def __init__(
         self, argv: list[str], *, env: Mapping[str, str] = {}, ready: str = "", stdout: bool = True
     ) -> None:
-        self.argv, self._ready = argv, ready
-        self.log: list[str] = []
-        self.ready_at: float | None = None  # perf_counter when it logged `ready`
+        self.argv, self.log, self.started = argv, list[str](), threading.Event()
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,
@@ -94,29 +86,30 @@ class Child:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self._reader = threading.Thread(target=self._read_log, daemon=True)
-        self._reader.start()
+        self.reader = threading.Thread(target=self.read_log, args=(ready,), daemon=True)
+        self.reader.start()
 
-    def _read_log(self) -> None:
+    def read_log(self, ready: str) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
-            if self.ready_at is None and self._ready and self._ready in line:
-                self.ready_at = time.perf_counter()
+            if ready and ready in line:
+                self.started.set()
             self.log.append(line.rstrip())
 
-    def json_line(self, key: str, limit: float = LIMIT) -> dict[str, Any]:
-        """The first stdout line that is a JSON object with `key`, within `limit` seconds."""
+    def json_line(self, key: str | None = None, limit: float = LIMIT) -> dict[str, Any]:
+        """The first stdout line that is a JSON object (with `key`), within `limit` seconds."""
         assert self.process.stdout is not None
         timer = threading.Timer(limit, self.process.kill)
         timer.start()
         try:
             for line in self.process.stdout:
-                if (found := _json_object(line)) is not None and key in found:
-                    return found
+                with contextlib.suppress(ValueError):
+                    if isinstance(found := json.loads(line), dict) and (key or "") in found:
+                        return found
         finally:
             timer.cancel()
-        why = f"exited with {self.process.wait()} before printing {{{key!r}: ...}}"
-        raise self.failed(f"{why} (killed if still running after {limit:g} s)")
+        why = f"exited with {self.process.wait()} before printing its JSON line ({key})"
+        raise self.failed(f"{why}; killed if still running after {limit:g} s")
 
     def wait(self, limit: float = LIMIT) -> int:
         """Its exit code; killed, and a failure, if it runs past `limit` seconds."""
@@ -127,7 +120,7 @@ class Child:
             raise self.failed(f"still running after {limit:g} s") from None
 
     def failed(self, why: str) -> BenchmarkError:
-        self._reader.join(timeout=5)  # the rest of its stderr, if it has ended
+        self.reader.join(timeout=5)  # the rest of its stderr, if it has ended
         return BenchmarkError(why, self.argv, "\n".join(self.log))
 
     def close(self) -> None:
@@ -137,7 +130,7 @@ class Child:
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
-        self._reader.join(timeout=5)
+        self.reader.join(timeout=5)
 
     def __enter__(self) -> Child:
         return self
@@ -150,9 +143,8 @@ def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Chil
     """`durably worker benchmarks.worker_app:app OPTIONS` on the store at `url`, watched for
     the line it logs once it has opened its store."""
     argv = [sys.executable, "-m", "durably", "worker", "benchmarks.worker_app:app", *options]
-    return Child(
-        argv, env={"DURABLY_STORE": url, **env}, ready="started (concurrency", stdout=False
-    )
+    env = {"DURABLY_STORE": url, **env}
+    return Child(argv, env=env, ready="started (concurrency", stdout=False)
 
 
 @contextmanager
@@ -176,18 +168,10 @@ def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
 def wait_ready(children: list[Child]) -> None:
     """Until every child has logged that it started; one that exits first is a failure."""
     deadline = time.monotonic() + LIMIT
-    while any(child.ready_at is None for child in children):
+    while not all(child.started.is_set() for child in children):
         for child in children:
-            if child.ready_at is None and child.process.poll() is not None:
+            if not child.started.is_set() and child.process.poll() is not None:
                 raise child.failed(f"exited with {child.process.returncode} before it started")
         if time.monotonic() > deadline:
             raise BenchmarkError(f"a worker did not start within {LIMIT:g} s")
         time.sleep(0.005)
-
-
-def _json_object(line: str) -> dict[str, Any] | None:
-    try:
-        found = json.loads(line)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None

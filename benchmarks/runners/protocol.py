@@ -20,6 +20,7 @@ Standard library only: a runner imports this once its cold-start clock runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import sys
@@ -99,8 +100,10 @@ def create_effects(path: Path) -> None:
         db.execute("CREATE TABLE IF NOT EXISTS effects (key TEXT NOT NULL)")
 
 
-def apply_effect(path: str, key: str) -> None:
-    """Record one application of the effect named `key` (committed before returning)."""
+async def apply_effect(path: str, key: str, sleep_ms: int) -> None:
+    """W3's step: sleep, then record one application of the effect named `key` (committed
+    before returning)."""
+    await asyncio.sleep(sleep_ms / 1000)
     db: sqlite3.Connection | None = getattr(_local, "db", None)
     if db is None:
         db = _local.db = sqlite3.connect(path, isolation_level=None, timeout=30)

@@ -1,11 +1,11 @@
 """Whether durably's costs stay flat as histories, stores and the number of worker processes
-grow: durably in this process, and `durably worker` processes of benchmarks.worker_app.
+grow: durably in this process, and `durably worker` processes of benchmarks.worker_app; and
+claims straight on stores filled with runs of every kind (scaling, priorities).
 """
 
 from __future__ import annotations
 
 import signal
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,20 +17,14 @@ from benchmarks.plan import Metric, Trial, Values
 from benchmarks.runners.durably_runner import STOP_AT, bench_app, check_completed, wait_ended
 from benchmarks.runners.processes import durably_worker, workers
 from benchmarks.runners.protocol import BenchmarkError, Load
-from benchmarks.stores import claimed, fill, vacuum
+from benchmarks.stores import LEASE, fill, vacuum
 from durably.stores import Claim, Store, open_store
+from durably.testing import FakeClock
 
 
 def step_starts(history: Sequence[durably.Event]) -> list[datetime]:
     """When each step_started event was written (durably's clock)."""
     return [event.at for event in history if event.kind is durably.EventKind.STEP_STARTED]
-
-
-def ms_per_step(starts: Sequence[datetime]) -> float:
-    """The time from the first to the last step start, per step between."""
-    if len(starts) < 2:
-        raise BenchmarkError(f"{len(starts)} step(s) started")
-    return 1000 * (starts[-1] - starts[0]).total_seconds() / (len(starts) - 1)
 
 
 def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
@@ -52,7 +46,7 @@ def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
         per_step = 1000 * total / sum(len(each) - 1 for each in starts)
         values[Metric(f"history_{steps}_step_ms", label, "ms/step")] = per_step
     last, n = starts[-1], max(1, lengths[-1] // 10)  # the longest, run last, alone
-    drift = ms_per_step(last[-n - 1 :]) / ms_per_step(last[: n + 1])
+    drift = (last[-1] - last[-n - 1]) / (last[n] - last[0])
     label = f"history: {lengths[-1]:,} steps, last {n:,} / first {n:,}"
     return values | {Metric("history_drift", label, "x"): drift}
 
@@ -83,12 +77,10 @@ def pickup(trial: Trial, done: int) -> Values:
         timer = ClaimTimer(open_store(url))
         app = bench_app(cast(Store, timer), done, lambda: reached.append(time.perf_counter()))
         handle = app.start("chain", 0, done + 1)
-        crashing = durably_worker(
-            url, "--concurrency", "1", "--lease", "1s", env={STOP_AT: str(done)}
-        )
-        if (code := crashing.wait()) != -signal.SIGKILL:
-            raise crashing.failed(f"the crashing worker exited {code}")
-        crashing.close()
+        options = ("--concurrency", "1", "--lease", "1s")
+        with durably_worker(url, *options, env={STOP_AT: str(done)}) as crashing:
+            if (code := crashing.wait()) != -signal.SIGKILL:
+                raise crashing.failed(f"the crashing worker exited {code}")
         run, history = app.client.get(handle.id), app.client.history(handle.id)
         if run.status is not durably.RunStatus.RUNNING or len(step_starts(history)) != done + 1:
             raise BenchmarkError(f"the dead worker left a {run.status} run")
@@ -104,46 +96,49 @@ def pickup(trial: Trial, done: int) -> Values:
     if len(taken) != 1 or len(reached) != 1 or len(claimed) != 1 or not took_over:
         raise BenchmarkError(f"pickup: {len(taken)} claims took the run, none a takeover")
     (claim_began, claim_ended), where = taken[0], f"pickup after {done:,} steps"
+    claim_ms, replay_ms = 1000 * (claim_ended - claim_began), 1000 * (reached[0] - claim_ended)
     return {
-        Metric("pickup_claim_ms", f"{where}: claim", "ms"): 1000 * (claim_ended - claim_began),
-        Metric("pickup_replay_ms", f"{where}: replay to the next step", "ms"): 1000
-        * (reached[0] - claim_ended),
+        Metric("pickup_claim_ms", f"{where}: claim", "ms"): claim_ms,
+        Metric("pickup_replay_ms", f"{where}: replay to the next step", "ms"): replay_ms,
     }
 
 
 @dataclass(frozen=True, slots=True)
-class StoreSizes:
-    finished: tuple[int, ...]  # finished runs in the store while claims are timed
-    backlog: int  # pending runs of a workflow the worker does not know
+class Backlog:
+    """What a store holds while `claims` claims of `take` runs of "job" are timed."""
+
+    due: int  # runs of job due now, priorities 0..10
     claims: int
+    take: int = 32
+    sleeping: int = 0  # runs of job of priority 10, due in a day
+    finished: int = 0  # runs of job completed after three steps (9 events each)
+    elsewhere: int = 0  # runs due now of a workflow no worker knows
 
 
-def big_stores(trial: Trial, sizes: StoreSizes) -> Values:
-    """On a store holding finished runs (3 steps, 9 events each) or a backlog of pending runs
-    of a workflow no worker knows: store.claim of the one due run as an idle worker claims;
-    the median over the repetition's claims."""
-    cases = [(f"{n}_finished", f"{n:,} finished runs", n, 0) for n in sizes.finished]
-    backlog = f"{sizes.backlog:,} pending runs of another workflow"
-    cases.append((f"{sizes.backlog}_pending_elsewhere", backlog, 0, sizes.backlog))
-    values: Values = {}
-    for key, label, finished, pending in cases:
-        with trial.fresh() as url:
-            app = bench_app(url)
-            ago, claims = app.clock.now() - timedelta(hours=1), []
-            fill(app.store, "chain", finished, at=ago, ended=True)
-            fill(app.store, "elsewhere", pending, at=ago)
-            vacuum(url)
-            for i in range(sizes.claims):
-                handle = app.start("chain", i, 3)
-                ms, taken = claimed(app.store, app.workflow_names(), app.clock.now())
-                if [claim.run_id for claim in taken] != [handle.id]:
-                    raise BenchmarkError(f"claim {i} took {len(taken)} runs, not {handle.id}")
-                claims.append(ms)
-            app.close()
-        values[Metric(f"claim_ms_{key}", f"claim, store with {label}", "ms")] = statistics.median(
-            claims
-        )
-    return values
+def claims(trial: Trial, size: Backlog) -> Values:
+    """Claims straight on the store (no worker), as an idle worker makes them, from a backlog
+    (the PostgreSQL store vacuumed after the fill, as autovacuum would): every claim."""
+    now, samples = FakeClock().now(), []
+    with trial.fresh() as url:  # the runs elsewhere first in claim order
+        store = open_store(url)
+        fill(store, "job", size.finished, at=now - timedelta(hours=1), ended=True)
+        fill(store, "elsewhere", size.elsewhere, at=now - timedelta(hours=1))
+        fill(store, "job", size.sleeping, at=now, later=timedelta(days=1), priority=lambda n: 10)
+        fill(store, "job", size.due, at=now, priority=lambda n: n % 11)
+        vacuum(url)
+        for _ in range(size.claims):
+            began = time.perf_counter()
+            if (
+                len(store.claim("bench", ["job"], now=now, lease=LEASE, limit=size.take))
+                < size.take
+            ):
+                raise BenchmarkError(f"a claim took fewer than {size.take} runs")
+            samples.append(1000 * (time.perf_counter() - began))
+        store.close()
+    kinds = [(size.due, "due"), (size.sleeping, "sleeping a day"), (size.finished, "finished")]
+    held = [f"{n:,} {kind}" for n, kind in [*kinds, (size.elsewhere, "due elsewhere")] if n]
+    key = "_".join(f"{n}_{kind.split()[0]}" for n, kind in [*kinds, (size.elsewhere, "elsewhere")])
+    return {Metric(f"claim_ms_{key}", f"claim of {size.take}, {', '.join(held)}", "ms"): samples}
 
 
 def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
