@@ -20,11 +20,12 @@ from typing import Any
 import click
 
 from durably.cli.base import BY, DURATION, PRECEDENCE, cli, client_for, load_app, where, worker_hint
-from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each, say_upgraded
+from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each
 from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.runtime.upgrades import Outcome
+from durably.views.deploys import summary
 from durably.views.models import (
     ApprovalOut,
     DeadLetterOut,
@@ -113,7 +114,7 @@ def worker(
     )
     if upgrading:
         upgrades = app.upgrade(by=f"worker {running.name}")
-        log.info("%s", say_upgraded(upgrades, dry_run=False))
+        log.info("%s", summary(upgrades, dry_run=False))
         for upgraded in upgrades:
             if upgraded.outcome is not Outcome.MOVED:
                 log.warning(

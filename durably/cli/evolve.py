@@ -12,10 +12,11 @@ import click
 
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where
 from durably.cli.commands import runs
-from durably.cli.output import AS_JSON, echo_json, say_upgraded
+from durably.cli.output import AS_JSON, echo_json
 from durably.durations import parse_duration
 from durably.runtime.upgrades import Outcome
 from durably.views.breakers import breakers as read_breakers
+from durably.views.deploys import summary
 from durably.views.models import BreakerOut, UpgradeOut, WorkerOut
 
 __all__ = ["prune", "runs_export", "upgrade", "workers"]
@@ -94,7 +95,7 @@ def upgrade(
                 f"{upgraded.run_id}: {upgraded.outcome} ({upgraded.workflow} "
                 f"{upgraded.from_version} -> {upgraded.to_version}){why}"
             )
-        click.echo(say_upgraded(upgrades, dry_run=dry_run))
+        click.echo(summary(upgrades, dry_run=dry_run))
     if any(upgraded.outcome is Outcome.DIVERGES for upgraded in upgrades):
         sys.exit(1)
 

@@ -13,10 +13,9 @@ from pydantic import BaseModel, TypeAdapter
 
 from durably.client.client import Client
 from durably.errors import DurablyError
-from durably.runtime.upgrades import Outcome, Upgrade
 from durably.views.timeline import TimelineRow
 
-__all__ = ["AS_JSON", "echo_json", "echo_tracebacks", "retry_each", "say_upgraded", "status"]
+__all__ = ["AS_JSON", "echo_json", "echo_tracebacks", "retry_each", "status"]
 
 AS_JSON = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (the HTTP API's shapes), not a table."
@@ -60,25 +59,6 @@ def echo_tracebacks(run_id: str, rows: Sequence[TimelineRow], *, shown: bool) ->
         attempt = f", attempt {row.attempt}" if row.attempt else ""
         click.echo(f"\n{row.what}{step}{attempt}:")
         click.echo(str(row.traceback).rstrip())
-
-
-def say_upgraded(upgrades: list[Upgrade], *, dry_run: bool) -> str:
-    """One line: how many runs moved (or would), and how many stay, and why."""
-    if not upgrades:
-        return "no run is stranded: every run in flight is on a version a worker or this code runs"
-    counts = {outcome: 0 for outcome in Outcome}
-    for upgraded in upgrades:
-        counts[upgraded.outcome] += 1
-    moved = counts[Outcome.WOULD_MOVE] if dry_run else counts[Outcome.MOVED]
-    said = f"{moved} run(s) {'would move' if dry_run else 'moved'} to the deployed code"
-    if counts[Outcome.DIVERGES]:
-        said += (
-            f"; {counts[Outcome.DIVERGES]} stay: the code no longer follows their histories "
-            "(keep a worker with their code, or make the change with durably.patched)"
-        )
-    if counts[Outcome.CHANGED]:
-        said += f"; {counts[Outcome.CHANGED]} changed meanwhile: run durably upgrade again"
-    return said
 
 
 def retry_each(

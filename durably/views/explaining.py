@@ -63,9 +63,9 @@ def explain(
         )
     if status in (RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATION_FAILED):
         return _parked(run, events)
-    if status is RunStatus.RUNNING:
-        return _running(run, events, workers, now)
-    return _pending(run, events, workers, now)
+    said = (_running if status is RunStatus.RUNNING else _pending)(run, events, workers, now)
+    left = None if now is None else _left_behind(run, workers, now)
+    return said if left is None else Explanation(said.now, left)
 
 
 def root_cause(events: Sequence[Event]) -> str | None:
@@ -274,18 +274,24 @@ def _taker(
     live = runners(run, workers, now)
     if live:
         return f"{when} ({', '.join(sorted(w.name for w in live))})"
-    if run.version is not None and any(
-        w.alive(now) and run.workflow in w.serves for w in workers
-    ):  # workers of other code run: a deploy left it behind
-        return (
-            f"no live worker runs workflow {run.workflow!r} at version {run.version}, the "
-            "code it started on: move it to the deployed code, which first checks that the "
-            "code replays its history (durably upgrade MODULE:ATTR)"
-        )
     return (
         f"no live worker runs workflow {run.workflow!r}"
         + ("" if run.version is None else f" at version {run.version}")
         + ": start one (durably worker MODULE:ATTR)"
+    )
+
+
+def _left_behind(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str | None:
+    """When live workers run the workflow, but none at the run's version: a deploy left it
+    behind, and only an upgrade (or a worker of its code) moves it on."""
+    if run.version is None or runners(run, workers, now):
+        return None
+    if not any(w.alive(now) and run.workflow in w.serves for w in workers):
+        return None  # no worker runs the workflow at all: said where it matters
+    return (
+        f"no live worker runs workflow {run.workflow!r} at version {run.version}, the code it "
+        "started on: move it to the deployed code, which first checks that the code replays "
+        "its history (durably upgrade MODULE:ATTR)"
     )
 
 

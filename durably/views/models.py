@@ -46,6 +46,7 @@ __all__ = [
     "SkipIn",
     "StartIn",
     "StatusOut",
+    "UpgradeIn",
     "UpgradeOut",
     "WorkerOut",
 ]
@@ -420,6 +421,12 @@ def _parsed(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+class UpgradeIn(BaseModel):
+    model_config = _STRICT
+    workflow: str | None = Field(default=None, description="Only this workflow's runs")
+    dry_run: bool = Field(default=False, description="Say what would move; move nothing")
 
 
 class UpgradeOut(BaseModel):

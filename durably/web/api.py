@@ -39,6 +39,8 @@ from durably.views.models import (
     SkipIn,
     StartIn,
     StatusOut,
+    UpgradeIn,
+    UpgradeOut,
     WorkerOut,
 )
 from durably.web.access import Reader, Served, Writer, served
@@ -288,6 +290,16 @@ def workers(state: State, who: Reader) -> list[WorkerOut]:
     """The workers of the store, live or lately gone, with the versions they run."""
     now: datetime = state.client.clock.now()
     return [WorkerOut.of(beat, now) for beat in state.client.workers()]
+
+
+@router.post("/upgrade", tags=["operations"])
+def upgrade(state: State, who: Writer, body: Body[UpgradeIn] = None) -> list[UpgradeOut]:
+    """Move the runs in flight on a version no live worker serves to the server's code, each
+    only if that code replays its history (no step runs); the others stay, with where code
+    and history part (`why`). `dry_run`: only say what would move."""
+    asked = body or UpgradeIn()
+    upgrades = state.app.upgrade(workflow=asked.workflow, dry_run=asked.dry_run, by=who.name)
+    return [UpgradeOut.of(upgraded) for upgraded in upgrades]
 
 
 @router.get("/queue", tags=["operations"])

@@ -19,11 +19,13 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
 
 from durably.core.approvals import fold_approvals
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, PayloadError, RunNotFound
 from durably.views.breakers import breakers
+from durably.views.deploys import summary
 from durably.views.explaining import explain, root_cause
 from durably.views.gantt import gantt
 from durably.views.timeline import describe_run, timeline
@@ -289,8 +291,8 @@ def _form_action(run_action: Act) -> Callable[..., Any]:
             )
         if not who.can_write:
             return _back(back, refused=f"{who.name} may only read: acting needs a write token")
-        try:
-            said = run_action(state, target, who, form)
+        try:  # off the event loop: an action may take a while (an upgrade rehearses runs)
+            said = await run_in_threadpool(run_action, state, target, who, form)
         except (DurablyError, ValueError) as exc:
             return _back(back, refused=str(exc))
         return _back(back, said=said)
@@ -395,6 +397,23 @@ def _schedule(verb: str) -> Act:
 
     return act
 
+
+def _upgrade(state: Served, moving: str, who: Identity, form: dict[str, str]) -> str:
+    """Move stranded runs to the server's code (`moving` "move"), or say which would move."""
+    dry_run = moving != "move"
+    upgrades = state.app.upgrade(dry_run=dry_run, by=who.name)
+    stays = [f"{u.run_id}: {u.why}" for u in upgrades if u.why]
+    return "; ".join([summary(upgrades, dry_run=dry_run), *stays[:_STAYS_SHOWN]])
+
+
+_STAYS_SHOWN = 5  # of the runs that stay, named with why in the message (durably upgrade: all)
+
+router.add_api_route(
+    "/workers/upgrade/{target}",
+    _form_action(_upgrade),
+    methods=["POST"],
+    name="dashboard upgrade",
+)
 
 for _verb in ("pause", "resume", "trigger"):
     router.add_api_route(
