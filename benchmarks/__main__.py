@@ -10,15 +10,12 @@ PostgreSQL server ($DURABLY_BENCH_POSTGRES, or postgresql://postgres@127.0.0.1:5
 rows are skipped with a note.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import textwrap
 from collections.abc import Sequence
 
 from benchmarks.harness import run
-from benchmarks.plan import Asked
 from benchmarks.registry import BENCHES
 
 ENGINES, STORES = ("durably", "dbos"), ("sqlite", "postgres")
@@ -48,18 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{bench.name}: {workloads} ({times} by default)")
             print(textwrap.fill(bench.about, 88, initial_indent="    ", subsequent_indent="    "))
         return 0
-    stores, engines = split(args.stores), split(args.engines) if args.engines else None
+    args.stores, args.engines = split(args.stores), args.engines and split(args.engines)
     for option, given, known in [
         ("names", args.names, tuple(BENCHES)),
-        ("stores", stores, STORES),
-        ("engines", engines or (), ENGINES),
+        ("stores", args.stores, STORES),
+        ("engines", args.engines or (), ENGINES),
     ]:
         if unknown := set(given) - set(known):
             parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(known)})")
     if not args.names or (args.repeat or 1) < 1:
         parser.error("name a benchmark (--list lists them); --repeat is at least 1")
-    asked = Asked(args.repeat, args.quick, stores, engines, args.fast, args.dbos_queue_poll_ms)
-    return max(run(BENCHES[name], asked) for name in args.names)
+    return max(run(BENCHES[name], args) for name in args.names)
 
 
 def split(option: str) -> tuple[str, ...]:

@@ -3,17 +3,16 @@ repetition by every runner in turn (the first one alternating, so that drift on 
 hits them alike), then its derived figures, the table and the results file (benchmarks.report).
 """
 
-from __future__ import annotations
-
 import functools
 import sys
+from argparse import Namespace
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
-from benchmarks.plan import STORE, Asked, Bench, Metric, Runner, Trial, Workload
+from benchmarks.plan import STORE, Bench, Metric, Runner, Trial, Workload
 from benchmarks.report import Results, Row, busy_note, number, run_context
 from benchmarks.runners.durably_runner import InProcess
 from benchmarks.runners.processes import ProcessRunner
@@ -21,8 +20,8 @@ from benchmarks.runners.protocol import BenchmarkError
 from benchmarks.stores import Store, postgres_problem
 
 
-def run(bench: Bench, asked: Asked) -> int:
-    """Measure `bench` as asked; 1 if a runner failed (its stderr is printed), else 0."""
+def run(bench: Bench, asked: Namespace) -> int:
+    """Measure `bench` as the command asks; 1 if a runner failed (its stderr printed), else 0."""
     workloads = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
     fast, repeat = asked.fast and bench.side_by_side, asked.repeat or bench.repeat
     runners: list[Runner] = [InProcess()]
@@ -41,7 +40,7 @@ def run(bench: Bench, asked: Asked) -> int:
             results.notes.append(f"PostgreSQL rows skipped: {problem}")
             continue
         store = Store(name, runner_processes=bench.side_by_side, fast=fast)
-        session = Session(bench, store, runners, repeat, fast, results.runs)
+        session = Session(bench, store, runners, repeat, results.runs)
         try:
             results.rows += session.measure(workloads)
         except BenchmarkError as failure:
@@ -63,28 +62,24 @@ class Session:
     store: Store
     runners: Sequence[Runner]  # those asked for, in the order given; some may be missing
     repeat: int
-    fast: bool
     runs: list[dict[str, Any]]  # every runner process's output, for the results file
 
     def measure(self, workloads: Sequence[Workload[Any]]) -> list[Row]:
-        for runner in self.order(0):
+        able = [runner for runner in self.runners if runner.missing is None]
+        for runner in able:
             runner.warm_up(functools.partial(self.store.fresh, runner.name))
-        rows = [row for w in workloads for row in self.repetitions(w)]
+        rows = [row for w in workloads for row in self.repetitions(w, able)]
         return rows + self.derive(rows)
 
-    def order(self, repetition: int) -> list[Runner]:
-        """The runners that can run, the first one alternating from one repetition to the next."""
-        able = [runner for runner in self.runners if runner.missing is None]
-        return able if repetition % 2 == 0 else able[::-1]
-
-    def repetitions(self, w: Workload[Any]) -> list[Row]:
-        """--repeat repetitions of `w`, each by every runner in turn: one row per figure."""
+    def repetitions(self, w: Workload[Any], able: list[Runner]) -> list[Row]:
+        """--repeat repetitions of `w`, each by every runner in turn, the first one alternating
+        from one repetition to the next: one row per figure."""
         samples: dict[Metric, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        pooled: set[Metric] = set()
-        kept: dict[str, Any] = {}
+        pooled, kept = set[Metric](), dict[str, Any]()
         with ExitStack() as lasting:
             for repetition in range(1, self.repeat + 1):
-                for runner in [None] if w.store_alone else self.order(repetition - 1):
+                turn = able if repetition % 2 else able[::-1]
+                for runner in [None] if w.store_alone else turn:
                     trial = Trial(self.store, runner, w.name, repetition, self.runs, lasting, kept)
                     values = w.measure(trial, w.size)
                     for metric, value in values.items():
@@ -92,7 +87,8 @@ class Session:
                         listed = value if isinstance(value, list) else [value]
                         samples[metric][trial.name] += [v for v in listed if v is not None]
                     shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
-                    self.progress(f"{w.name} {repetition}/{self.repeat} {trial.name}: {shown}")
+                    where = f"  {self.store.label}: {w.name} {repetition}/{self.repeat}"
+                    print(f"{where} {trial.name}: {shown}", file=sys.stderr, flush=True)
         return [self.row(metric, samples[metric], metric in pooled) for metric in samples]
 
     def row(self, metric: Metric, by_runner: dict[str, list[float]], pooled: bool) -> Row:
@@ -103,28 +99,23 @@ class Session:
         asked = {runner.name: runner for runner in self.runners}
         cells: dict[str, list[float] | str] = {}
         for name in self.bench.engines:  # "n/a": the runner cannot tell this figure apart
-            runner = asked.get(name)
-            cells[name] = (
-                "not run" if runner is None else runner.missing or by_runner.get(name) or "n/a"
-            )
-        target = None if self.fast else self.bench.targets.get((metric.key, self.store.name))
+            missing = asked[name].missing if name in asked else "not run"
+            cells[name] = missing or by_runner.get(name) or "n/a"
+        target = None if self.store.fast else self.bench.targets.get((metric.key, self.store.name))
         return Row(metric, self.store.label, cells, target, pooled)
 
     def derive(self, rows: Sequence[Row]) -> list[Row]:
         """The bench's derived figures, runner by runner, where both inputs were measured."""
         by_key, derived = {row.metric.key: row for row in rows}, []
         for d in self.bench.derived:
-            if (first := by_key.get(d.of[0])) is None or (second := by_key.get(d.of[1])) is None:
-                continue
-            values: dict[str, list[float]] = {}
-            for name in first.cells:
-                if (a := first.value(name)) is not None and (b := second.value(name)) is not None:
-                    values[name] = [d.combine(a, b)]
-            derived.append(self.row(d.metric, values, pooled=False))
+            if (first := by_key.get(d.of[0])) and (second := by_key.get(d.of[1])):
+                values = {
+                    n: [d.combine(a, b)]
+                    for n in first.cells
+                    if (a := first.value(n)) and (b := second.value(n))
+                }
+                derived.append(self.row(d.metric, values, pooled=False))
         return derived
-
-    def progress(self, message: str) -> None:
-        print(f"  {self.store.label}: {message}", file=sys.stderr, flush=True)
 
 
 def shown_value(value: float | list[float] | None) -> str:

@@ -24,9 +24,8 @@ Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    """A figure: its key (the results' and the targets'), how the table words it, its unit,
-    which way is better, and whether it is the 95th percentile of its samples (else their
-    median)."""
+    """A figure: its key (the results' and the targets'), its label and unit in the table,
+    which way is better, and whether it is its samples' 95th percentile (else their median)."""
 
     key: str
     label: str
@@ -43,19 +42,19 @@ Values = dict[Metric, float | list[float] | None]
 @dataclass(frozen=True, slots=True)
 class Workload(Generic[S]):
     """`measure` makes one repetition, by one runner (of the store alone, if `store_alone`),
-    at a size: its values by metric, in table order."""
+    at a size (`quick` with --quick): its values by metric, in table order."""
 
-    name: str  # for the progress lines and the results
+    name: str
     measure: Callable[[Trial, S], Values]
     size: S
-    quick: S  # the size with --quick
+    quick: S
     store_alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Derived:
-    """A figure computed runner by runner from the values of two others, `combine(first,
-    second)`; the second may be of the store alone."""
+    """A figure computed runner by runner from two others' values, `combine(first, second)`;
+    the second may be of the store alone."""
 
     metric: Metric
     of: tuple[str, str]
@@ -77,18 +76,6 @@ class Bench:
         return len(self.engines) > 1
 
 
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """The command's options (None: each bench's own)."""
-
-    repeat: int | None
-    quick: bool
-    stores: tuple[str, ...]
-    engines: tuple[str, ...] | None
-    fast: bool
-    dbos_queue_poll_ms: float | None
-
-
 class Runner(Protocol):
     """An engine as the harness drives it: durably in this process (durably_runner.InProcess),
     or an engine's runner module in processes of its own (processes.ProcessRunner)."""
@@ -96,8 +83,7 @@ class Runner(Protocol):
     name: str  # the engine: durably, dbos
     missing: str | None  # why it cannot run here; None if it can
 
-    def warm_up(self, fresh: Fresh) -> None:
-        """Something small and unrecorded first: imports done, files in the page cache."""
+    def warm_up(self, fresh: Fresh) -> None: ...
 
     def throughput(self, trial: Trial, url: str, load: Load) -> float:
         """The seconds `load` took on the empty store at `url`: durably here counts only the
@@ -106,14 +92,15 @@ class Runner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Trial:
-    """One repetition of one workload by one runner on one store."""
+    """One repetition of one workload by one runner (None: the store alone) on one store;
+    `lasting` is closed after the workload's last repetition there."""
 
     store: Store
-    runner: Runner | None  # None: the workload measures the store alone
+    runner: Runner | None
     workload: str
     repetition: int  # from 1
     runs: list[dict[str, Any]]  # every runner process's output, for the results file
-    lasting: ExitStack  # closed after the workload's last repetition on this store
+    lasting: ExitStack
     kept: dict[str, Any]  # what `keep` made, by runner
 
     @property
@@ -131,8 +118,7 @@ class Trial:
         return self.store.fresh(self.name)
 
     def keep(self, make: Callable[[], AbstractContextManager[T]]) -> T:
-        """What `make` gives, made at the first repetition and kept for every repetition of
-        the workload on this store."""
+        """What `make` gives, made at the first repetition and kept for the workload's others."""
         if self.name not in self.kept:
             self.kept[self.name] = self.lasting.enter_context(make())
         kept: T = self.kept[self.name]
@@ -141,6 +127,5 @@ class Trial:
     def record(self, command: str, options: Mapping[str, object], output: dict[str, Any]) -> None:
         """Keep a runner process's output for the results file."""
         run: dict[str, object] = {"store": self.store.label, "workload": self.workload}
-        run["engine"] = self.name
-        run |= {"repetition": self.repetition, "command": command, "options": dict(options)}
-        self.runs.append({**run, "output": output})
+        run |= {"engine": self.name, "repetition": self.repetition, "command": command}
+        self.runs.append({**run, "options": dict(options), "output": output})

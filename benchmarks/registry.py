@@ -3,8 +3,6 @@
 measures are in benchmarks/workloads/ (engines, scaling, features).
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from benchmarks.plan import Bench, Derived, Metric, Workload

@@ -3,15 +3,12 @@ runner), the table, and `Results`, every row with the record around them (the ma
 load, the durably measured), written to benchmarks/results/.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import os
 import platform
 import statistics
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -24,12 +21,6 @@ from benchmarks.plan import STORE, Bench, Metric
 RESULTS = Path(__file__).parent / "results"
 
 
-def p95(values: Sequence[float]) -> float:
-    if len(values) < 2:
-        return values[0]
-    return statistics.quantiles(values, n=20, method="inclusive")[18]
-
-
 def number(value: float) -> str:
     if abs(value) >= 100 or value == 0:
         return f"{value:,.0f}"
@@ -37,7 +28,9 @@ def number(value: float) -> str:
 
 
 def median_or_p95(metric: Metric, samples: list[float]) -> float:
-    return p95(samples) if metric.p95 else statistics.median(samples)
+    if not metric.p95 or len(samples) < 2:
+        return statistics.median(samples)
+    return statistics.quantiles(samples, n=20, method="inclusive")[18]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +85,9 @@ class Row:
         line = [self.metric.label, self.store, self.metric.unit]
         line += [self.cell(name) for name in bench.engines]
         if bench.side_by_side:
-            ratios = self.ratios()
-            spread = f" [{number(min(ratios[1:]))}..{number(max(ratios[1:]))}]"
-            line.append(f"{ratios[0]:.2f}x{spread if len(ratios) > 2 else ''}" if ratios else "")
+            whole, *each = self.ratios() or [0.0]
+            spread = f" [{number(min(each))}..{number(max(each))}]" if len(each) > 1 else ""
+            line.append(f"{whole:.2f}x{spread}" if whole else "")
         return line + (self.verdict() if bench.targets else [])
 
     def as_json(self) -> dict[str, Any]:
@@ -132,13 +125,9 @@ def run_context() -> dict[str, Any]:
     changes = git("status", "--porcelain", "--", ".")
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpus = [line.split(":")[1].strip() for line in cpuinfo.splitlines() if "model name" in line]
-    source: dict[str, Any] = {
-        "version": next((d.version for d in metadata.distributions(name="durably")), None)
-    }
-    source |= {
-        "commit": git("rev-parse", "HEAD"),
-        "local_changes": None if changes is None else bool(changes),
-    }
+    version = next((d.version for d in metadata.distributions(name="durably")), None)
+    local = None if changes is None else bool(changes)
+    source = {"version": version, "commit": git("rev-parse", "HEAD"), "local_changes": local}
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),

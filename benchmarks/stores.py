@@ -5,8 +5,6 @@ themselves); the store's own commit floor; its settings for the record; and stor
 bulk through the store's own writes, a thousand runs a transaction, then vacuumed.
 """
 
-from __future__ import annotations
-
 import os
 import sqlite3
 import tempfile

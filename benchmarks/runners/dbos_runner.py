@@ -18,8 +18,6 @@ the process, and reports what the first one read back as "durability".
 # mypy: disable-error-code="import-not-found, untyped-decorator, no-any-return"
 # (dbos is the bench extra: where it is not installed, its names are untyped)
 
-from __future__ import annotations
-
 import time
 
 STARTED = time.perf_counter()  # before the engine is imported
@@ -37,17 +35,15 @@ import sqlalchemy as sa
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetWorkflowID
 from sqlalchemy.pool import Pool
 
-from benchmarks.runners.protocol import BenchmarkError, Figures, apply_effect, emit, main
+from benchmarks.runners import protocol
+from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 
 RESULT_POLL = 0.01  # seconds between a handle's looks for a finished workflow
 READY = "queue worker ready"  # what a queue-worker says on stderr once it serves
 SEEN: dict[str, str] = {}  # the durability settings the first connection read back
 Enqueue = Callable[..., Awaitable[Any]]  # the workflow's arguments -> its handle
-
-
-@DBOS.step()
-async def add_one(x: int) -> int:
-    return x + 1
+step = DBOS.step()
+add_one, touch, since = step(protocol.add_one), step(protocol.apply_effect), step(protocol.since)
 
 
 @DBOS.workflow(name="chain")
@@ -57,9 +53,6 @@ async def chain(x: int, steps: int) -> int:
     return x
 
 
-touch = DBOS.step(name="touch")(apply_effect)
-
-
 @DBOS.workflow(name="w3")
 async def w3(index: int, steps: int, sleep_ms: int, path: str) -> int:
     for step in range(steps):
@@ -67,15 +60,9 @@ async def w3(index: int, steps: int, sleep_ms: int, path: str) -> int:
     return steps
 
 
-@DBOS.step()
-async def seconds_since(t0: float) -> float:
-    return time.time() - t0
-
-
 @DBOS.workflow(name="hop")
 async def hop(t0: float) -> float:
-    elapsed: float = await seconds_since(t0)
-    return elapsed
+    return await since(t0)
 
 
 def hold_durability(args: SimpleNamespace) -> None:
@@ -89,12 +76,11 @@ def hold_durability(args: SimpleNamespace) -> None:
         names = ["journal_mode", "synchronous"]
     level = ("NORMAL" if args.fast else "FULL") if sqlite else ("off" if args.fast else "on")
 
+    setting = f"PRAGMA synchronous = {level}" if sqlite else f"SET synchronous_commit = {level}"
+
     def connected(connection: Any, _record: Any) -> None:
         cursor = connection.cursor()
-        if sqlite:
-            cursor.execute(f"PRAGMA synchronous = {level}")
-        else:
-            cursor.execute(f"SET synchronous_commit = {level}")
+        cursor.execute(setting)
         for name in () if SEEN else names:
             cursor.execute(f"PRAGMA {name}" if sqlite else f"SHOW {name}")
             value = str(cursor.fetchone()[0])

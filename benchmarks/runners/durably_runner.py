@@ -20,6 +20,9 @@ import time
 LOADED = time.perf_counter()
 
 import asyncio
+import functools
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +31,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import durably
+from benchmarks.runners import protocol
 from benchmarks.runners.protocol import BenchmarkError, Figures, Load, apply_effect, emit, main
 
 if TYPE_CHECKING:
@@ -76,16 +80,12 @@ def bench_app(
             x = await add_one(x)
         return x
 
-    @app.step
-    async def since(t0: float) -> float:
-        return time.time() - t0
+    touch, since = app.step(apply_effect), app.step(protocol.since)
 
     @app.workflow(name="hop")
     async def hop(t0: float) -> float:
         elapsed: float = await since(t0)
         return elapsed
-
-    touch = app.step(name="touch")(apply_effect)
 
     @app.workflow(name="w3")
     async def w3(index: int, steps: int, sleep_ms: int, path: str) -> int:
@@ -94,6 +94,16 @@ def bench_app(
         return steps
 
     return app
+
+
+def __getattr__(name: str) -> durably.App:
+    """`app`, which `durably worker benchmarks.runners.durably_runner:app` serves on
+    $DURABLY_STORE: the step given x == $DURABLY_BENCH_STOP_AT kills it as a crash would."""
+    if name != "app":
+        raise AttributeError(name)
+    stop_at = os.environ.get(STOP_AT)
+    kill = functools.partial(os.kill, os.getpid(), signal.SIGKILL)
+    return bench_app(None, None if stop_at is None else int(stop_at), kill)
 
 
 def run_chain(

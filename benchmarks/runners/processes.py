@@ -1,7 +1,7 @@
 """Engines in processes of their own: `ProcessRunner` runs an engine's runner module in a
 fresh process per measurement (engines never share an interpreter: DBOS is a process-wide
 singleton); a `Child` is a process read while it runs: a runner, or a `durably worker` of
-benchmarks.worker_app (`durably_worker`, and `workers`, which stops them at the end).
+durably_runner's app (`durably_worker`, and `workers`, which stops them at the end).
 """
 
 from __future__ import annotations
@@ -104,7 +104,9 @@ class Child:
         try:
             for line in self.process.stdout:
                 with contextlib.suppress(ValueError):
-                    if isinstance(found := json.loads(line), dict) and (key or "") in found:
+                    if isinstance(found := json.loads(line), dict) and (
+                        key is None or key in found
+                    ):
                         return found
         finally:
             timer.cancel()
@@ -140,9 +142,10 @@ class Child:
 
 
 def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Child:
-    """`durably worker benchmarks.worker_app:app OPTIONS` on the store at `url`, watched for
-    the line it logs once it has opened its store."""
-    argv = [sys.executable, "-m", "durably", "worker", "benchmarks.worker_app:app", *options]
+    """`durably worker` of durably_runner's app on the store at `url`, watched for the line it
+    logs once it has opened its store."""
+    app = "benchmarks.runners.durably_runner:app"
+    argv = [sys.executable, "-m", "durably", "worker", app, *options]
     env = {"DURABLY_STORE": url, **env}
     return Child(argv, env=env, ready="started (concurrency", stdout=False)
 

@@ -18,13 +18,12 @@ applied twice is an effect that happened twice in the world (a card charged twic
 Standard library only: a runner imports this once its cold-start clock runs.
 """
 
-from __future__ import annotations
-
 import asyncio
 import json
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +115,12 @@ def count_effects(path: Path) -> tuple[int, int]:
     with sqlite3.connect(path) as db:
         row = db.execute("SELECT count(DISTINCT key), count(*) FROM effects").fetchone()
     return int(row[0]), int(row[1]) - int(row[0])
+
+
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+async def since(t0: float) -> float:
+    """How long ago (time.time()) t0 was: the hop's step."""
+    return time.time() - t0

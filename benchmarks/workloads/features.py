@@ -4,8 +4,6 @@ retention deleting old runs, a claim from a prioritized backlog, and a fan-out. 
 repetition measures two variants, they take turns going first, and their change is a figure.
 """
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

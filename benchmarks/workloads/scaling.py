@@ -1,9 +1,7 @@
 """Whether durably's costs stay flat as histories, stores and the number of worker processes
-grow: durably in this process, and `durably worker` processes of benchmarks.worker_app; and
+grow: durably in this process, and `durably worker` processes; and
 claims straight on stores filled with runs of every kind (scaling, priorities).
 """
-
-from __future__ import annotations
 
 import signal
 import time
