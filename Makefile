@@ -4,9 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit chaos soak bench bench-core clean
+.PHONY: demo test check slow lint typecheck docs unit chaos soak bench bench-core clean
+
+# the suite's tests spread over the cores (at most 4 processes: each test opens its own stores)
+PARALLEL := -n auto --maxprocesses 4 --dist loadfile
 
 $(STAMP): pyproject.toml
+	@echo "installing durably and what it needs into $(VENV) (once; about a minute)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -16,7 +20,15 @@ demo: $(STAMP)
 	$(BIN)/durably demo
 
 test: lint typecheck
-	$(BIN)/pytest -m "not soak"
+	$(BIN)/pytest -m "not soak and not slow" $(PARALLEL)
+
+# ruff, mypy and the fast half (unit and contract tests): the inner loop, in under a minute
+check: lint typecheck
+	$(BIN)/pytest tests/unit tests/contract $(PARALLEL)
+
+# the chaos runs of several seconds each, which `make test` leaves out (CI runs both)
+slow: $(STAMP)
+	$(BIN)/pytest -m "slow and not soak" $(PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check durably tests benchmarks tools

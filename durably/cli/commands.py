@@ -46,10 +46,11 @@ log = logging.getLogger("durably.worker")
 @click.option("--concurrency", default=32, show_default=True, help="Runs executed at once.")
 @click.option(
     "--lease",
-    default="30s",
+    default="10s",
     show_default=True,
     type=DURATION,
-    help="Lease length; renewed every third.",
+    help="How long a dead worker's runs wait before another takes them over (renewed "
+    "every third; a dead worker on the same machine is seen within seconds).",
 )
 @click.option(
     "--poll", default="200ms", show_default=True, type=DURATION, help="Idle poll interval."

@@ -65,8 +65,20 @@ def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
     alive after all: its later writes are refused, and the runs go on elsewhere."""
     with client_for(app_target, store_url) as client:
         released = client.release(run_id)
-        click.echo(f"released {released.count} run(s) held by worker {released.worker}")
-        click.echo(worker_hint(app_target, client, "to take them over"))
+        if released.count:
+            click.echo(f"released {released.count} run(s) held by worker {released.worker}")
+        else:
+            click.echo(
+                f"worker {released.worker} holds no lease that has not expired: its runs are "
+                "free for the next worker to claim already"
+            )
+        live = [w for w in client.workers() if w.alive(client.clock.now())]
+        if live:
+            click.echo(
+                f"the next of the live workers to poll takes them over ({live[0].name}, ...)"
+            )
+        else:
+            click.echo(worker_hint(app_target, client, "to take them over: none is live now"))
 
 
 @runs.command("restart", epilog=PRECEDENCE)

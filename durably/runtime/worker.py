@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
-import os
 import signal
-import socket
-import uuid
 from collections import deque
 from datetime import datetime, timedelta
 
@@ -26,6 +24,7 @@ from durably.runtime import schedules
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
+from durably.runtime.neighbours import default_name, gone_here
 from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.stores.protocol import Claim, Lease, Store, WorkerBeat
 
@@ -33,6 +32,9 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("durably.worker")
 
+# How often a worker says it is alive: three beats missed, it is presumed dead (at most a
+# third of its lease, which it renews every third)
+_BEAT = timedelta(seconds=1)
 _UNKNOWN_CHECK_EVERY = 10  # idle polls between checks for runs of workflows nobody knows
 _OPEN_RETRY_FIRST = timedelta(milliseconds=250)  # pauses between tries to open the store
 _OPEN_RETRY_MAX = timedelta(seconds=5)
@@ -54,7 +56,7 @@ class Worker:
         app: Host,
         *,
         concurrency: int = 32,
-        lease: Duration = "30s",
+        lease: Duration = "10s",
         poll: Duration = "200ms",
         stop_grace: Duration = "10s",
         name: str | None = None,
@@ -72,7 +74,10 @@ class Worker:
         # leased to it belonged to a previous incarnation, now dead, and are recovered at
         # once. Two live workers must never share a name.
         self.recovers_own = name is not None
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.name = name or default_name()
+        # how often it says it is alive: three beats missed, it is presumed dead
+        self.beat = min(_BEAT, self.lease / 3)
+        self._buried: set[str] = set()  # workers on this machine found dead, leases ended
         self.completed = 0  # runs this worker took to an end (any final or parked state)
         self._settings = app.settings()  # as the app had them when the worker was made
         self._clock: Clock = self._settings.clock
@@ -378,37 +383,60 @@ class Worker:
 
     async def _beat(self, committer: Committer) -> None:
         """Say this worker is alive, and what it serves (`durably workers`)."""
-        beat = WorkerBeat(
-            self.name, self._started_at, self._clock.now(), self.lease / 3, self._serves
-        )
+        beat = WorkerBeat(self.name, self._started_at, self._clock.now(), self.beat, self._serves)
         await committer.call(functools.partial(self.app.store.beat, beat))
 
     async def _heartbeat(self, committer: Committer) -> None:
-        interval = self.lease.total_seconds() / 3
-        while True:
-            await asyncio.sleep(interval)
+        """Every beat: say it is alive, and look for dead workers on this machine; every
+        third of the lease: renew the leases it holds."""
+        beats_a_renewal = max(1, round(self.lease / 3 / self.beat))
+        for count in itertools.count(1):
+            await asyncio.sleep(self.beat.total_seconds())
             await self._beat(committer)
-            running = [execution for execution, _ in self._active.values()]
-            held = [execution for execution in [*running, *self._suspects] if not execution.lost]
-            if not held:
+            await self._bury_neighbours(committer)
+            if count % beats_a_renewal == 0:
+                await self._renew(committer)
+
+    async def _bury_neighbours(self, committer: Committer) -> None:
+        """End the leases of workers of this machine whose process is gone: their runs are
+        taken over now, not when their leases expire (durably.runtime.neighbours)."""
+        workers = await committer.call(self.app.store.workers)
+        for worker in workers:
+            if worker.name in self._buried or not gone_here(worker.name):
                 continue
-            leases = [Lease(execution.run_id, execution.epoch) for execution in held]
-            renew = functools.partial(
-                self.app.store.renew, leases, now=self._clock.now(), lease=self.lease
+            expire = functools.partial(
+                self.app.store.expire_leases, worker.name, now=self._clock.now()
             )
-            kept = await committer.call(renew)
-            for execution in held:
-                if execution in self._suspects and execution.run_id not in kept:
-                    execution.lost = True  # it never started: dropped when its turn comes
-                    continue
-                # a run that ended while the renewal was under way is simply gone
-                gone = execution.closed or execution.run_id not in self._active
-                if execution.run_id not in kept and not gone:
-                    log.warning(
-                        "run %s: lease lost to another worker; abandoning it", execution.run_id
-                    )
-                    execution.lost = True
-                    self._active[execution.run_id][1].cancel()
+            ended = await committer.call(expire)
+            self._buried.add(worker.name)
+            if ended:
+                log.warning(
+                    "worker %s: worker %s on this machine is gone (its process is no more); "
+                    "%d run(s) it held are taken over now",
+                    *(self.name, worker.name, ended),
+                )
+                self._poke()
+
+    async def _renew(self, committer: Committer) -> None:
+        running = [execution for execution, _ in self._active.values()]
+        held = [execution for execution in [*running, *self._suspects] if not execution.lost]
+        if not held:
+            return
+        leases = [Lease(execution.run_id, execution.epoch) for execution in held]
+        renew = functools.partial(
+            self.app.store.renew, leases, now=self._clock.now(), lease=self.lease
+        )
+        kept = await committer.call(renew)
+        for execution in held:
+            if execution in self._suspects and execution.run_id not in kept:
+                execution.lost = True  # it never started: dropped when its turn comes
+                continue
+            # a run that ended while the renewal was under way is simply gone
+            gone = execution.closed or execution.run_id not in self._active
+            if execution.run_id not in kept and not gone:
+                log.warning("run %s: lease lost to another worker; abandoning it", execution.run_id)
+                execution.lost = True
+                self._active[execution.run_id][1].cancel()
 
     async def _read_mail(self, committer: Committer) -> None:
         """Hand the runs this worker is running the messages sent to them meanwhile."""

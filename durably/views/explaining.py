@@ -197,6 +197,15 @@ def _running(
             "and the worker is presumed dead (its attempt in flight is lost)",
             _taker(run, workers, now, when="the next worker to poll takes it over"),
         )
+    silent = None if now is None else _silence(run, workers, now)
+    if silent is not None and now is not None and run.available_at is not None:
+        left = (run.available_at - now).total_seconds()
+        return Explanation(
+            f"held by worker {owner}, silent for {silent:.0f} s and presumed dead (its attempt "
+            "in flight is lost)",
+            f"another worker takes it over when its lease expires at {_clock(run.available_at)} "
+            f"(in {left:.0f} s), or at once after durably runs release {run.id}",
+        )
     cancel = fold_control(events).cancel
     if cancel is not None:
         return Explanation(
@@ -279,6 +288,15 @@ def _taker(
         + ("" if run.version is None else f" at version {run.version}")
         + ": start one (durably worker MODULE:ATTR)"
     )
+
+
+def _silence(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> float | None:
+    """Seconds since the worker holding the run last beat, if it missed three beats (it is
+    presumed dead); None while it beats, or if it never said it was alive."""
+    for worker in workers:
+        if worker.name == run.lease_owner and not worker.alive(now):
+            return (now - worker.seen_at).total_seconds()
+    return None
 
 
 def _left_behind(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str | None:

@@ -384,7 +384,4 @@ def _lapsed(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str
     live = runners(run, workers, now)
     if live:
         return f"{said}; the next worker to poll takes it over ({', '.join(w.name for w in live)})"
-    return (
-        f"{said}; no live worker runs it: start one with its code (durably workers), or fail "
-        f"it (durably dlq fail {run.id})"
-    )
+    return f"{said}; no live worker runs it: start one (durably worker MODULE:ATTR)"

@@ -75,6 +75,7 @@ def test_a_cancel_reaches_the_step_running_in_another_process(
         client.close()
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_undoing_a_cancelled_run_leaves_the_undo_to_the_next(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -119,6 +120,7 @@ def test_a_worker_killed_while_undoing_a_cancelled_run_leaves_the_undo_to_the_ne
         client.close()
 
 
+@pytest.mark.slow
 def test_a_pause_lets_the_step_running_in_another_process_finish_then_stops(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:

@@ -27,7 +27,7 @@ from tests.chaos.crash_points_app import NAME, build, drain
 from tests.conftest import POSTGRES_URL, require_postgres
 from tests.integration.processes import REPO
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 ENDINGS = {EventKind.RUN_COMPLETED, EventKind.RUN_FAILED, EventKind.RUN_CANCELLED}
 

@@ -61,6 +61,7 @@ class Outcome:
     kills: list[Kill] = field(default_factory=list)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(DEADLINE + 120)  # room for the report when runs do not end in time
 def test_every_run_survives_workers_killed_mid_step(store_url: str, tmp_path: Path) -> None:
     outcome = _crash_and_check(store_url, tmp_path, runs=300, kills=(4, 6))

@@ -21,7 +21,7 @@ from tests.chaos.failover_app import STEPS
 from tests.integration.processes import patiently, start_worker, wait_until
 from tests.pg_cluster import ThrowawayPostgres
 
-pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
 TARGET = "tests.chaos.failover_app:app"
 RUNS = 60

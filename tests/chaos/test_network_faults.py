@@ -29,7 +29,7 @@ from tests.chaos.network_app import build
 from tests.faultproxy import FaultProxy
 from tests.integration.processes import patiently, start_worker
 
-pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
 TARGET = "tests.chaos.network_app:app"
 RUNS = 30

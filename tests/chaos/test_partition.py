@@ -23,7 +23,7 @@ from tests.integration.processes import start_worker, wait_until
 from tests.netns import HOST_IP, NETWORK, Partition
 from tests.pg_cluster import ThrowawayPostgres, throwaway_binaries
 
-pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
 TARGET = "tests.chaos.partition_app:app"
 RUNS = ("p-1", "p-2")

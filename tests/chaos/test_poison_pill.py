@@ -25,6 +25,7 @@ HEALTHY = 20
 SETTLED = FINAL | {RunStatus.NEEDS_ATTENTION}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_only_the_run_that_kills_its_workers_is_parked(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]

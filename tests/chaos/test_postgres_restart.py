@@ -33,7 +33,7 @@ from tests.pg_cluster import ThrowawayPostgres
 
 from .restart_app import STEPS, WORKFLOW, build_app, expected_result
 
-pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
+pytestmark = [pytest.mark.chaos, pytest.mark.postgres, pytest.mark.slow]
 
 TARGET = "tests.chaos.restart_app:app"
 LEASE = timedelta(seconds=30)

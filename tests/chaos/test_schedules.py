@@ -27,6 +27,7 @@ RACE_SECONDS = 4.0
 PREFIX = "schedule:pulse:"
 
 
+@pytest.mark.slow
 def test_three_workers_start_each_tick_exactly_once(
     store_url: str,
     tmp_path: Path,
@@ -63,6 +64,7 @@ def test_three_workers_start_each_tick_exactly_once(
 STORM_SECONDS = 6.0
 
 
+@pytest.mark.slow
 def test_ticks_survive_workers_killed_in_the_middle_of_them(
     store_url: str,
     tmp_path: Path,

@@ -72,6 +72,7 @@ RUNS = 40
 KILLS = 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_storm_of_kills_and_cancels_leaves_no_effect_of_a_cancelled_run_undone(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]

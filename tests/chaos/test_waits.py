@@ -113,6 +113,7 @@ def test_an_approval_nobody_answers_times_out_by_itself_across_worker_deaths(
         client.close()
 
 
+@pytest.mark.slow
 def test_a_long_step_resumes_from_its_last_heartbeat_after_its_worker_dies(
     store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:

@@ -1,9 +1,11 @@
 """Wake-ups and restarts with real worker processes: a run started elsewhere wakes an idle
 worker (LISTEN/NOTIFY on PostgreSQL, a local socket on SQLite), polling covers a wake-up
-that is missed, and a worker restarted under its name recovers its runs at once.
+that is missed, a worker restarted under its name recovers its runs at once, and a worker
+killed on the same machine as a live one has its runs taken over within seconds.
 
-The workers here poll once a minute and leases last 30 s, so a run that finishes within
-the 20 s each test allows was found by a wake-up or a restart, not by polling or expiry.
+The workers here poll once a minute, and a killed worker's leases last a minute, so a run
+that finishes within the 20 s each test allows was found by a wake-up, a restart or a
+neighbour, not by polling or expiry.
 """
 
 from __future__ import annotations
@@ -119,3 +121,27 @@ def test_a_worker_restarted_under_its_name_recovers_its_runs_at_once(
     processes.append(start_worker(store_url, again_log, "--name", "orders-1", "--poll", "60s"))
 
     assert handle.result(timeout=WITHIN) == "slept 1.0s", again_log.read_text()
+
+
+def test_a_worker_on_the_same_machine_takes_over_a_killed_ones_runs_in_seconds(
+    client: durably.App, store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """No names given: each worker is named for its host and process, so a live worker sees
+    within a beat that the killed one's process is gone, and ends its minute-long lease."""
+    log = tmp_path / "first.log"
+    first = start_worker(store_url, log, "--lease", "60s")
+    processes.append(first)
+    handle = client.start("sleepy", 1.0)
+    wait_for_step_start(client, handle.id, first, log)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    dead = client.client.get(handle.id).lease_owner
+    assert dead is not None
+
+    other_log = tmp_path / "other.log"
+    processes.append(start_worker(store_url, other_log, "--lease", "60s", "--poll", "60s"))
+
+    assert handle.result(timeout=WITHIN) == "slept 1.0s", other_log.read_text()
+    said = other_log.read_text()
+    assert f"worker {dead} on this machine is gone (its process is no more)" in said
+    assert "1 run(s) it held are taken over now" in said

@@ -498,6 +498,7 @@ class Interleavings(RuleBasedStateMachine):
         return self.app.client.history(run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )

@@ -5,7 +5,7 @@ leases at once."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -58,10 +58,37 @@ def test_runs_show_says_the_worker_is_presumed_dead_and_who_takes_over(
 
     assert "worker dead-worker presumed dead" in nobody["lease"]
     assert "no live worker runs it" in nobody["lease"]
-    assert "durably dlq fail o-1" in nobody["lease"]
+    assert nobody["lease"].endswith("start one (durably worker MODULE:ATTR)")
     assert someone["lease"].endswith("the next worker to poll takes it over (w-2)")
     assert shown.returncode == 0, shown.stderr
     assert "presumed dead" in shown.stdout
+
+
+def test_a_worker_silent_for_three_beats_is_presumed_dead_before_its_lease_ends(
+    app: durably.App, clock: FakeClock
+) -> None:
+    ship_app(app)
+    app.start("deliver", "o-2", id="o-2")
+    beat = WorkerBeat("dead-worker", clock.now(), clock.now(), timedelta(seconds=1), {})
+    app.store.beat(beat)  # it said it was alive, then took the run and died
+    claim = dead_worker(app.store, clock, "deliver", [("pack", "o-2")], unknown="ship")
+    clock.advance(timedelta(seconds=4))  # four beats missed; its lease (5 s) still runs
+    run, history, workers = app.client.get("o-2"), app.client.history("o-2"), app.client.workers()
+
+    said = dict(describe_run(run, history, workers, clock.now()))["now"]
+
+    assert (run.status, run.lease_owner, run.lease_epoch) == (
+        RunStatus.RUNNING,
+        "dead-worker",
+        claim.epoch,
+    )
+    assert said.startswith(
+        "held by worker dead-worker, silent for 4 s and presumed dead (its attempt in flight "
+        "is lost); another worker takes it over when its lease expires at "
+    )
+    assert said.endswith("(in 1 s), or at once after durably runs release o-2")
+    [dead] = workers
+    assert not dead.alive(clock.now())  # `durably workers` says gone; the metric agrees
 
 
 def test_the_worker_that_takes_over_records_the_attempt_lost(
@@ -119,3 +146,25 @@ def test_releasing_a_dead_workers_leases_lets_the_next_worker_take_over_at_once(
     assert handle.result(timeout=0) == "shipped o-5"
     assert refused.returncode == 1
     assert "cannot release run 'o-5': it is completed, held by no worker" in refused.stderr
+
+
+def test_the_release_command_says_who_takes_over_and_what_was_left_to_release(
+    app: durably.App, clock: FakeClock, store_url: str, tmp_path: Path
+) -> None:
+    ship_app(app)
+    app.start("deliver", "o-6", id="o-6")
+    now = datetime.now(UTC)  # the command's clock is the real one
+    app.store.claim("crashed", ["deliver"], now=now, lease=timedelta(hours=1), limit=1)
+
+    first = durably_cli("runs", "release", "o-6", "--store", store_url, cwd=tmp_path)
+    again = durably_cli("runs", "release", "o-6", "--store", store_url, cwd=tmp_path)
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[0] == "released 1 run(s) held by worker crashed"
+    # no worker is live: the one command that moves it on, not a dead worker's name
+    assert "to take them over: none is live now: durably worker MODULE:ATTR" in first.stdout
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == (
+        "worker crashed holds no lease that has not expired: its runs are free for the next "
+        "worker to claim already"
+    )

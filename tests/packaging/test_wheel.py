@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytestmark = [pytest.mark.packaging, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.packaging, pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_APP = "durably.demo.workflows:app"
