@@ -1,6 +1,6 @@
 """The benchmarks' one command:
 
-    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite,postgres]
+    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite postgres]
     python -m benchmarks --list
 
 runs the benchmarks named, in order (make bench WHAT="core scaling"; durably bench runs
@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from benchmarks.harness import run
 from benchmarks.registry import BENCHES
 
-ENGINES, STORES = ("durably", "dbos"), ("sqlite", "postgres")
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -27,15 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help=", ".join(BENCHES))
     parser.add_argument("--list", action="store_true", help="what each benchmark measures")
-    parser.add_argument("--repeat", type=int, help="repetitions of each (default: its own)")
+    parser.add_argument("--repeat", type=int, default=0, help="repetitions (default: its own)")
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument(
-        "--stores", default=",".join(STORES), help="comma-separated: sqlite,postgres"
-    )
-    parser.add_argument("--engines", help="side by side: comma-separated, durably,dbos")
-    parser.add_argument(
-        "--fast", action="store_true", help="side by side: SQLite NORMAL, PostgreSQL off"
-    )
+    both = ["sqlite", "postgres"]
+    parser.add_argument("--stores", nargs="+", choices=both, default=both, help="(default: both)")
+    parser.add_argument("--engines", nargs="+", choices=["durably", "dbos"], help="side by side")
+    parser.add_argument("--fast", action="store_true", help="side by side: SQLite NORMAL, PG off")
     parser.add_argument("--dbos-queue-poll-ms", type=float, help="DBOS's queue poll (default 200)")
     args = parser.parse_args(argv)
     if args.list:
@@ -45,22 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{bench.name}: {workloads} ({times} by default)")
             print(textwrap.fill(bench.about, 88, initial_indent="    ", subsequent_indent="    "))
         return 0
-    args.stores, args.engines = split(args.stores), args.engines and split(args.engines)
-    for option, given, known in [
-        ("names", args.names, tuple(BENCHES)),
-        ("stores", args.stores, STORES),
-        ("engines", args.engines or (), ENGINES),
-    ]:
-        if unknown := set(given) - set(known):
-            parser.error(f"unknown {option}: {', '.join(unknown)} (known: {', '.join(known)})")
-    if not args.names or (args.repeat or 1) < 1:
-        parser.error("name a benchmark (--list lists them); --repeat is at least 1")
+    if not args.names or set(args.names) - set(BENCHES) or args.repeat < 0:
+        parser.error(f"name benchmarks among {', '.join(BENCHES)}; --repeat is at least 1")
     return max(run(BENCHES[name], args) for name in args.names)
-
-
-def split(option: str) -> tuple[str, ...]:
-    """A comma-separated option's items."""
-    return tuple(item.strip() for item in option.split(",") if item.strip())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The harness: a bench measured on every store asked for, each workload --repeat times, each
 repetition by every runner in turn (the first one alternating, so that drift on the machine
-hits them alike), then its derived figures, the table and the results file (benchmarks.report).
+hits them alike), then the table and the results file (benchmarks.report).
 """
 
 import functools
@@ -44,7 +44,7 @@ def run(bench: Bench, asked: Namespace) -> int:
         try:
             results.rows += session.measure(workloads)
         except BenchmarkError as failure:
-            print(failure.report(), file=sys.stderr)
+            print(f"benchmark failed: {failure}", file=sys.stderr)
             return 1
         results.durability[name] = store.settings()
         results.write()  # a later failure leaves these
@@ -68,8 +68,7 @@ class Session:
         able = [runner for runner in self.runners if runner.missing is None]
         for runner in able:
             runner.warm_up(functools.partial(self.store.fresh, runner.name))
-        rows = [row for w in workloads for row in self.repetitions(w, able)]
-        return rows + self.derive(rows)
+        return [row for w in workloads for row in self.repetitions(w, able)]
 
     def repetitions(self, w: Workload[Any], able: list[Runner]) -> list[Row]:
         """--repeat repetitions of `w`, each by every runner in turn, the first one alternating
@@ -103,19 +102,6 @@ class Session:
             cells[name] = missing or by_runner.get(name) or "n/a"
         target = None if self.store.fast else self.bench.targets.get((metric.key, self.store.name))
         return Row(metric, self.store.label, cells, target, pooled)
-
-    def derive(self, rows: Sequence[Row]) -> list[Row]:
-        """The bench's derived figures, runner by runner, where both inputs were measured."""
-        by_key, derived = {row.metric.key: row for row in rows}, []
-        for d in self.bench.derived:
-            if (first := by_key.get(d.of[0])) and (second := by_key.get(d.of[1])):
-                values = {
-                    n: [d.combine(a, b)]
-                    for n in first.cells
-                    if (a := first.value(n)) and (b := second.value(n))
-                }
-                derived.append(self.row(d.metric, values, pooled=False))
-        return derived
 
 
 def shown_value(value: float | list[float] | None) -> str:

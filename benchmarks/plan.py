@@ -1,5 +1,5 @@
 """What a benchmark is, as data. A `Bench` (a name `python -m benchmarks` takes) is its
-workloads, repetitions, engines, durably's targets and derived figures; a `Workload` is a
+workloads, repetitions, engines and durably's targets; a `Workload` is a
 measure at a size (full, and with --quick); a `Metric` is one figure a measure yields. A
 `Trial` is one repetition of a workload by one runner on one store: what a measure is given.
 """
@@ -9,17 +9,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
-from benchmarks.runners.protocol import BenchmarkError, Load
+from benchmarks.runners.protocol import BenchmarkError
 
 if TYPE_CHECKING:
+    from benchmarks.runners.durably_runner import InProcess
+    from benchmarks.runners.processes import ProcessRunner
     from benchmarks.stores import Store
 
 STORE = "store"  # the cell of a figure of the store alone, which no runner measured
 S = TypeVar("S")
 T = TypeVar("T")
 Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
+# An engine: durably in this process, or an engine's runner module in processes of its own.
+Runner: TypeAlias = "InProcess | ProcessRunner"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +56,6 @@ class Workload(Generic[S]):
 
 
 @dataclass(frozen=True, slots=True)
-class Derived:
-    """A figure computed runner by runner from two others' values, `combine(first, second)`;
-    the second may be of the store alone."""
-
-    metric: Metric
-    of: tuple[str, str]
-    combine: Callable[[float, float], float]
-
-
-@dataclass(frozen=True, slots=True)
 class Bench:
     name: str
     about: str  # what it measures, for --list
@@ -69,25 +63,10 @@ class Bench:
     repeat: int = 3
     engines: tuple[str, ...] = ("durably",)  # more than one: side by side, in processes
     targets: Mapping[tuple[str, str], float] = field(default_factory=dict)  # (key, store)
-    derived: tuple[Derived, ...] = ()
 
     @property
     def side_by_side(self) -> bool:
         return len(self.engines) > 1
-
-
-class Runner(Protocol):
-    """An engine as the harness drives it: durably in this process (durably_runner.InProcess),
-    or an engine's runner module in processes of its own (processes.ProcessRunner)."""
-
-    name: str  # the engine: durably, dbos
-    missing: str | None  # why it cannot run here; None if it can
-
-    def warm_up(self, fresh: Fresh) -> None: ...
-
-    def throughput(self, trial: Trial, url: str, load: Load) -> float:
-        """The seconds `load` took on the empty store at `url`: durably here counts only the
-        running of runs started first; a runner process counts starting them too."""
 
 
 @dataclass(frozen=True, slots=True)

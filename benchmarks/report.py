@@ -1,6 +1,5 @@
-"""What a bench found, and how it is shown: a `Row` (one metric on one store, for every
-runner), the table, and `Results`, every row with the record around them (the machine, its
-load, the durably measured), written to benchmarks/results/.
+"""What a bench found and how it is shown: a `Row` (one metric on one store, every runner's
+samples), the table, and `Results`, with the record around them, in benchmarks/results/.
 """
 
 import dataclasses

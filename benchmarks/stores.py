@@ -1,8 +1,7 @@
 """The stores measured on: a fresh, empty one per measurement (SQLite: a new file in a temp
-dir, in WAL; PostgreSQL: a new database, dropped afterwards), with synchronous=FULL or
-synchronous_commit=on in its URL for durably in this process (runner processes set it
-themselves); the store's own commit floor; its settings for the record; and stores filled in
-bulk through the store's own writes, a thousand runs a transaction, then vacuumed.
+dir; PostgreSQL: a new database, dropped afterwards), durable (runner processes set it
+themselves); the store's own commit floor; its settings, for the record; and stores filled in
+bulk through the store's own writes, then vacuumed.
 """
 
 import os

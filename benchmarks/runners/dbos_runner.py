@@ -23,6 +23,7 @@ import time
 STARTED = time.perf_counter()  # before the engine is imported
 
 import asyncio
+import functools
 import sqlite3
 import sys
 import threading
@@ -255,6 +256,7 @@ def command(
     """`run` as protocol.main calls it: in an event loop, DBOS destroyed after, its figures
     with the polls and the durability read back."""
 
+    @functools.wraps(run)
     def sync(args: SimpleNamespace) -> Figures:
         args.queue_poll_ms = getattr(args, "queue_poll_ms", 200)
         figures = asyncio.run(run(args)) or {}
@@ -267,5 +269,4 @@ def command(
 
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    commands += [queue_worker, roundtrip]
-    main("dbos", {run.__name__.replace("_", "-"): command(run) for run in commands})
+    main("dbos", [command(run) for run in [*commands, queue_worker, roundtrip]])

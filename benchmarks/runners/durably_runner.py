@@ -23,7 +23,6 @@ import asyncio
 import functools
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -185,9 +184,6 @@ def serving(app: durably.App, url: str, mode: str, *options: str) -> Iterator[du
         yield worker  # not serving: the child process is
 
 
-# -- the runner process's commands ---------------------------------------------------------
-
-
 def throughput(args: SimpleNamespace) -> Figures:
     load = Load(args.workflows, args.steps, args.concurrency)
     seconds = run_chain(args.store, load, setup=lambda app: app.store)  # opened before timing
@@ -274,17 +270,15 @@ def starts(args: SimpleNamespace) -> Figures:
         for n in range(first, count, every):
             app.start("chain", n, 3)
 
-    threads = [threading.Thread(target=starter, args=(i,)) for i in range(every)]
     began = time.perf_counter()
     if args.mode == "batch":
         for first in range(0, count, 100):
-            batch = range(first, min(count, first + 100))
-            app.start_many([durably.Start("chain", (n, 3)) for n in batch])
+            app.start_many(
+                [durably.Start("chain", (n, 3)) for n in range(first, min(count, first + 100))]
+            )
     else:  # a loop: one thread alone
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(every) as pool:
+            list(pool.map(starter, range(every)))
     elapsed = time.perf_counter() - began
     if (found := len(app.client.runs(limit=count + 2).runs)) != count + 1:
         raise BenchmarkError(f"{found} runs in the store, not {count + 1}")
@@ -294,5 +288,4 @@ def starts(args: SimpleNamespace) -> Figures:
 
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    commands += [roundtrip, starts]
-    main("durably", {run.__name__.replace("_", "-"): run for run in commands})
+    main("durably", [*commands, roundtrip, starts])

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -71,30 +72,25 @@ class ProcessRunner:
 
 
 class Child:
-    """A process run from the checkout, its stderr collected by a thread (and watched for
-    `ready`, a line that says it has started), its stdout read line by line or dropped."""
+    """A process run from the checkout, its stderr kept in a file (where `ready` is a line that
+    says it has started), its stdout read line by line or dropped."""
 
     def __init__(
         self, argv: list[str], *, env: Mapping[str, str] = {}, ready: str = "", stdout: bool = True
     ) -> None:
-        self.argv, self.log, self.started = argv, list[str](), threading.Event()
+        self.argv, self.ready = argv, ready
+        self.log = tempfile.NamedTemporaryFile("w", prefix="durably-bench-")  # noqa: SIM115
         self.process = subprocess.Popen(
             argv,
             cwd=ROOT,
             env={**os.environ, **env},
             stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self.log,
             text=True,
         )
-        self.reader = threading.Thread(target=self.read_log, args=(ready,), daemon=True)
-        self.reader.start()
 
-    def read_log(self, ready: str) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            if ready and ready in line:
-                self.started.set()
-            self.log.append(line.rstrip())
+    def started(self) -> bool:
+        return self.ready in Path(self.log.name).read_text()
 
     def json_line(self, key: str | None = None, limit: float = LIMIT) -> dict[str, Any]:
         """The first stdout line that is a JSON object (with `key`), within `limit` seconds."""
@@ -104,9 +100,7 @@ class Child:
         try:
             for line in self.process.stdout:
                 with contextlib.suppress(ValueError):
-                    if isinstance(found := json.loads(line), dict) and (
-                        key is None or key in found
-                    ):
+                    if isinstance(found := json.loads(line), dict) and key in (None, *found):
                         return found
         finally:
             timer.cancel()
@@ -118,21 +112,22 @@ class Child:
         try:
             return self.process.wait(timeout=limit)
         except subprocess.TimeoutExpired:
+            failure = self.failed(f"still running after {limit:g} s")
             self.close()
-            raise self.failed(f"still running after {limit:g} s") from None
+            raise failure from None
 
     def failed(self, why: str) -> BenchmarkError:
-        self.reader.join(timeout=5)  # the rest of its stderr, if it has ended
-        return BenchmarkError(why, self.argv, "\n".join(self.log))
+        stderr = Path(self.log.name).read_text().rstrip()
+        return BenchmarkError(f"{' '.join(self.argv)}\n  {why}\n--- its stderr ---\n{stderr}")
 
     def close(self) -> None:
-        """SIGKILL, if it still runs; its pipes closed."""
+        """SIGKILL, if it still runs; its pipe and log closed."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
-        self.reader.join(timeout=5)
+        self.log.close()
 
     def __enter__(self) -> Child:
         return self
@@ -171,9 +166,9 @@ def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
 def wait_ready(children: list[Child]) -> None:
     """Until every child has logged that it started; one that exits first is a failure."""
     deadline = time.monotonic() + LIMIT
-    while not all(child.started.is_set() for child in children):
+    while not all(child.started() for child in children):
         for child in children:
-            if not child.started.is_set() and child.process.poll() is not None:
+            if child.process.poll() is not None and not child.started():
                 raise child.failed(f"exited with {child.process.returncode} before it started")
         if time.monotonic() > deadline:
             raise BenchmarkError(f"a worker did not start within {LIMIT:g} s")

@@ -1,21 +1,15 @@
-"""The runner protocol from both ends: how the harness drives an engine (over a `Load`), and
-the command line of an engine's runner module, which makes one measurement per process:
+"""The runner protocol: an engine's runner module makes one measurement per process,
 
     python -m benchmarks.runners.<engine>_runner COMMAND --url URL [--NAME VALUE]... [--fast]
 
-URL names an empty store (`sqlite:////abs/dir/engine.db`, or a new PostgreSQL database),
-which the runner keeps in WAL with synchronous=FULL, or synchronous_commit=on (--fast: NORMAL,
-off). It prints progress to stderr and one JSON object, the last line of stdout, and exits
-non-zero, saying why, if the engine did not do the work. The commands (each runner's
-docstring tells how its engine does them): throughput (-> total_seconds), w3-work (prints
-{"started": N}, then works until SIGKILLed), w3-recover (-> completed), queue-hop (-> hop_ms),
-queue-throughput (-> total_seconds), cold-start (-> ready_seconds), roundtrip (-> roundtrip_ms,
-heard_after_end_ms).
-
-W3's side effects go to a SQLite file outside every engine's store, shared by processes: a key
-applied twice is an effect that happened twice in the world (a card charged twice).
-
-Standard library only: a runner imports this once its cold-start clock runs.
+on the empty store at URL, kept in WAL with synchronous=FULL, or synchronous_commit=on (--fast:
+NORMAL, off); it prints one JSON object, the last line of its stdout, and exits non-zero,
+saying why, if the engine did not do the work. Its commands: throughput, w3-work (prints
+{"started": N}, then works until SIGKILLed), w3-recover, queue-hop, queue-throughput,
+cold-start, roundtrip. Here too: the steps both runners share, and W3's effects, kept in a
+SQLite file outside every store (a key applied twice: an effect that happened twice in the
+world, a card charged twice). Standard library only: runners import this once their
+cold-start clock runs.
 """
 
 import asyncio
@@ -36,18 +30,6 @@ _local = threading.local()  # each thread's connection to the effects file
 
 class BenchmarkError(Exception):
     """The engine did not do what was measured, or its process failed: no figure comes of it."""
-
-    def __init__(self, why: str, argv: Sequence[str] = (), stderr: str = "") -> None:
-        super().__init__(why)
-        self.why, self.argv, self.stderr = why, list(argv), stderr
-
-    def report(self) -> str:
-        if not self.argv:
-            return f"benchmark failed: {self.why}"
-        return (
-            f"benchmark failed: {' '.join(self.argv)}\n  {self.why}\n"
-            f"--- its stderr ---\n{self.stderr.rstrip()}\n--- end of its stderr ---"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +52,7 @@ def durable(url: str, *, fast: bool = False) -> str:
     return f"{url}{separator}synchronous_commit={'off' if fast else 'on'}"
 
 
-def main(engine: str, commands: Mapping[str, Callable[[SimpleNamespace], Figures | None]]) -> None:
+def main(engine: str, commands: Sequence[Callable[[SimpleNamespace], Figures | None]]) -> None:
     """A runner module's entry point: COMMAND --url URL [--NAME VALUE]... [--fast] run (numbers
     as numbers; `store`: URL with its durability), its figures emitted; a BenchmarkError exits
     non-zero, saying why."""
@@ -82,8 +64,9 @@ def main(engine: str, commands: Mapping[str, Callable[[SimpleNamespace], Figures
         parsed = (float(value) if "." in value else int(value)) if number else value
         options[name.removeprefix("--").replace("-", "_")] = parsed
     options["store"] = durable(options["url"], fast=options["fast"])  # as durably opens it
+    run = next(run for run in commands if run.__name__ == command.replace("-", "_"))
     try:
-        emit(commands[command](SimpleNamespace(**options)) or {})
+        emit(run(SimpleNamespace(**options)) or {})
     except BenchmarkError as exc:
         sys.exit(f"{engine} runner: {command}: {exc}")
 

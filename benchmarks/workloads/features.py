@@ -1,7 +1,6 @@
 """What durably's features cost, durably in this process on fresh stores: W1 and the per-step
-fit beside runs that sleep, timers due at once, W1 with schedules that are not due and with
-retention deleting old runs, a claim from a prioritized backlog, and a fan-out. Where a
-repetition measures two variants, they take turns going first, and their change is a figure.
+fit beside runs that sleep, timers due at once, W1 with schedules not due and with retention
+deleting old runs, and a fan-out; each two variants in turns, and their change.
 """
 
 import time
