@@ -99,6 +99,22 @@ def cli(verbose: bool, log_format: str) -> None:
     )
 
 
+def _debug(ctx: click.Context, param: click.Parameter, verbose: bool) -> None:
+    if verbose:
+        logging.getLogger().setLevel(logging.DEBUG)
+
+
+# `-v` after a long-running command too (`durably worker shop:app -v`), as people type it
+VERBOSE = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    expose_value=False,
+    callback=_debug,
+    help="Log debug details (as `durably -v COMMAND`).",
+)
+
+
 # -- finding the app and the store ----------------------------------------------------------
 
 
@@ -142,10 +158,15 @@ def store_for(
     )
 
 
-def worker_hint(app_target: str | None, client: Client, purpose: str) -> str:
+def worker_hint(app_target: str | None, client: Client, purpose: str) -> None:
+    """After an action hands a run to the workers: if none is live, the command that starts
+    one (said once, not after every action while workers run)."""
+    now = client.clock.now()
+    if any(worker.alive(now) for worker in client.workers()):
+        return
     target = shlex.quote(app_target) if app_target else "MODULE:ATTR"
     command = f"durably worker {target} --store {shlex.quote(client.store.url)}"
-    return f"a worker of the app must be running {purpose}: {command}"
+    click.echo(f"no worker is live; one must run {purpose}: {command}")
 
 
 def load_app(target: str) -> App:

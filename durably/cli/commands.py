@@ -19,7 +19,17 @@ from typing import Any
 
 import click
 
-from durably.cli.base import BY, DURATION, PRECEDENCE, cli, client_for, load_app, where, worker_hint
+from durably.cli.base import (
+    BY,
+    DURATION,
+    PRECEDENCE,
+    VERBOSE,
+    cli,
+    client_for,
+    load_app,
+    where,
+    worker_hint,
+)
 from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each
 from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
@@ -81,6 +91,7 @@ log = logging.getLogger("durably.worker")
     show_default=True,
     help="The address the metrics are served on (0.0.0.0: every interface).",
 )
+@VERBOSE
 @click.option(
     "--upgrade",
     "upgrading",
@@ -174,7 +185,7 @@ def start(
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
         else:
             click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
-        click.echo(worker_hint(app_target, client, "for it to run"))
+        worker_hint(app_target, client, "for it to run")
 
 
 @cli.group()
@@ -351,7 +362,7 @@ def dlq_retry(
         )
         if retried:
             them = "it" if retried == 1 else "them"
-            click.echo(worker_hint(app_target, client, f"for {them} to move on"))
+            worker_hint(app_target, client, f"for {them} to move on")
     if refused:
         for run_id, why in refused:
             click.echo(f"error: run {run_id}: {why}", err=True)
@@ -379,7 +390,7 @@ def dlq_skip(
         client.skip_step_json(run_id, result_json, by=by)
         checked = "" if app_target else " (not checked against the step's type: no --app)"
         click.echo(f"run {run_id} goes on with that result{checked}")
-        click.echo(worker_hint(app_target, client, "for it to move on"))
+        worker_hint(app_target, client, "for it to move on")
 
 
 @dlq.command("fail", epilog=PRECEDENCE)
@@ -394,7 +405,7 @@ def dlq_fail(
     with client_for(app_target, store_url) as client:
         client.fail(run_id, by=by, reason=reason)
         click.echo(f"run {run_id} will be compensated and failed")
-        click.echo(worker_hint(app_target, client, "to compensate it"))
+        worker_hint(app_target, client, "to compensate it")
 
 
 @cli.group()
@@ -487,7 +498,7 @@ def _decide(
             run_id = token.rpartition(".")[0].rpartition(".")[0]
         verdict = "approved" if decision.approved else "rejected"
         click.echo(f"{verdict} by {decision.by}; run {run_id} goes on")
-        click.echo(worker_hint(app_target, client, "for it to move on"))
+        worker_hint(app_target, client, "for it to move on")
 
 
 def _minute(moment: datetime) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from durably.cli.base import cli, load_app
+from durably.cli.base import VERBOSE, cli, load_app
 
 __all__ = ["server", "token"]
 
@@ -71,6 +71,7 @@ def _options(command: click.Command) -> click.Command:
                 help="Let anybody read (runs, history, lists) without a token; acting "
                 "still needs one.",
             ),
+            VERBOSE,
         ]
     ):
         command = option(command)

@@ -72,13 +72,7 @@ def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
                 f"worker {released.worker} holds no lease that has not expired: its runs are "
                 "free for the next worker to claim already"
             )
-        live = [w for w in client.workers() if w.alive(client.clock.now())]
-        if live:
-            click.echo(
-                f"the next of the live workers to poll takes them over ({live[0].name}, ...)"
-            )
-        else:
-            click.echo(worker_hint(app_target, client, "to take them over: none is live now"))
+        worker_hint(app_target, client, "to take them over")
 
 
 @runs.command("restart", epilog=PRECEDENCE)
@@ -111,7 +105,7 @@ def restart(
         run = client.restart(run_id, from_step=where_from, by=by, id=new_id)
         started = read_payload(client.history(run.id)[0], RunStarted)
         click.echo(f"restarted run {run_id} as {run.id} from step #{started.from_step}")
-        click.echo(worker_hint(app_target, client, "for it to run"))
+        worker_hint(app_target, client, "for it to run")
 
 
 def _say(steered: Steered, action: str, app_target: str | None, client: Client) -> None:
@@ -119,4 +113,4 @@ def _say(steered: Steered, action: str, app_target: str | None, client: Client) 
         click.echo(f"run {steered.run_id}: nothing to {action}: {steered.note}")
         return
     click.echo(f"run {steered.run_id} ({steered.status}): {action} sent; {steered.note}")
-    click.echo(worker_hint(app_target, client, "for it to move on"))
+    worker_hint(app_target, client, "for it to move on")

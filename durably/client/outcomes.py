@@ -172,7 +172,7 @@ class _Wait:
         if self.unavailable is not None:
             seen = "" if record is None else f" (last seen {record.status})"
             return TimeoutError(
-                f"run {self.run_id!r} could not be read after {self.timeout}{seen}; "
+                f"run {self.run_id!r} could not be read after {self._waited()}{seen}; "
                 f"the last store error: {self.unavailable}"
             )
         assert record is not None
@@ -180,8 +180,17 @@ class _Wait:
             "" if record.error is None else f" ({record.error.error_class}: {record.error.message})"
         )
         return TimeoutError(
-            f"run {self.run_id!r} is still {record.status}{detail} after {self.timeout}"
+            f"run {self.run_id!r} is still {record.status}{detail} after {self._waited()}"
         )
+
+    def _waited(self) -> str:
+        """The timeout as a person reads it: `5` (seconds) as `5s`, `"2m"` as given."""
+        given = self.timeout
+        if isinstance(given, int | float) and not isinstance(given, bool):
+            return f"{given:g}s"
+        if isinstance(given, timedelta):
+            return f"{given.total_seconds():g}s"
+        return str(given)
 
 
 def wait_for_end(

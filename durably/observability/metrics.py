@@ -233,8 +233,8 @@ class _StoreCollector(Collector):
         store, now = self._store(), self._clock.now()
         stats = store.stats(now=now)
         runs = GaugeMetricFamily("durably_runs", "Runs in the store, by status", labels=["status"])
-        for status, count in sorted(stats.by_status.items()):
-            runs.add_metric([status], count)
+        for status in sorted(RunStatus):  # a status with no run is 0, not missing
+            runs.add_metric([status], stats.by_status.get(status, 0))
         yield runs
         parked = sum(count for status, count in stats.by_status.items() if status in PARKED)
         yield GaugeMetricFamily("durably_dead_letters", "Runs parked for a person", value=parked)

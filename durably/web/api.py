@@ -17,6 +17,7 @@ from fastapi import Body as FastBody
 
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
+from durably.stores.protocol import RunRecord
 from durably.views.breakers import breakers
 from durably.views.models import (
     ActionOut,
@@ -101,7 +102,7 @@ def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOu
     )
     if not started.created:
         response.status_code = 200
-    return RunOut.of(started.run)
+    return _explained(state, started.run)
 
 
 @router.get("/runs", tags=["runs"])
@@ -118,15 +119,22 @@ def list_runs(
     page = state.client.runs(
         status=status, workflow=workflow, limit=limit, cursor=cursor, correlation_id=correlation_id
     )
-    return RunPageOut(runs=[RunOut.of(run) for run in page.runs], next_cursor=page.next_cursor)
+    client = state.client
+    workers, now = client.workers(), client.clock.now()
+    shown = [RunOut.of(run, client.history(run.id), workers, now) for run in page.runs]
+    return RunPageOut(runs=shown, next_cursor=page.next_cursor)
+
+
+def _explained(state: Served, run: RunRecord) -> RunOut:
+    """The run with what it does now and what happens next (`now`, `next`)."""
+    client = state.client
+    return RunOut.of(run, client.history(run.id), client.workers(), client.clock.now())
 
 
 @router.get("/runs/{run_id}", tags=["runs"])
 def get_run(run_id: RunId, state: State, who: Reader) -> RunOut:
     """The run's state, with what it is doing now and what happens next, in words."""
-    client = state.client
-    run = client.get(run_id)
-    return RunOut.of(run, client.history(run_id), client.workers(), client.clock.now())
+    return _explained(state, state.client.get(run_id))
 
 
 @router.get("/runs/{run_id}/history", tags=["runs"])
@@ -225,9 +233,8 @@ def restart(run_id: RunId, state: State, who: Writer, body: Body[RestartIn] = No
     """Restart an ended run from a step, as a new run that reuses the outcomes before it
     (no body: from the first step that failed, was cancelled or undone)."""
     asked = body or RestartIn()
-    return RunOut.of(
-        state.client.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
-    )
+    restarted = state.client.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
+    return _explained(state, restarted)
 
 
 @router.post("/runs/{run_id}/release", tags=["steer"])

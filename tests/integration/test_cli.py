@@ -367,7 +367,7 @@ def test_dlq_skip_checks_the_result_against_the_steps_type_only_with_the_app(
     refused(wrong, 1, "the result given for the skipped step does not fit the type hint `str`")
     assert right.returncode == 0, right.stderr
     assert right.stdout.splitlines()[0] == f"run {checked} goes on with that result"
-    assert f"a worker of the app must be running for it to move on: durably worker {APP}" in (
+    assert f"no worker is live; one must run for it to move on: durably worker {APP}" in (
         right.stdout
     )
     assert as_given.returncode == 0, as_given.stderr
@@ -391,7 +391,7 @@ def test_dlq_retry_acts_on_the_store_alone_and_says_a_worker_must_run(
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"run {run_id} is pending again"
-    assert lines[1].startswith("a worker of the app must be running for it to move on: ")
+    assert lines[1].startswith("no worker is live; one must run for it to move on: ")
     assert app.client.get(run_id).status is RunStatus.PENDING
 
 

@@ -70,3 +70,8 @@ def test_usage_errors_exit_2_and_a_bare_group_prints_its_help(elsewhere: Path) -
     assert lease.returncode == 2
     assert "'1x' is not a duration like 30s" in lease.stderr
     assert "Traceback" not in lease.stderr
+    # -v after the command is taken as before it (the target is what is wrong here)
+    verbose = durably_cli("worker", "nosuch_module:app", "-v", cwd=elsewhere)
+    assert verbose.returncode == 2
+    assert "cannot import 'nosuch_module'" in verbose.stderr
+    assert "No such option" not in verbose.stderr

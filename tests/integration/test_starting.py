@@ -146,7 +146,7 @@ def test_a_run_of_a_workflow_the_worker_does_not_know_stays_pending(
 
 def test_result_of_a_pending_run_times_out_naming_its_status(app: durably.App) -> None:
     handle = app.start(register_double(app), 1)
-    with pytest.raises(TimeoutError, match=r"is still pending after 0"):
+    with pytest.raises(TimeoutError, match=r"is still pending after 0s"):
         handle.result(timeout=0)
     with pytest.raises(TimeoutError, match=r"is still pending after 10ms"):
         handle.result(timeout="10ms")

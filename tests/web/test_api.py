@@ -48,6 +48,8 @@ def test_start_is_idempotent_on_id_and_errors_name_what_is_wrong(live: Live) -> 
         assert made.status_code == 201, made.text
         assert made.json()["id"] == "o-1"
         assert made.json()["correlation_id"] == "req-1"
+        assert made.json()["now"].startswith("queued: due since ")  # said, not null
+        assert made.json()["next"].startswith("no live worker runs workflow 'checkout'")
         again = web.post("/api/runs", json=body)
         assert (again.status_code, again.json()["id"]) == (200, "o-1")
         other = web.post("/api/runs", json={**body, "input": ["o-1", 6]})
@@ -94,6 +96,7 @@ def test_a_run_its_history_and_pages_of_runs(live: Live) -> None:
         while True:
             at = {"cursor": cursor} if cursor else {}
             page = web.get("/api/runs", params={"limit": 2, **at}).json()
+            assert all(r["now"].startswith("completed at ") for r in page["runs"])
             seen += [r["id"] for r in page["runs"]]
             cursor = page["next_cursor"]
             if cursor is None:
@@ -223,6 +226,7 @@ def test_operations_lists_and_metrics(live: Live, payments: Payments) -> None:
         metrics = web.get("/metrics")
         assert metrics.status_code == 200
         assert 'durably_runs{status="needs_attention"} 1.0' in metrics.text
+        assert 'durably_runs{status="paused"} 0.0' in metrics.text  # zero, not missing
         assert "durably_checkpoint_commit_seconds" not in metrics.text  # the workers' own
         schema = web.get("/api/openapi.json").json()
         assert "/api/runs/{run_id}/retry" in schema["paths"]
