@@ -5,7 +5,9 @@ bulk through the store's own writes, then vacuumed.
 """
 
 import os
+import shutil
 import sqlite3
+import subprocess
 import tempfile
 import time
 import uuid
@@ -13,7 +15,6 @@ from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -25,7 +26,6 @@ from durably.stores import Checkpoint, Claim, NewRun
 from durably.stores import Store as DurablyStore
 
 POSTGRES_URL = os.environ.get("DURABLY_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-SYNCHRONOUS = "-c synchronous_commit=on"
 LEASE = timedelta(minutes=5)  # of a fill's claims
 
 
@@ -51,49 +51,60 @@ class Store:
             yield url if self.runner_processes else durable(url)
 
     def commit_floor(self, commits: int) -> float:
-        """Seconds for `commits` single-row commits, one at a time, on the durable settings."""
-        return (sqlite_floor if self.name == "sqlite" else postgres_floor)(commits)
+        """Seconds for `commits` single-row commits, one at a time, at the durable settings
+        (SQLite in WAL, each in BEGIN IMMEDIATE as the store's writes; PostgreSQL autocommit:
+        one round trip, one WAL flush each)."""
+        sqlite = self.name == "sqlite"
+        with (
+            fresh_file("floor") if sqlite else fresh_database() as url,
+            closing(connect(url)) as db,
+        ):
+            db.execute("CREATE TABLE floor (id integer PRIMARY KEY, data text NOT NULL)")
+            insert = "INSERT INTO floor (id, data) VALUES " + ("(?, ?)" if sqlite else "(%s, %s)")
+            began = time.perf_counter()
+            for i in range(commits):
+                db.execute(insert, (i, "x"))
+                db.commit()
+            return time.perf_counter() - began
 
     def settings(self) -> dict[str, Any]:
-        """Its durability settings, for the record."""
-        return (sqlite_settings if self.name == "sqlite" else postgres_settings)(self.fast)
+        """Its durability settings, for the record: read back from the server, or from a file
+        durably made (the journal mode is kept in it), and the file system it is on."""
+        if self.name == "postgres":
+            from durably.stores.postgres.store import redact
+
+            names = ["server_version", "synchronous_commit", "fsync", "wal_sync_method"]
+            with closing(connect(POSTGRES_URL)) as db:
+                read = {n: (db.execute(f"SHOW {n}").fetchone() or [None])[0] for n in names}
+            off = {"synchronous_commit": "off"} if self.fast else {}
+            return read | {"url": redact(POSTGRES_URL)} | off
+        with fresh_file("settings") as url:
+            durably.App(url).store.close()
+            with closing(sqlite3.connect(url[10:])) as db:
+                read = {"journal_mode": db.execute("PRAGMA journal_mode").fetchone()[0]}
+        mount = ["findmnt", "-no", "FSTYPE", "--target", tempfile.gettempdir()]  # ext4, tmpfs
+        found = shutil.which("findmnt") and subprocess.run(mount, capture_output=True, text=True)
+        read["filesystem"] = found.stdout.strip() if found else "?"
+        read["sqlite_version"] = sqlite3.sqlite_version
+        return read | {"synchronous": "NORMAL" if self.fast else "FULL"}
+
+
+def connect(url: str) -> Any:
+    """A DB-API connection to the store at `url`, at the durable settings."""
+    if not url.startswith("sqlite"):
+        import psycopg
+
+        return psycopg.connect(url, autocommit=True, options="-c synchronous_commit=on")
+    db = sqlite3.connect(url[10:], isolation_level="IMMEDIATE")
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = FULL")
+    return db
 
 
 @contextmanager
 def fresh_file(runner: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="durably-bench-") as tmp:
         yield f"sqlite:///{tmp}/{runner}.db"  # tmp is absolute: sqlite:////tmp/...
-
-
-def sqlite_floor(commits: int) -> float:
-    with fresh_file("floor") as url, closing(sqlite3.connect(url[10:], isolation_level=None)) as db:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")
-        db.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, data TEXT NOT NULL)")
-        began = time.perf_counter()
-        for i in range(commits):
-            db.execute("BEGIN IMMEDIATE")  # as the store's writes do
-            db.execute("INSERT INTO floor (id, data) VALUES (?, ?)", (i, "x"))
-            db.execute("COMMIT")
-        return time.perf_counter() - began
-
-
-def sqlite_settings(fast: bool) -> dict[str, Any]:
-    with fresh_file("settings") as url:
-        app = durably.App(url)
-        app.store.close()  # opening the store creates the file
-        with closing(sqlite3.connect(url[10:])) as db:
-            journal_mode = db.execute("PRAGMA journal_mode").fetchone()[0]  # kept in the file
-    proc = Path("/proc/mounts")
-    mounts = [line.split()[1:3] for line in proc.read_text().splitlines()] if proc.exists() else []
-    here = os.path.realpath(tempfile.gettempdir()) + "/"
-    inside = [(point, kind) for point, kind in mounts if here.startswith(point.rstrip("/") + "/")]
-    return {
-        "journal_mode": journal_mode,
-        "synchronous": "NORMAL" if fast else "FULL",
-        "sqlite_version": sqlite3.sqlite_version,
-        "filesystem": max(inside, key=lambda m: len(m[0]))[1] if inside else "?",  # ext4, tmpfs
-    }
 
 
 def postgres_problem() -> str | None:
@@ -111,49 +122,19 @@ def postgres_problem() -> str | None:
 def fresh_database() -> Iterator[str]:
     """A new database on the server; dropped afterwards, with any the engine made beside it
     under the same name (a system database, say)."""
-    import psycopg
     from psycopg import sql
 
     name = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
+    with closing(connect(POSTGRES_URL)) as db:
         db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
         yield urlunsplit(urlsplit(POSTGRES_URL)._replace(path=f"/{name}"))
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
-            made = db.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE %s", (name + "%",)
-            )
+        with closing(connect(POSTGRES_URL)) as db:
+            made = db.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [name + "%"])
             for (database,) in made.fetchall():
                 drop = sql.SQL("DROP DATABASE {} WITH (FORCE)")
                 db.execute(drop.format(sql.Identifier(database)))
-
-
-def postgres_floor(commits: int) -> float:
-    import psycopg
-
-    with (
-        fresh_database() as url,
-        psycopg.connect(url, autocommit=True, options=SYNCHRONOUS) as db,
-    ):
-        db.execute("CREATE TABLE floor (id integer PRIMARY KEY, data text NOT NULL)")
-        began = time.perf_counter()
-        for i in range(commits):  # autocommit: one round trip, one WAL flush each
-            db.execute("INSERT INTO floor (id, data) VALUES (%s, %s)", (i, "x"))
-        return time.perf_counter() - began
-
-
-def postgres_settings(fast: bool) -> dict[str, Any]:
-    import psycopg
-
-    from durably.stores.postgres.store import redact
-
-    names = ["server_version", "synchronous_commit", "fsync", "wal_sync_method", "commit_delay"]
-    with psycopg.connect(POSTGRES_URL, options=SYNCHRONOUS) as db:
-        settings = {name: (db.execute(f"SHOW {name}").fetchone() or [None])[0] for name in names}
-    return {"url": redact(POSTGRES_URL), **settings} | (
-        {"synchronous_commit": "off"} if fast else {}
-    )
 
 
 def fill(
@@ -198,7 +179,5 @@ def vacuum(url: str) -> None:
     (until then the planner knows nothing of the rows, and indexes hold dead versions that
     every claim steps over). SQLite gets nothing: durably never runs ANALYZE."""
     if url.startswith("postgresql"):
-        import psycopg
-
-        with psycopg.connect(url.split("?")[0], autocommit=True) as db:
+        with closing(connect(url.split("?")[0])) as db:
             db.execute("VACUUM ANALYZE durably_runs, durably_events")

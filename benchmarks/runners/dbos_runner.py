@@ -1,16 +1,16 @@
 """DBOS Transact 3.4 under the runner protocol (benchmarks.runners.protocol), one measurement
 per process. Workflows and steps are async functions under @DBOS.workflow() / @DBOS.step();
-DBOS.launch() opens the engine on `system_database_url` = --url in the runner's event loop.
+DBOS.launch() opens the engine on `system_database_url` = url in the runner's event loop.
 throughput calls the workflow directly, at most C awaited at once (DBOS's fastest path; its
 queue was slower); w3-work enqueues every workflow, with a fixed id, on a queue of
 worker_concurrency C, and w3-recover's DBOS.launch() puts the PENDING ones of the same
 executor id and application version back on it; queue-hop and roundtrip enqueue with
 DBOSClient on a queue served here (in-process) or by a `queue-worker` child process.
 
-Queue workers poll, every --queue-poll-ms (200 ms by default, durably's idle poll; DBOS's is
+Queue workers poll, every queue_poll_ms (200 ms by default, durably's idle poll; DBOS's is
 1 s), and get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode nor synchronous
 on SQLite and leaves synchronous_commit to the server: this runner puts the file in WAL and
-sets synchronous=FULL or synchronous_commit=on (--fast: NORMAL, off) on every connection of
+sets synchronous=FULL or synchronous_commit=on (fast: NORMAL, off) on every connection of
 the process, and reports what the first one read back as "durability".
 """
 
@@ -24,6 +24,7 @@ STARTED = time.perf_counter()  # before the engine is imported
 
 import asyncio
 import functools
+import json
 import sqlite3
 import sys
 import threading
@@ -123,9 +124,10 @@ async def remote(args: SimpleNamespace, workflow: str) -> AsyncIterator[Enqueue]
     enqueueing `workflow` on it."""
     from benchmarks.runners.processes import Child, wait_ready
 
+    serve = {"url": args.url, "fast": args.fast, "queue_poll_ms": args.queue_poll_ms}
     argv = [sys.executable, "-m", "benchmarks.runners.dbos_runner", "queue-worker"]
-    argv += ["--url", args.url, "--queue-poll-ms", str(args.queue_poll_ms), "--queue", workflow]
-    with Child(argv + (["--fast"] if args.fast else []), ready=READY, stdout=False) as worker:
+    argv.append(json.dumps(serve | {"queue": workflow}))
+    with Child(argv, ready=READY, stdout=False) as worker:
         wait_ready([worker])
         hold_durability(args)  # the client's connections too
         client = DBOSClient(system_database_url=args.url, application_name="bench")
@@ -207,7 +209,7 @@ async def hops(count: int, enqueue: Enqueue) -> list[float]:
 
 
 async def queue_worker(args: SimpleNamespace) -> None:
-    """The child of remote(): an idle worker on queue --queue until killed."""
+    """The child of remote(): an idle worker on queue `queue` until killed."""
     launch(args)
     await queue_of(args, args.queue)
     print(READY, file=sys.stderr, flush=True)

@@ -63,7 +63,8 @@ def bench_app(
 ) -> durably.App:
     """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps): `steps`
     trivial steps in a row, each adding one (the one given x == stop_at calls on_stop()
-    first); hop(t0), whose one step returns how long ago (time.time()) t0 was; and W3's
+    first); fanout(width, gathered), adding one to each of 0..width-1, in a row or gathered
+    (durably.gather); hop(t0), whose one step returns how long ago (time.time()) t0 was; and W3's
     w3(index, steps, sleep_ms, path), each step sleeping, then applying its keyed effect."""
     app = durably.App(store)
 
@@ -78,6 +79,12 @@ def bench_app(
         for _ in range(steps):
             x = await add_one(x)
         return x
+
+    @app.workflow(name="fanout")
+    async def fanout(width: int, gathered: bool) -> int:
+        if gathered:
+            return sum(await durably.gather(*(add_one(n) for n in range(width))))
+        return sum([await add_one(n) for n in range(width)])
 
     touch, since = app.step(apply_effect), app.step(protocol.since)
 

@@ -47,10 +47,8 @@ class ProcessRunner:
         return {"version": self.version, "runner": self.module, "missing": self.missing}
 
     def argv(self, command: str, url: str, options: Mapping[str, object]) -> list[str]:
-        argv = [sys.executable, "-m", self.module, command, "--url", url]
-        for name, value in {**options, **self.options}.items():
-            argv += [f"--{name}", str(value)]
-        return argv + (["--fast"] if self.fast else [])
+        options = {"url": url, "fast": self.fast, **options, **self.options}
+        return [sys.executable, "-m", self.module, command, json.dumps(options, default=str)]
 
     def warm_up(self, fresh: Fresh) -> None:
         """One cold start, not recorded: bytecode compiled, files in the page cache."""

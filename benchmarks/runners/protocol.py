@@ -1,15 +1,15 @@
 """The runner protocol: an engine's runner module makes one measurement per process,
 
-    python -m benchmarks.runners.<engine>_runner COMMAND --url URL [--NAME VALUE]... [--fast]
+    python -m benchmarks.runners.<engine>_runner COMMAND '{"url": URL, "fast": false, ...}'
 
-on the empty store at URL, kept in WAL with synchronous=FULL, or synchronous_commit=on (--fast:
-NORMAL, off); it prints one JSON object, the last line of its stdout, and exits non-zero,
-saying why, if the engine did not do the work. Its commands: throughput, w3-work (prints
-{"started": N}, then works until SIGKILLed), w3-recover, queue-hop, queue-throughput,
-cold-start, roundtrip. Here too: the steps both runners share, and W3's effects, kept in a
-SQLite file outside every store (a key applied twice: an effect that happened twice in the
-world, a card charged twice). Standard library only: runners import this once their
-cold-start clock runs.
+on the empty store at URL, kept in WAL with synchronous=FULL, or synchronous_commit=on (fast:
+NORMAL, off), the object's other options the command's; it prints one JSON object, the last
+line of its stdout, and exits non-zero, saying why, if the engine did not do the work. Its
+commands: throughput, w3-work (prints {"started": N}, then works until SIGKILLed),
+w3-recover, queue-hop, queue-throughput, cold-start, roundtrip. Here too: the steps both
+runners share, and W3's effects, kept in a SQLite file outside every store (a key applied
+twice: an effect that happened twice in the world, a card charged twice). Standard library
+only: runners import this once their cold-start clock runs.
 """
 
 import asyncio
@@ -53,16 +53,9 @@ def durable(url: str, *, fast: bool = False) -> str:
 
 
 def main(engine: str, commands: Sequence[Callable[[SimpleNamespace], Figures | None]]) -> None:
-    """A runner module's entry point: COMMAND --url URL [--NAME VALUE]... [--fast] run (numbers
-    as numbers; `store`: URL with its durability), its figures emitted; a BenchmarkError exits
-    non-zero, saying why."""
-    command, *rest = sys.argv[1:]
-    options: dict[str, Any] = {"fast": "--fast" in rest}
-    pairs = [item for item in rest if item != "--fast"]
-    for name, value in zip(pairs[::2], pairs[1::2], strict=True):
-        number = value.lstrip("-").replace(".", "", 1).isdigit()
-        parsed = (float(value) if "." in value else int(value)) if number else value
-        options[name.removeprefix("--").replace("-", "_")] = parsed
+    """A runner module's entry point: COMMAND OPTIONS run (`store`: the URL with its
+    durability), its figures emitted; a BenchmarkError exits non-zero, saying why."""
+    command, options = sys.argv[1], json.loads(sys.argv[2])
     options["store"] = durable(options["url"], fast=options["fast"])  # as durably opens it
     run = next(run for run in commands if run.__name__ == command.replace("-", "_"))
     try:

@@ -43,10 +43,10 @@ def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
     workflow (its start, claim and last commit)."""
     (short, long), ms = loads, [1000 * seconds(trial, load) / load.workflows for load in loads]
     per_step = (ms[1] - ms[0]) / (long.steps - short.steps)
+    fixed = ms[0] - short.steps * per_step
     return {
         Metric("step_checkpoint_ms", "per-step checkpoint (fit)", "ms/step"): per_step,
-        Metric("workflow_fixed_ms", "workflow start+finish (fit)", "ms/workflow"): ms[0]
-        - short.steps * per_step,
+        Metric("workflow_fixed_ms", "workflow start+finish (fit)", "ms/workflow"): fixed,
     }
 
 
@@ -61,27 +61,24 @@ def floor(trial: Trial, commits: int) -> Values:
     }
 
 
-def runner_of(trial: Trial) -> ProcessRunner:
-    if not isinstance(runner := trial.engine, ProcessRunner):
-        raise BenchmarkError(f"{trial.workload} needs an engine in processes of its own")
-    return runner
-
-
 def run(trial: Trial, command: str, **options: object) -> dict[str, Any]:
-    """The trial's engine's runner, run on a fresh store: its JSON line."""
+    """The trial's engine's runner process, run on a fresh store: its JSON line."""
+    runner = trial.engine
+    assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     with trial.fresh() as url:
-        return runner_of(trial).run(trial, command, url, **options)
+        return runner.run(trial, command, url, **options)
 
 
 def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
     """W3: `load`, each step sleeping `sleep_ms`, then applying a keyed side effect. w3-work
     runs until half the effects are applied and is SIGKILLed; w3-recover is timed from its
     spawn to its result line (every run ended). Runs lost, effects applied twice."""
-    (load, sleep_ms), runner = size, runner_of(trial)
+    (load, sleep_ms), runner = size, trial.engine
+    assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
         create_effects(sink := Path(tmp) / "effects.db")
         options: dict[str, object] = {"workflows": load.workflows, "steps": load.steps}
-        options["sleep-ms"] = sleep_ms
+        options["sleep_ms"] = sleep_ms
         options |= {"concurrency": load.concurrency, "effects": sink}
         with Child(runner.argv("w3-work", url, options)) as work:
             if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:

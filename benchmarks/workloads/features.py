@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import durably
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.runners.durably_runner import run_chain
+from benchmarks.runners.durably_runner import bench_app, run_chain
 from benchmarks.runners.protocol import BenchmarkError, Load
 from benchmarks.stores import fill, vacuum
 from durably.stores import open_store
@@ -171,33 +171,19 @@ def fanout(trial: Trial, width: int) -> Values:
     """One workflow gathering `width` steps (durably.gather, the worker's concurrency at once)
     and one calling them one after another: seconds, and the chain's change against it."""
 
-    def one(workflow: str) -> float:
+    def one(gathered: bool) -> float:
         with trial.fresh() as url:
-            app = durably.App(url)
-
-            @app.step(name="part")
-            async def part(n: int) -> int:
-                return n * 2
-
-            @app.workflow(name="fanout")
-            async def gathered(width: int) -> int:
-                return sum(await durably.gather(*(part(i) for i in range(width))))
-
-            @app.workflow(name="chain")
-            async def chained(width: int) -> int:
-                return sum([await part(i) for i in range(width)])
-
+            app = bench_app(url)
             began = time.perf_counter()
-            handle = app.start(workflow, width)
+            handle = app.start("fanout", width, gathered)
             app.run_until_idle()
             seconds = time.perf_counter() - began
-            if handle.result(timeout=0) != width * (width - 1):
-                raise BenchmarkError(f"{workflow}: a wrong sum")
+            if handle.result(timeout=0) != width * (width + 1) // 2:
+                raise BenchmarkError(f"fanout (gathered: {gathered}): a wrong sum")
             app.close()
             return seconds
 
-    gathered, chained = (
-        ("fanout_s", "gathered", lambda: one("fanout")),
-        ("chain_s", "in a row", lambda: one("chain")),
+    gathered = ("fanout_s", "gathered", lambda: one(True))
+    return versus(
+        trial, f"1 wf, {width:,} steps", "s", gathered, ("chain_s", "in a row", lambda: one(False))
     )
-    return versus(trial, f"1 wf, {width:,} steps", "s", gathered, chained)
