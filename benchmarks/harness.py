@@ -46,8 +46,7 @@ def median_or_p95(metric: Metric, samples: list[float]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One metric on one store: every runner's samples (one per repetition, or pooled over
-    them), or why it has none ("not run", "n/a"); and durably's target, if any."""
+    """One metric on one store: each runner's samples, or why none; durably's target, if any."""
 
     metric: Metric
     store: str
@@ -69,8 +68,7 @@ class Row:
         return number(value) + (f" [{number(low)}..{number(high)}]" if ranged else "")
 
     def ratios(self) -> list[float]:
-        """How many times better durably is than dbos in the metric's direction, then the same
-        repetition by repetition (where each has one sample per repetition); [] if not both."""
+        """durably's figure over dbos's, in the metric's direction; then by repetition."""
         ours, theirs = self.cells.get("durably"), self.cells.get("dbos")
         if not isinstance(ours, list) or not isinstance(theirs, list) or min(ours + theirs) <= 0:
             return []  # nothing to divide (or a fit gone wrong)
@@ -91,8 +89,7 @@ class Row:
         return [f"{'>=' if higher else '<='} {number(self.target)}", "ok" if met else "MISS"]
 
     def line(self, bench: Bench) -> list[str]:
-        """Its cells in the table: every engine's figure; side by side, the ratio (and the same
-        repetition by repetition); durably's target and verdict, where the bench has targets."""
+        """Its cells in the table: each engine's figure, the ratio, durably's target and verdict."""
         line = [self.metric.label, self.store, self.metric.unit]
         line += [self.cell(name) for name in bench.engines]
         if bench.side_by_side:
@@ -164,17 +161,92 @@ def git(*args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def run(bench: Bench, asked: Namespace) -> int:
+    """Measure `bench` as the command asks; 1 if a runner failed (its stderr printed), else 0."""
+    workloads = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
+    fast = asked.fast and bench.side_by_side
+    runners: list[Runner] = [InProcess()]
+    if bench.side_by_side:
+        names = [name for name in asked.engines or bench.engines if name in bench.engines]
+        poll = asked.dbos_queue_poll_ms
+        options = {"dbos": {} if poll is None else {"queue_poll_ms": poll}}
+        runners = [ProcessRunner(n, fast, options.get(n, {})) for n in names]
+    results = Results(bench, runners, asked.repeat or bench.repeat, fast)
+    engines = {r.name: r.describe() for r in runners if isinstance(r, ProcessRunner)}
+    sizes = {w.name: w.size for w in workloads} | {"repeat": results.repeat}
+    results.record = {"benchmark": bench.name, **run_context(), "engines": engines, "sizes": sizes}
+    results.notes = [f"{r.name}: {r.missing}" for r in runners if r.missing] + [busy_note()]
+    for name in asked.stores:
+        if name == "postgres" and (problem := postgres_problem()):
+            results.notes.append(f"PostgreSQL rows skipped: {problem}")
+            continue
+        store = Store(name, runner_processes=bench.side_by_side, fast=fast)
+        try:
+            results.measure(store, workloads)
+        except BenchmarkError as failure:
+            print(f"benchmark failed: {failure}", file=sys.stderr)
+            return 1
+        results.durability[name] = store.settings()
+        results.write()  # a later failure leaves these
+    results.notes = [note for note in results.notes if note]
+    results.notes.append(f"results: {results.write()}")
+    results.show()
+    return 0
+
+
 @dataclass(slots=True)
 class Results:
-    """Every row a bench measured, and the record around them."""
+    """A bench measured by the runners asked for: every row, and the record around them."""
 
     bench: Bench
-    record: dict[str, Any]  # machine, date, source, engines, sizes: taken before measuring
+    runners: list[Runner]
+    repeat: int
     fast: bool
+    record: dict[str, Any] = field(default_factory=dict)  # taken before measuring
     rows: list[Row] = field(default_factory=list)
     durability: dict[str, dict[str, Any]] = field(default_factory=dict)  # by store name
     runs: list[dict[str, Any]] = field(default_factory=list)  # every runner process's output
     notes: list[str] = field(default_factory=list)
+
+    def measure(self, store: Store, workloads: Sequence[Workload[Any]]) -> None:
+        able = [runner for runner in self.runners if runner.missing is None]
+        for runner in able:
+            runner.warm_up(functools.partial(store.fresh, runner.name))
+        for w in workloads:
+            self.repetitions(store, w, able)
+
+    def repetitions(self, store: Store, w: Workload[Any], able: list[Runner]) -> None:
+        """--repeat repetitions of `w`, by each runner in turn, the first one alternating."""
+        samples: dict[Metric, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        pooled, kept = set[Metric](), dict[str, Any]()
+        with ExitStack() as lasting:
+            for repetition in range(1, self.repeat + 1):
+                turn = able if repetition % 2 else able[::-1]
+                for runner in [None] if w.store_alone else turn:
+                    trial = Trial(store, runner, w.name, repetition, self.runs, lasting, kept)
+                    values = w.measure(trial, w.size)
+                    for metric, value in values.items():
+                        pooled |= {metric} if isinstance(value, list) else set()
+                        listed = value if isinstance(value, list) else [value]
+                        samples[metric][trial.name] += [v for v in listed if v is not None]
+                    shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
+                    where = f"  {store.label}: {w.name} {repetition}/{self.repeat}"
+                    print(f"{where} {trial.name}: {shown}", file=sys.stderr, flush=True)
+        self.rows += [self.row(store, m, samples[m], m in pooled) for m in samples]
+
+    def row(
+        self, store: Store, metric: Metric, by_runner: dict[str, list[float]], pooled: bool
+    ) -> Row:
+        """The store alone's figure (durable, whatever --fast says), or each engine's."""
+        if STORE in by_runner:
+            return Row(metric, store.name, {STORE: by_runner[STORE]})
+        asked = {runner.name: runner for runner in self.runners}
+        cells: dict[str, list[float] | str] = {}
+        for name in self.bench.engines:  # "n/a": the runner cannot tell this figure apart
+            missing = asked[name].missing if name in asked else "not run"
+            cells[name] = missing or by_runner.get(name) or "n/a"
+        target = None if store.fast else self.bench.targets.get((metric.key, store.name))
+        return Row(metric, store.label, cells, target, pooled)
 
     def write(self) -> Path:
         """benchmarks/results/<bench>[-fast]-latest.json, replaced whole (never half-written)."""
@@ -196,7 +268,7 @@ class Results:
         for row in apart:
             print(f"{row.metric.label}, {row.store}: {row.cell(STORE)} {row.metric.unit}")
         missed = sum(row.verdict()[1] == "MISS" for row in self.rows)
-        print(f"\nfrom {self.record['sizes']['repeat']} repetition(s)", end="")
+        print(f"\nfrom {self.repeat} repetition(s)", end="")
         print(f"; {missed} durably target(s) missed" if self.bench.targets else "")
         if self.bench.side_by_side:
             print("ratio: how many times better durably is than dbos, in the row's direction")
@@ -204,90 +276,6 @@ class Results:
             print("the faster durability mode (SQLite NORMAL, PostgreSQL off): no targets;")
             print("the floor is the durable one (SQLite FULL, PostgreSQL on)")
         print("\n".join(self.notes))
-
-
-def run(bench: Bench, asked: Namespace) -> int:
-    """Measure `bench` as the command asks; 1 if a runner failed (its stderr printed), else 0."""
-    workloads = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
-    fast, repeat = asked.fast and bench.side_by_side, asked.repeat or bench.repeat
-    runners: list[Runner] = [InProcess()]
-    if bench.side_by_side:
-        names = [name for name in asked.engines or bench.engines if name in bench.engines]
-        poll = asked.dbos_queue_poll_ms
-        options = {"dbos": {} if poll is None else {"queue_poll_ms": poll}}
-        runners = [ProcessRunner(n, fast, options.get(n, {})) for n in names]
-    engines = {r.name: r.describe() for r in runners if isinstance(r, ProcessRunner)}
-    sizes = {w.name: w.size for w in workloads} | {"repeat": repeat}
-    record = {"benchmark": bench.name, **run_context(), "engines": engines, "sizes": sizes}
-    results = Results(bench, record, fast)
-    results.notes = [f"{r.name}: {r.missing}" for r in runners if r.missing] + [busy_note()]
-    for name in asked.stores:
-        if name == "postgres" and (problem := postgres_problem()):
-            results.notes.append(f"PostgreSQL rows skipped: {problem}")
-            continue
-        store = Store(name, runner_processes=bench.side_by_side, fast=fast)
-        session = Session(bench, store, runners, repeat, results.runs)
-        try:
-            results.rows += session.measure(workloads)
-        except BenchmarkError as failure:
-            print(f"benchmark failed: {failure}", file=sys.stderr)
-            return 1
-        results.durability[name] = store.settings()
-        results.write()  # a later failure leaves these
-    results.notes = [note for note in results.notes if note]
-    results.notes.append(f"results: {results.write()}")
-    results.show()
-    return 0
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """Measuring on one store: what every measurement there shares."""
-
-    bench: Bench
-    store: Store
-    runners: Sequence[Runner]  # those asked for, in the order given; some may be missing
-    repeat: int
-    runs: list[dict[str, Any]]  # every runner process's output, for the results file
-
-    def measure(self, workloads: Sequence[Workload[Any]]) -> list[Row]:
-        able = [runner for runner in self.runners if runner.missing is None]
-        for runner in able:
-            runner.warm_up(functools.partial(self.store.fresh, runner.name))
-        return [row for w in workloads for row in self.repetitions(w, able)]
-
-    def repetitions(self, w: Workload[Any], able: list[Runner]) -> list[Row]:
-        """--repeat repetitions of `w`, each by every runner in turn, the first one alternating
-        from one repetition to the next: one row per figure."""
-        samples: dict[Metric, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        pooled, kept = set[Metric](), dict[str, Any]()
-        with ExitStack() as lasting:
-            for repetition in range(1, self.repeat + 1):
-                turn = able if repetition % 2 else able[::-1]
-                for runner in [None] if w.store_alone else turn:
-                    trial = Trial(self.store, runner, w.name, repetition, self.runs, lasting, kept)
-                    values = w.measure(trial, w.size)
-                    for metric, value in values.items():
-                        pooled |= {metric} if isinstance(value, list) else set()
-                        listed = value if isinstance(value, list) else [value]
-                        samples[metric][trial.name] += [v for v in listed if v is not None]
-                    shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
-                    where = f"  {self.store.label}: {w.name} {repetition}/{self.repeat}"
-                    print(f"{where} {trial.name}: {shown}", file=sys.stderr, flush=True)
-        return [self.row(metric, samples[metric], metric in pooled) for metric in samples]
-
-    def row(self, metric: Metric, by_runner: dict[str, list[float]], pooled: bool) -> Row:
-        """A figure of the store alone (at its durable settings, whatever --fast says), or one
-        cell per engine: its samples, or why none; with durably's target in the durable mode."""
-        if STORE in by_runner:
-            return Row(metric, self.store.name, {STORE: by_runner[STORE]})
-        asked = {runner.name: runner for runner in self.runners}
-        cells: dict[str, list[float] | str] = {}
-        for name in self.bench.engines:  # "n/a": the runner cannot tell this figure apart
-            missing = asked[name].missing if name in asked else "not run"
-            cells[name] = missing or by_runner.get(name) or "n/a"
-        target = None if self.store.fast else self.bench.targets.get((metric.key, self.store.name))
-        return Row(metric, self.store.label, cells, target, pooled)
 
 
 def shown_value(value: float | list[float] | None) -> str:

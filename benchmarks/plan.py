@@ -45,8 +45,7 @@ Values = dict[Metric, float | list[float] | None]
 
 @dataclass(frozen=True, slots=True)
 class Workload(Generic[S]):
-    """`measure` makes one repetition, by one runner (of the store alone, if `store_alone`),
-    at a size (`quick` with --quick): its values by metric, in table order."""
+    """`measure`, one repetition by one runner (or the store alone) at a size: its values."""
 
     name: str
     measure: Callable[[Trial, S], Values]
@@ -71,8 +70,7 @@ class Bench:
 
 @dataclass(frozen=True, slots=True)
 class Trial:
-    """One repetition of one workload by one runner (None: the store alone) on one store;
-    `lasting` is closed after the workload's last repetition there."""
+    """One repetition of one workload by one runner (None: the store alone) on one store."""
 
     store: Store
     runner: Runner | None

@@ -31,8 +31,7 @@ COMPARE_TARGETS = CORE_TARGETS | targets(
 
 
 def chain_workloads() -> list[Workload[Any]]:
-    """W1 (1,000 wf x 3 steps, c=32) in workflows/s, W2 (200 x 20) in steps/s, the sequential
-    fit (200 x 3 and 50 x 20 at c=1)."""
+    """W1 in workflows/s, W2 in steps/s, the sequential fit (one workflow at a time)."""
     seq = (Load(200, 3, concurrency=1), Load(50, 20, concurrency=1))
     fewer = (Load(50, 3, concurrency=1), Load(15, 20, concurrency=1))
     return [
@@ -43,21 +42,18 @@ def chain_workloads() -> list[Workload[Any]]:
 
 
 def floor(commits: int, quick: int) -> Workload[int]:
-    """The store's commit floor: `commits` single-row commits (`quick` with --quick)."""
     return Workload("floor", engines.floor, commits, quick, store_alone=True)
 
 
 CORE = Bench(
     "core",
-    "durably alone against its store's commit floor: W1, W2 (runs started first, only "
-    "app.run_until_idle timed), the sequential fit, 2,000 single-row commits",
+    "durably alone (only app.run_until_idle timed): W1, W2, the sequential fit; the store's floor",
     (*chain_workloads(), floor(2_000, 500)),
     targets=CORE_TARGETS,
 )
 COMPARE = Bench(
     "compare",
-    "durably beside DBOS Transact 3.4, each measurement in a fresh process on a fresh store: "
-    "W1, W2 and the fit (starts timed), W3, queue hops, a burst, the cold start; --fast",
+    "durably beside DBOS 3.4, a fresh process each: W1, W2, fit, W3, hops, a burst, cold start",
     (
         *chain_workloads(),
         Workload("w3", engines.recovery, (Load(500, 10), 10), (Load(100, 10), 10)),
@@ -71,8 +67,7 @@ COMPARE = Bench(
 )
 ROUNDTRIP = Bench(
     "roundtrip",
-    "start -> result from outside the worker, beside DBOS, one at a time (after 10 unrecorded"
-    " ones), and beyond 6 commits of the store's floor; durably's starts/s",
+    "start -> result from outside the worker beside DBOS, and beyond 6 commits; starts/s",
     (
         Workload("roundtrip", engines.roundtrip, (150, 10, 500), (30, 5, 200)),
         floor(500, 200),
@@ -83,8 +78,7 @@ ROUNDTRIP = Bench(
 )
 SCALING = Bench(
     "scaling",
-    "long histories, taking over a 10,000-step run from a SIGKILLed worker, claims on stores "
-    "of 100,000 runs, 1/2/4 `durably worker` processes",
+    "long histories, a takeover after 10,000 steps, claims beside 100,000 runs, 1/2/4 workers",
     (
         Workload("history", scaling.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
         Workload("pickup", scaling.pickup, 10_000, 1_000),
@@ -104,8 +98,7 @@ SCALING = Bench(
 )
 SLEEPERS = Bench(
     "sleepers",
-    "W1 and the per-step fit beside 100,000 runs that sleep a day, and on an empty store; "
-    "10,000 timers due at once",
+    "W1 and the per-step fit beside 100,000 runs asleep for a day; 10,000 timers due at once",
     (
         Workload("beside", features.beside, 100_000, 10_000),
         Workload("due", features.due, 10_000, 2_000),
@@ -113,8 +106,7 @@ SLEEPERS = Bench(
 )
 PRIORITIES = Bench(
     "priorities",
-    "one claim of 32 runs from 1,000 or 100,000 due runs, or 1,000 beside 100,000 sleeping "
-    "priority-10 runs (30 claims pooled)",
+    "a claim of 32 from 1,000 or 100,000 due runs, or 1,000 beside 100,000 asleep (pooled)",
     tuple(
         Workload(name, scaling.claims, Backlog(due, 30, sleeping=asleep), quick)
         for name, due, asleep, quick in [
@@ -132,8 +124,7 @@ SCHEDULES = Bench(
 )
 RETENTION = Bench(
     "retention",
-    "W1 beside 100,000 runs ended two days ago, kept or deleted by retention; then the rest, "
-    "deleted",
+    "W1 beside 100,000 runs ended two days ago, kept or deleted by retention; the rest, deleted",
     (Workload("retention", features.retention, 100_000, 20_000),),
 )
 FANOUT = Bench(

@@ -31,8 +31,7 @@ LEASE = timedelta(minutes=5)  # of a fill's claims
 
 @dataclass(frozen=True, slots=True)
 class Store:
-    """The store `name` (sqlite | postgres: the targets' key), for durably in this process or
-    for runner processes (which set the durability, the faster one if `fast`, themselves)."""
+    """The store `name` (sqlite | postgres), for durably here or for runner processes."""
 
     name: str
     runner_processes: bool
@@ -51,9 +50,8 @@ class Store:
             yield url if self.runner_processes else durable(url)
 
     def commit_floor(self, commits: int) -> float:
-        """Seconds for `commits` single-row commits, one at a time, at the durable settings
-        (SQLite in WAL, each in BEGIN IMMEDIATE as the store's writes; PostgreSQL autocommit:
-        one round trip, one WAL flush each)."""
+        """Seconds for `commits` single-row commits, one at a time, durable (SQLite in WAL, each in
+        BEGIN IMMEDIATE as the store's writes; PostgreSQL autocommit, one round trip each)."""
         sqlite = self.name == "sqlite"
         with (
             fresh_file("floor") if sqlite else fresh_database() as url,
@@ -68,8 +66,7 @@ class Store:
             return time.perf_counter() - began
 
     def settings(self) -> dict[str, Any]:
-        """Its durability settings, for the record: read back from the server, or from a file
-        durably made (the journal mode is kept in it), and the file system it is on."""
+        """Its durability settings, read back (SQLite: from a file durably made), for the record."""
         if self.name == "postgres":
             from durably.stores.postgres.store import redact
 
@@ -120,8 +117,7 @@ def postgres_problem() -> str | None:
 
 @contextmanager
 def fresh_database() -> Iterator[str]:
-    """A new database on the server; dropped afterwards, with any the engine made beside it
-    under the same name (a system database, say)."""
+    """A new database; dropped afterwards with any the engine made beside it (named after it)."""
     from psycopg import sql
 
     name = f"bench_{uuid.uuid4().hex[:12]}"
@@ -147,9 +143,8 @@ def fill(
     later: timedelta | None = None,
     priority: Callable[[int], int] = lambda n: 0,
 ) -> None:
-    """`count` runs of `workflow` started at `at`, a thousand a transaction: pending and due
-    then; or handed back by a worker then, due `later` (runs that sleep); or, if `ended`,
-    completed then after three steps (9 events)."""
+    """`count` runs of `workflow` started at `at`: due then; or asleep (handed back by a worker,
+    due `later`); or `ended`, completed after three steps (9 events)."""
     for first in range(0, count, 1_000):
         batch = range(min(1_000, count - first))
         runs = [NewRun(new_run_id(), workflow, "[]", priority=priority(n)) for n in batch]
@@ -175,9 +170,8 @@ def completed(claim: Claim, at: datetime) -> Checkpoint:
 
 
 def vacuum(url: str) -> None:
-    """VACUUM ANALYZE a PostgreSQL store after a fill, as autovacuum would do within minutes
-    (until then the planner knows nothing of the rows, and indexes hold dead versions that
-    every claim steps over). SQLite gets nothing: durably never runs ANALYZE."""
+    """VACUUM ANALYZE a PostgreSQL store after a fill, as autovacuum would within minutes (else
+    claims step over dead index entries); SQLite gets nothing (durably never runs ANALYZE)."""
     if url.startswith("postgresql"):
         with closing(connect(url.split("?")[0])) as db:
             db.execute("VACUUM ANALYZE durably_runs, durably_events")

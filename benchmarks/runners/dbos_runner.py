@@ -68,8 +68,7 @@ async def hop(t0: float) -> float:
 
 
 def hold_durability(args: SimpleNamespace) -> None:
-    """Hold every connection of this process to the durability asked for; the first one reads
-    the settings back into SEEN."""
+    """Every connection of this process at the durability asked; the first reads it into SEEN."""
     sqlite = args.url.startswith("sqlite")
     names = ["synchronous_commit", "fsync", "wal_sync_method"]
     if sqlite:  # the journal mode is kept in the file
@@ -120,15 +119,14 @@ async def queue_of(args: SimpleNamespace, name: str, concurrency: int | None = N
 
 @asynccontextmanager
 async def remote(args: SimpleNamespace, workflow: str) -> AsyncIterator[Enqueue]:
-    """A `queue-worker` child process serving queue `workflow`, and this process's DBOSClient
-    enqueueing `workflow` on it."""
-    from benchmarks.runners.processes import Child, wait_ready
+    """A `queue-worker` child serving queue `workflow`; a DBOSClient enqueueing on it."""
+    from benchmarks.runners.processes import Child
 
     serve = {"url": args.url, "fast": args.fast, "queue_poll_ms": args.queue_poll_ms}
     argv = [sys.executable, "-m", "benchmarks.runners.dbos_runner", "queue-worker"]
     argv.append(json.dumps(serve | {"queue": workflow}))
     with Child(argv, ready=READY, stdout=False) as worker:
-        wait_ready([worker])
+        worker.wait_started()
         hold_durability(args)  # the client's connections too
         client = DBOSClient(system_database_url=args.url, application_name="bench")
         options: EnqueueOptions = {"queue_name": workflow, "workflow_name": workflow}
@@ -136,16 +134,11 @@ async def remote(args: SimpleNamespace, workflow: str) -> AsyncIterator[Enqueue]
         client.destroy()
 
 
-async def results(handles: list[Any], poll: float = RESULT_POLL) -> list[Any]:
-    """Every handle's result, awaited in enqueue order (queues run FIFO)."""
-    return [await handle.get_result(polling_interval_sec=poll) for handle in handles]
-
-
-def check(results: list[Any], expected: list[Any]) -> None:
-    """Every result the one expected; else the first wrong (workflow, result, expected)."""
-    pairs = enumerate(zip(results, expected, strict=True))
-    if wrong := [(i, r, e) for i, (r, e) in pairs if r != e]:
-        raise BenchmarkError(f"{len(wrong)} wrong results, the first: {wrong[0]}")
+async def results(handles: list[Any], expected: list[Any], poll: float = RESULT_POLL) -> None:
+    """Every handle's result, awaited in enqueue order (queues run FIFO): the one expected."""
+    for handle, wanted in zip(handles, expected, strict=True):
+        if (result := await handle.get_result(polling_interval_sec=poll)) != wanted:
+            raise BenchmarkError(f"a workflow returned {result!r}, not {wanted!r}")
 
 
 async def throughput(args: SimpleNamespace) -> Figures:
@@ -153,27 +146,25 @@ async def throughput(args: SimpleNamespace) -> Figures:
     launch(args)
     gate = asyncio.Semaphore(args.concurrency)
 
-    async def one(i: int) -> int:
+    async def one(i: int) -> None:
         async with gate:
-            return await chain(i, args.steps)
+            if (result := await chain(i, args.steps)) != i + args.steps:
+                raise BenchmarkError(f"workflow {i} returned {result!r}")
 
     began = time.perf_counter()
-    done = await asyncio.gather(*(one(i) for i in range(args.workflows)))
-    total = time.perf_counter() - began
-    check(list(done), [i + args.steps for i in range(args.workflows)])
-    return {"total_seconds": total}
+    await asyncio.gather(*(one(i) for i in range(args.workflows)))
+    return {"total_seconds": time.perf_counter() - began}
 
 
 async def w3_work(args: SimpleNamespace) -> None:
     launch(args)
-    queue, handles = await queue_of(args, "w3", args.concurrency), []
+    queue, handles = await queue_of(args, "w3", args.concurrency), list[Any]()
     for i in range(args.workflows):
         with SetWorkflowID(f"w3-{i}"):
-            handles.append(
-                await queue.enqueue_async(w3, i, args.steps, args.sleep_ms, args.effects)
-            )
+            handle = await queue.enqueue_async(w3, i, args.steps, args.sleep_ms, args.effects)
+        handles.append(handle)
     emit({"started": args.workflows})
-    await results(handles, poll=1.0)  # until killed: nothing is timed here
+    await results(handles, [args.steps] * args.workflows, poll=1.0)  # until killed
     raise BenchmarkError("every workflow finished before the kill")
 
 
@@ -181,10 +172,9 @@ async def w3_recover(args: SimpleNamespace) -> Figures:
     launch(args)
     await queue_of(args, "w3", args.concurrency)
     ids = [f"w3-{i}" for i in range(args.workflows)]
-    handles: list[Any] = [
-        await DBOS.retrieve_workflow_async(i, existing_workflow=False) for i in ids
-    ]
-    check(await results(handles), [args.steps] * args.workflows)
+    retrieve = DBOS.retrieve_workflow_async
+    handles: list[Any] = [await retrieve(n, existing_workflow=False) for n in ids]
+    await results(handles, [args.steps] * args.workflows)
     done = await DBOS.list_workflows_async(status="SUCCESS", name="w3", load_input=False)
     return {"completed": len(done)}
 
@@ -221,10 +211,8 @@ async def queue_throughput(args: SimpleNamespace) -> Figures:
     queue = await queue_of(args, "throughput", args.concurrency)
     began = time.perf_counter()
     handles = [await queue.enqueue_async(chain, i, 1) for i in range(args.workflows)]
-    done = await results(handles)
-    total = time.perf_counter() - began
-    check(done, [i + 1 for i in range(args.workflows)])
-    return {"total_seconds": total}
+    await results(handles, [i + 1 for i in range(args.workflows)])
+    return {"total_seconds": time.perf_counter() - began}
 
 
 async def cold_start(args: SimpleNamespace) -> Figures:
@@ -233,17 +221,15 @@ async def cold_start(args: SimpleNamespace) -> Figures:
 
 
 async def roundtrip(args: SimpleNamespace) -> Figures:
-    """Start -> result of `chain`, one workflow at a time, run by a worker in another process;
-    the first unrecorded one waits for that worker's first poll."""
+    """Start -> result of `chain`, one at a time, run by a worker in another process."""
     totals: list[float] = []
     heard: list[float | None] = []
     async with remote(args, "chain") as enqueue:
         for n in range(-args.warm_up, args.workflows):
             began = time.perf_counter()
             handle = await enqueue(n, args.steps)
-            result = await handle.get_result(polling_interval_sec=RESULT_POLL)
+            await results([handle], [n + args.steps])
             elapsed, wall = 1000 * (time.perf_counter() - began), time.time()
-            check([result], [n + args.steps])
             if n >= 0:  # DBOS stamps the end with the database's clock at its transaction's
                 end = (await handle.get_status()).updated_at  # start: on SQLite, to the second
                 totals.append(elapsed)
@@ -255,8 +241,7 @@ async def roundtrip(args: SimpleNamespace) -> Figures:
 def command(
     run: Callable[[SimpleNamespace], Coroutine[Any, Any, Figures | None]],
 ) -> Callable[[SimpleNamespace], Figures]:
-    """`run` as protocol.main calls it: in an event loop, DBOS destroyed after, its figures
-    with the polls and the durability read back."""
+    """`run` in an event loop, DBOS destroyed after: its figures, the polls, the durability."""
 
     @functools.wraps(run)
     def sync(args: SimpleNamespace) -> Figures:

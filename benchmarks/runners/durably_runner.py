@@ -42,8 +42,7 @@ LEFT = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)  # a run not ended
 
 
 class InProcess:
-    """durably run by the harness's own interpreter: every run started first (app.start),
-    then app.run_until_idle runs them, which alone is timed."""
+    """durably in the harness's process: runs started first, only app.run_until_idle timed."""
 
     name = "durably"
     missing: str | None = None
@@ -61,11 +60,8 @@ def bench_app(
     stop_at: int | None = None,
     on_stop: Callable[[], object] = lambda: None,
 ) -> durably.App:
-    """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps): `steps`
-    trivial steps in a row, each adding one (the one given x == stop_at calls on_stop()
-    first); fanout(width, gathered), adding one to each of 0..width-1, in a row or gathered
-    (durably.gather); hop(t0), whose one step returns how long ago (time.time()) t0 was; and W3's
-    w3(index, steps, sleep_ms, path), each step sleeping, then applying its keyed effect."""
+    """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps) (its step given
+    x == stop_at calls on_stop() first), fanout(width, gathered), hop(t0) and W3's w3(...)."""
     app = durably.App(store)
 
     @app.step
@@ -115,8 +111,7 @@ def __getattr__(name: str) -> durably.App:
 def run_chain(
     url: str, load: Load, setup: Callable[[durably.App], object] | None = None
 ) -> tuple[float, float]:
-    """Start every run of `load` on a fresh app (`setup` first, untimed), then run them all
-    (app.run_until_idle): the seconds each took."""
+    """`load` on a fresh app (`setup` first): the seconds starting it and running it took."""
     app = bench_app(url)
     try:
         if setup is not None:
@@ -135,8 +130,7 @@ def run_chain(
 def check_completed(
     app: durably.App, handles: Sequence[durably.RunHandle], load: Load, finished: int
 ) -> None:
-    """The worker ended every run of `load` (run i started with i), and they are the runs that
-    completed last, the first and last with i + steps."""
+    """Every run of `load` completed (run i started with i), the first and last with i + steps."""
     completed = app.client.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows).runs
     results = [handles[i].result(timeout="1s") - i for i in (0, len(handles) - 1)]
     if finished != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
@@ -146,8 +140,7 @@ def check_completed(
 
 
 def wait_ended(app: durably.App, alive: Callable[[], None]) -> None:
-    """Until no run of the store is pending or running, asked every 10 ms; `alive()` raises
-    if what runs them has died; a BenchmarkError after 600 s."""
+    """Until no run is pending or running (looked at every 10 ms, 600 s at most; `alive()` too)."""
     deadline = time.monotonic() + 600
     while any(app.client.runs(status=status, limit=1).runs for status in LEFT):
         alive()
@@ -158,8 +151,7 @@ def wait_ended(app: durably.App, alive: Callable[[], None]) -> None:
 
 @contextmanager
 def in_thread(worker: durably.Worker) -> Iterator[Callable[[], None]]:
-    """`worker` serving in a thread of this process for the length of the block; yields a
-    check that raises a BenchmarkError if it has stopped."""
+    """`worker` serving in a thread for the block; yields a check that it has not stopped."""
     loop = asyncio.new_event_loop()
     with ThreadPoolExecutor(1) as pool:
         served = pool.submit(loop.run_until_complete, worker.serve())
@@ -177,8 +169,7 @@ def in_thread(worker: durably.Worker) -> Iterator[Callable[[], None]]:
 
 @contextmanager
 def serving(app: durably.App, url: str, mode: str, *options: str) -> Iterator[durably.Worker]:
-    """A worker for `app` (concurrency 32): in a thread here, or `durably worker OPTIONS` in a
-    child process; the store opened and migrated first."""
+    """A worker for `app`, in a thread here or `durably worker OPTIONS` in a child process."""
     from benchmarks.runners.processes import workers
 
     app.store  # noqa: B018 (opening is the point)

@@ -33,18 +33,17 @@ LIMIT = 900.0  # seconds any one process may take
 
 
 class ProcessRunner:
-    """An engine driven through its runner module, benchmarks/runners/<engine>_runner.py, one
-    measurement per process (benchmarks.runners.protocol); `options` go to every command."""
+    """An engine's runner module, a process per measurement; `options` go to every command."""
 
     def __init__(self, name: str, fast: bool, options: Mapping[str, object]) -> None:
         self.name, self.fast, self.options = name, fast, options
         self.module = f"benchmarks.runners.{name}_runner"
         found = importlib.util.find_spec(name) is not None
         self.missing = None if found else "not installed (pip install -e '.[bench]')"
-        self.version = next((d.version for d in metadata.distributions(name=name)), None)
 
     def describe(self) -> dict[str, Any]:
-        return {"version": self.version, "runner": self.module, "missing": self.missing}
+        version = next((d.version for d in metadata.distributions(name=self.name)), None)
+        return {"version": version, "runner": self.module, "missing": self.missing}
 
     def argv(self, command: str, url: str, options: Mapping[str, object]) -> list[str]:
         options = {"url": url, "fast": self.fast, **options, **self.options}
@@ -56,8 +55,7 @@ class ProcessRunner:
             child.wait()
 
     def throughput(self, trial: Trial, url: str, load: Load) -> float:
-        seconds: float = self.run(trial, "throughput", url, **asdict(load))["total_seconds"]
-        return seconds
+        return float(self.run(trial, "throughput", url, **asdict(load))["total_seconds"])
 
     def run(self, trial: Trial, command: str, url: str, **options: object) -> dict[str, Any]:
         """Run one command to its end; its JSON line, recorded in the trial."""
@@ -70,8 +68,7 @@ class ProcessRunner:
 
 
 class Child:
-    """A process run from the checkout, its stderr kept in a file (where `ready` is a line that
-    says it has started), its stdout read line by line or dropped."""
+    """A process run from the checkout: its stderr in a file, its stdout read or dropped."""
 
     def __init__(
         self, argv: list[str], *, env: Mapping[str, str] = {}, ready: str = "", stdout: bool = True
@@ -87,8 +84,13 @@ class Child:
             text=True,
         )
 
-    def started(self) -> bool:
-        return self.ready in Path(self.log.name).read_text()
+    def wait_started(self) -> None:
+        """Until it has logged that it started; exiting first, or not within LIMIT, fails."""
+        deadline = time.monotonic() + LIMIT
+        while self.ready not in Path(self.log.name).read_text():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise self.failed(f"exited ({self.process.returncode}) or took {LIMIT:g} s")
+            time.sleep(0.005)
 
     def json_line(self, key: str | None = None, limit: float = LIMIT) -> dict[str, Any]:
         """The first stdout line that is a JSON object (with `key`), within `limit` seconds."""
@@ -135,8 +137,7 @@ class Child:
 
 
 def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Child:
-    """`durably worker` of durably_runner's app on the store at `url`, watched for the line it
-    logs once it has opened its store."""
+    """`durably worker` of durably_runner's app on the store at `url`."""
     app = "benchmarks.runners.durably_runner:app"
     argv = [sys.executable, "-m", "durably", "worker", app, *options]
     env = {"DURABLY_STORE": url, **env}
@@ -145,11 +146,11 @@ def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Chil
 
 @contextmanager
 def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
-    """`count` durably workers on the store at `url`, once each has started (before its handler
-    is in, SIGTERM would kill it); at the end each is stopped with SIGTERM, and must exit 0."""
+    """`count` durably workers, once started; SIGTERM at the end, each to exit 0."""
     started = [durably_worker(url, *options) for _ in range(count)]
     try:
-        wait_ready(started)
+        for child in started:
+            child.wait_started()
         yield started
         for child in started:
             child.process.send_signal(signal.SIGTERM)
@@ -159,15 +160,3 @@ def workers(url: str, count: int, *options: str) -> Iterator[list[Child]]:
     finally:
         for child in started:
             child.close()
-
-
-def wait_ready(children: list[Child]) -> None:
-    """Until every child has logged that it started; one that exits first is a failure."""
-    deadline = time.monotonic() + LIMIT
-    while not all(child.started() for child in children):
-        for child in children:
-            if child.process.poll() is not None and not child.started():
-                raise child.failed(f"exited with {child.process.returncode} before it started")
-        if time.monotonic() > deadline:
-            raise BenchmarkError(f"a worker did not start within {LIMIT:g} s")
-        time.sleep(0.005)

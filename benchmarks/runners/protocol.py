@@ -53,8 +53,7 @@ def durable(url: str, *, fast: bool = False) -> str:
 
 
 def main(engine: str, commands: Sequence[Callable[[SimpleNamespace], Figures | None]]) -> None:
-    """A runner module's entry point: COMMAND OPTIONS run (`store`: the URL with its
-    durability), its figures emitted; a BenchmarkError exits non-zero, saying why."""
+    """A runner's entry point: COMMAND OPTIONS run, its figures emitted; or exit, saying why."""
     command, options = sys.argv[1], json.loads(sys.argv[2])
     options["store"] = durable(options["url"], fast=options["fast"])  # as durably opens it
     run = next(run for run in commands if run.__name__ == command.replace("-", "_"))
@@ -76,8 +75,7 @@ def create_effects(path: Path) -> None:
 
 
 async def apply_effect(path: str, key: str, sleep_ms: int) -> None:
-    """W3's step: sleep, then record one application of the effect named `key` (committed
-    before returning)."""
+    """W3's step: sleep, then record one application of the effect `key` (committed)."""
     await asyncio.sleep(sleep_ms / 1000)
     db: sqlite3.Connection | None = getattr(_local, "db", None)
     if db is None:

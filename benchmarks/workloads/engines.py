@@ -38,9 +38,8 @@ def throughput(name: str, unit: str) -> Callable[[Trial, Load], Values]:
 
 
 def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
-    """One workflow at a time through a short and a long chain; the line time/workflow = fixed
-    + steps x per_step through the two gives one step's checkpoint and the fixed cost of a
-    workflow (its start, claim and last commit)."""
+    """One workflow at a time through a short and a long chain: the line through the two gives
+    a step's checkpoint and a workflow's fixed cost (its start, claim and last commit)."""
     (short, long), ms = loads, [1000 * seconds(trial, load) / load.workflows for load in loads]
     per_step = (ms[1] - ms[0]) / (long.steps - short.steps)
     fixed = ms[0] - short.steps * per_step
@@ -51,8 +50,7 @@ def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
 
 
 def floor(trial: Trial, commits: int) -> Values:
-    """The store's own cost of a durable commit: single-row transactions, one at a time, on its
-    durable settings, whatever --fast says. No engine takes part."""
+    """The store's own durable commit: single-row transactions, one at a time; no engine."""
     ms = 1000 * trial.store.commit_floor(commits) / commits
     label = f"store floor ({commits:,} single-row commits)"
     return {
@@ -70,9 +68,8 @@ def run(trial: Trial, command: str, **options: object) -> dict[str, Any]:
 
 
 def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
-    """W3: `load`, each step sleeping `sleep_ms`, then applying a keyed side effect. w3-work
-    runs until half the effects are applied and is SIGKILLed; w3-recover is timed from its
-    spawn to its result line (every run ended). Runs lost, effects applied twice."""
+    """W3: `load`, each step sleeping `sleep_ms`, then applying a keyed effect; w3-work killed at
+    half the effects, w3-recover timed from spawn to all runs ended; runs lost, effects twice."""
     (load, sleep_ms), runner = size, trial.engine
     assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
@@ -107,8 +104,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
 
 
 def hop(trial: Trial, hops: int) -> Values:
-    """An idle worker, in the client's process or another: enqueue -> the first step runs,
-    `hops` hops 50 ms apart: the median."""
+    """Enqueue -> the first step runs, on an idle worker here or in another process: the median."""
     values: Values = {}
     for mode in ("in-process", "cross-process"):
         if len(hop_ms := run(trial, "queue-hop", hops=hops, mode=mode)["hop_ms"]) != hops:
@@ -119,8 +115,7 @@ def hop(trial: Trial, hops: int) -> Values:
 
 
 def queue(trial: Trial, load: Load) -> Values:
-    """One-step workflows enqueued as fast as the client can to a running worker, first
-    enqueue to last completion."""
+    """One-step workflows enqueued at once to a running worker: first enqueue to last end."""
     options = {"workflows": load.workflows, "concurrency": load.concurrency}
     seconds = run(trial, "queue-throughput", **options)["total_seconds"]
     label = f"queue ({load.workflows:,} one-step wf, c={load.concurrency})"
@@ -134,11 +129,9 @@ def cold_start(trial: Trial, size: None) -> Values:
 
 
 def roundtrip(trial: Trial, size: tuple[int, int, int]) -> Values:
-    """Start -> result of a 3-step workflow, one at a time, run by a worker in another process,
-    after `warm_up` unrecorded ones: this repetition's median, every round trip (pooled) for
-    the p95, the time from the run's last commit to the caller having its result, and the
-    median beyond the 6 commits a run makes (start, claim, one per step), each at the store's
-    floor (`commits` single-row commits, timed right after)."""
+    """Start -> result of a 3-step workflow, one at a time, run in another process (`warm_up`
+    first): the median, the p95 (pooled), the wait after the run's last commit, and the median
+    beyond the 6 commits a run makes at the store's floor (`commits` timed right after)."""
     runs, warm_up, commits = size
     output = run(trial, "roundtrip", workflows=runs, steps=3, warm_up=warm_up)
     if len(totals := output["roundtrip_ms"]) != runs:
@@ -156,8 +149,7 @@ def roundtrip(trial: Trial, size: tuple[int, int, int]) -> Values:
 
 
 def starts(trial: Trial, count: int) -> Values:
-    """durably's starts/s on an empty store, no worker: app.start in a loop, start_many in
-    batches of 100, 8 threads calling app.start at once (none for the other engines)."""
+    """durably's starts/s: app.start in a loop, start_many of 100, 8 threads calling app.start."""
     ways = {"loop": "app.start in a loop", "batch": "start_many of 100", "threads": "8 threads"}
     return {
         Metric(f"starts_{mode}_per_s", f"{count:,} starts: {how}", "starts/s", True): (

@@ -23,8 +23,7 @@ SHORT, LONG = Load(100, 3, concurrency=1), Load(30, 20, concurrency=1)
 
 
 def versus(trial: Trial, label: str, unit: str, first: Variant, second: Variant) -> Values:
-    """Two variants measured, the first going first in odd repetitions; and the second's change
-    against the first, in %."""
+    """Two variants, taking turns going first; and the second's change against the first, in %."""
     order = (first, second) if trial.repetition % 2 else (second, first)
     got = {key: measure() for key, _, measure in order}
     a, b, higher = got[first[0]], got[second[0]], unit.endswith("/s")
@@ -46,8 +45,7 @@ def step_ms(url: str) -> float:
 
 
 def sleepers(url: str, count: int, seconds: float, clock: FakeClock | None = None) -> durably.App:
-    """An app with sleeper(seconds); `count` of them started (start_many, 1,000 at a time) and
-    run to their timers: pending, with a due time, holding no worker."""
+    """An app with `count` runs of sleeper(seconds), started and run to their timers."""
     app = durably.App(url, clock=clock)
 
     @app.workflow(name="sleeper")
@@ -66,8 +64,7 @@ def sleepers(url: str, count: int, seconds: float, clock: FakeClock | None = Non
 
 @contextmanager
 def parked(trial: Trial, count: int) -> Iterator[tuple[str, str, float]]:
-    """An empty store; one where `count` runs sleep a day (vacuumed after, as autovacuum
-    would do); the seconds parking took."""
+    """An empty store; one where `count` runs sleep a day (vacuumed); the seconds parking took."""
     with trial.fresh() as empty, trial.fresh() as crowded:
         began = time.perf_counter()
         sleepers(crowded, count, 86_400.0).close()
@@ -77,8 +74,7 @@ def parked(trial: Trial, count: int) -> Iterator[tuple[str, str, float]]:
 
 
 def beside(trial: Trial, count: int) -> Values:
-    """W1 and the per-step fit on an empty store and beside sleepers (parked once, at the first
-    repetition)."""
+    """W1 and the per-step fit, empty and beside sleepers (parked at the first repetition)."""
     empty, crowded, park_s = trial.keep(lambda: parked(trial, count))
     where, fit = f"beside {count:,} asleep", "per-step checkpoint (fit)"
     parking = Metric("park_s", f"parking {count:,} runs that sleep a day", "s")
@@ -94,8 +90,7 @@ def beside(trial: Trial, count: int) -> Values:
 
 
 def due(trial: Trial, count: int) -> Values:
-    """`count` runs sleep until one moment (a fake clock: nobody waits for it); the clock
-    passes it, and a worker (concurrency 256) fires every timer and ends every run."""
+    """`count` runs sleep until one moment (a fake clock); after it, one worker ends them all."""
     clock = FakeClock()
     with trial.fresh() as url:
         app = sleepers(url, count, 3600.0, clock)
@@ -113,8 +108,7 @@ def due(trial: Trial, count: int) -> Values:
 
 
 def schedules(trial: Trial, count: int) -> Values:
-    """W1 by an app with `count` more workflows, none scheduled, and each scheduled hourly
-    (registered before the clock starts; not due while W1 runs)."""
+    """W1 by an app with `count` more workflows, unscheduled or each scheduled hourly (not due)."""
 
     def measure(scheduled: int) -> float:
         def setup(app: durably.App) -> None:
@@ -136,9 +130,8 @@ def schedules(trial: Trial, count: int) -> Values:
 
 
 def retention(trial: Trial, old: int) -> Values:
-    """W1 beside `old` runs ended two days ago, by an app that keeps them and by one with
-    retention 1d, whose worker deletes them (500 a transaction, between claims), each on a
-    freshly filled store; then the deletion of the rest, timed."""
+    """W1 beside `old` runs ended two days ago, kept, or deleted by retention 1d (each on a new
+    fill); then the deletion of the rest, timed."""
     rest: dict[str, float] = {}  # what the worker left, and how long deleting it took
 
     def measure(days: int | None) -> float:
@@ -168,8 +161,7 @@ def retention(trial: Trial, old: int) -> Values:
 
 
 def fanout(trial: Trial, width: int) -> Values:
-    """One workflow gathering `width` steps (durably.gather, the worker's concurrency at once)
-    and one calling them one after another: seconds, and the chain's change against it."""
+    """One workflow of `width` steps gathered (durably.gather), and one calling them in a row."""
 
     def one(gathered: bool) -> float:
         with trial.fresh() as url:

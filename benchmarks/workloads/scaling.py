@@ -26,10 +26,8 @@ def step_starts(history: Sequence[durably.Event]) -> list[datetime]:
 
 
 def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
-    """Workflows of each length run alone (concurrency 1; the shorter as many times as make
-    1,000 steps): per step, the time from the first to the last step_started event over the
-    steps between; and the longest's last tenth over its first tenth (the same run: no drift
-    between runs)."""
+    """Workflows of each length run alone (as many as make 1,000 steps): ms per step between the
+    first and last step_started; the longest's last tenth over its first (no drift between runs)."""
     values: Values = {}
     for steps in lengths:
         runs = -(-1_000 // steps)
@@ -67,9 +65,8 @@ class ClaimTimer:
 
 
 def pickup(trial: Trial, done: int) -> Values:
-    """A `durably worker` (lease 1s) SIGKILLs itself in the body of step done + 1; once its
-    lease has expired a worker here takes the run over: its claim (loading the whole history),
-    and the replay until that step's body starts again."""
+    """A `durably worker` (lease 1s) SIGKILLs itself in step done + 1; once the lease expires a
+    worker here takes over: its claim (the whole history), and the replay to that step's body."""
     reached: list[float] = []
     with trial.fresh() as url:
         timer = ClaimTimer(open_store(url))
@@ -114,8 +111,7 @@ class Backlog:
 
 
 def claims(trial: Trial, size: Backlog) -> Values:
-    """Claims straight on the store (no worker), as an idle worker makes them, from a backlog
-    (the PostgreSQL store vacuumed after the fill, as autovacuum would): every claim."""
+    """Claims straight on the store, as an idle worker's, from a backlog (vacuumed): each."""
     now, samples = FakeClock().now(), []
     with trial.fresh() as url:  # the runs elsewhere first in claim order
         store = open_store(url)
@@ -140,8 +136,7 @@ def claims(trial: Trial, size: Backlog) -> Values:
 
 
 def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
-    """`durably worker` processes on one store, the load started first: from spawning them
-    until no run is pending or running (the store polled every 10 ms)."""
+    """`durably worker` processes on one store, the load started first: spawn to all ended."""
     (counts, load), values = size, cast(Values, {})
     for count in counts:
         with trial.fresh() as url:
