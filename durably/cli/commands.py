@@ -305,7 +305,7 @@ def dlq_list(app_target: str | None, store_url: str | None, limit: int, as_json:
         error = (
             "" if letter.error is None else f"{letter.error.error_class}: {letter.error.message}"
         )
-        step = letter.step or ""
+        step = ("undo of " if letter.undo else "") + (letter.step or "")
         shown = status_text(str(letter.status), 20)
         click.echo(f"{letter.run_id:<36} {shown} {step:<18} {letter.attempts:>5}  {error[:90]}")
     if not letters:

@@ -40,6 +40,7 @@ from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
 from durably.core.payloads import Decision
 from durably.core.signals import SIGNAL_KIND, check_signal_name
+from durably.core.status import RunStatus
 from durably.errors import (
     DurablyError,
     RunConflict,
@@ -371,6 +372,13 @@ class Client(RunReader):
         otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
         run; DurablyError, naming its status, for a run that has finished."""
         check_signal_name(name)
+        run = self.store.get_run(run_id)
+        if run is not None and run.status is RunStatus.COMPENSATION_FAILED:
+            raise DurablyError(
+                f"run {run_id!r} is being undone and an undo failed, so no wait will take the "
+                f"signal {name!r}: retry the undo (durably dlq retry {run_id}), record that you "
+                f"did it by hand (durably dlq skip {run_id}), or fail the run"
+            )
         return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
 
     def signal_json(

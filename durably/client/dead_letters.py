@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
-from durably.core.event_data import encode_payload
+from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import ErrorInfo, Event, EventKind
-from durably.core.payloads import Command, Compensating, Result, RunFailed, RunRetried
+from durably.core.payloads import (
+    Command,
+    Compensating,
+    CompensationFailed,
+    Result,
+    RunFailed,
+    RunRetried,
+)
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
@@ -54,6 +61,9 @@ class DeadLetter:
     parked_at: datetime
     reason: str | None = None  # why the step failed for good: attempts exhausted, ...
     run_error: ErrorInfo | None = None
+    # compensation_failed: `step` is the step whose undo fails, and `error`, `attempts` and
+    # `reason` are the undo's (what a person must fix, or do by hand and skip)
+    undo: bool = False
 
 
 def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
@@ -76,6 +86,11 @@ def retry(
     compensation is tried again."""
     if from_step is not None:
         _check_reopenable(store, run_id, from_step)
+    if awaiting_approval(store.history(run_id)):
+        raise DurablyError(
+            f"cannot retry run {run_id!r}: it waits for a person's decision on an approval, "
+            f"not for a fix; approve or reject it (durably approvals list), or fail it"
+        )
     claim = take(store, run_id, now=now, by=by, action="retry")
     phase = fold_run(claim.events)
     if phase.compensating is not None and from_step is None:
@@ -303,6 +318,21 @@ def last_failed_step(events: Sequence[Event]) -> StepRecord | None:
 
 
 def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
+    undo = _failing_undo(events) if run.status is RunStatus.COMPENSATION_FAILED else None
+    if undo is not None:
+        name, failed = undo
+        return DeadLetter(
+            run_id=run.id,
+            workflow=run.workflow,
+            status=run.status,
+            error=failed.error,
+            step=name,
+            attempts=failed.attempts,
+            parked_at=run.updated_at,
+            reason=failed.reason,
+            run_error=run.error,
+            undo=True,
+        )
     step = last_failed_step(events)
     # the step's own error is the root cause when its failure parked the run, or when an undo
     # failed after it; a poison pill or a replay that no longer fits is the run's own
@@ -320,6 +350,18 @@ def _dead_letter(run: RunRecord, events: list[Event]) -> DeadLetter:
         reason=None if step is None else step.failure_reason,
         run_error=run.error,
     )
+
+
+def _failing_undo(events: Sequence[Event]) -> tuple[str, CompensationFailed] | None:
+    """The step whose undo parks the run, and how the undo failed."""
+    undo = failed_undo(events)
+    if undo is None:
+        return None
+    position, name = undo
+    for event in reversed(events):
+        if event.kind is EventKind.COMPENSATION_FAILED and event.position == position:
+            return name, read_payload(event, CompensationFailed)
+    return None
 
 
 def release(store: Store, run_id: str, *, now: datetime) -> tuple[str, int]:

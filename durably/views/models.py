@@ -282,6 +282,11 @@ class DeadLetterOut(BaseModel):
     error: ErrorInfoOut | None = Field(description="The root cause, as the step raised it")
     run_error: ErrorInfoOut | None
     parked_at: datetime
+    undo: bool = Field(
+        default=False,
+        description="compensation_failed: `step` is the step whose undo fails, and `error`, "
+        "`attempts` and `reason` are the undo's",
+    )
 
     @classmethod
     def of(cls, letter: DeadLetter) -> DeadLetterOut:
@@ -295,6 +300,7 @@ class DeadLetterOut(BaseModel):
             error=ErrorInfoOut.of(letter.error),
             run_error=ErrorInfoOut.of(letter.run_error),
             parked_at=letter.parked_at,
+            undo=letter.undo,
         )
 
 

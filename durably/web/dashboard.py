@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from durably.core.approvals import fold_approvals
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, PayloadError, RunNotFound
+from durably.views.actions import allowed
 from durably.views.breakers import breakers
 from durably.views.deploys import summary
 from durably.views.explaining import explain, root_cause
@@ -197,10 +198,7 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
         approvals=pending,
         parked=run.status in PARKED,
         ended=run.status in FINAL,
-        paused=run.status is RunStatus.PAUSED,
-        stranded=run.status is RunStatus.RUNNING
-        and run.available_at is not None
-        and run.available_at <= now,
+        can={str(action) for action in allowed(run, events, now)},
     )
 
 

@@ -76,6 +76,15 @@ def test_three_broken_runs_explain_themselves(
         )
         assert "retry the undo (durably dlq retry undo-failed)" in said
     assert "Root cause: step bill failed" in page
+    # only what its state allows: the undo done by hand, never Skip the step nor a signal
+    assert "I did the undo by hand" in page
+    assert "Skip the step" not in page
+    assert "Send signal" not in page
+    with httpx.Client(base_url=live.url, headers=live.headers()) as web:
+        letters = {letter["run"]: letter for letter in web.get("/api/dead-letters").json()}
+    undo = letters["undo-failed"]
+    assert (undo["undo"], undo["step"]) == (True, "reserve")  # the undo that fails, not bill
+    assert undo["error"]["message"] == "the warehouse lost hold-o-2"
 
     cli, page = runs_show(store_url, "stranded"), run_page(live, "stranded")
     for said in (cli, page):
