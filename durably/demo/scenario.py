@@ -24,7 +24,7 @@ from durably.core.payloads import Claimed, StepReconciled
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.demo.services import Services
 
-__all__ = ["run_demo"]
+__all__ = ["durably_command", "hints", "run_demo"]
 
 _LEASE = "2s"
 _APP = "durably.demo.workflows:app"
@@ -124,20 +124,34 @@ def _report(app: durably.App, services: Services, orders: int, killed: bool) -> 
     for label, value in rows:
         click.echo(f"  {label:<{width}}  {value}")
     if letters:
-        _hints(letters[0].run_id, app.store.url, services.path)
+        click.echo(hints(letters[0].run_id, app.store.url, services.path))
 
 
-def _hints(run_id: str, store_url: str, services_path: str) -> None:
-    """What to try next, pasteable from any directory: the store's URL is absolute, and the
-    demo app is a module of the installed package."""
+def hints(run_id: str, store_url: str, services_path: str) -> str:
+    """What to try next, pasteable in a new shell from any directory: the store's URL is
+    absolute, the demo app is a module of the installed package, and `durably` is named by its
+    path, as a new shell may not have the virtualenv it is installed in on its PATH."""
+    command = durably_command()
     store = shlex.quote(store_url)
     where = f"{shlex.quote(run_id)} --store {store}"
-    worker = f"DEMO_SERVICES={shlex.quote(services_path)} durably worker {_APP} --store {store}"
-    click.echo(f"\nInspect a dead letter:  durably dlq show {where}")
-    click.echo(f"Retry it:               durably dlq retry {where}")
-    click.echo(f"Then let a worker of the demo app carry it on (Ctrl-C stops it):\n  {worker}")
-    click.echo(
-        "Or look at every run on the dashboard, http://127.0.0.1:8080 (pip install "
-        "'durably[web]'; --open-reads: anybody may look; acting needs a token, durably token "
-        f"new):\n  durably ui {_APP} --store {store} --open-reads"
+    services = shlex.quote(services_path)
+    worker = f"DEMO_SERVICES={services} {command} worker {_APP} --store {store}"
+    return "\n".join(
+        [
+            f"\nInspect a dead letter:  {command} dlq show {where}",
+            f"Retry it:               {command} dlq retry {where}",
+            f"Then let a worker of the demo app carry it on (Ctrl-C stops it):\n  {worker}",
+            "Or look at every run on the dashboard, http://127.0.0.1:8080 (pip install "
+            "'durably[web]'; --open-reads: anybody may look; acting needs a token, "
+            f"{command} token new):\n  {command} ui {_APP} --store {store} --open-reads",
+        ]
     )
+
+
+def durably_command() -> str:
+    """The running durably as a shell command: the `durably` script beside this Python (in a
+    virtualenv's bin), else this Python with `-m durably`."""
+    script = Path(sys.executable).parent / "durably"
+    if script.is_file() and os.access(script, os.X_OK):
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m durably"
