@@ -10,7 +10,7 @@ from datetime import datetime
 
 from durably.core.history import Event, EventKind
 
-__all__ = ["Bar", "Row", "gantt"]
+__all__ = ["Bar", "Row", "gantt", "span_seconds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +62,14 @@ _UNDO = frozenset(
 )
 
 
-def gantt(events: Sequence[Event], now: datetime) -> list[Row]:
-    """A row per position (in order of first appearance), each with its bars."""
+def gantt(events: Sequence[Event], now: datetime | None = None) -> list[Row]:
+    """A row per position (in order of first appearance), each with its bars, on the run's
+    own span: from its first event to its last, or to `now` for a run still under way (None
+    for a run that ended or waits for a person: its chart does not stretch as time passes)."""
     if not events:
         return []
     origin = events[0].at
-    end = max(events[-1].at, now)
+    end = events[-1].at if now is None else max(events[-1].at, now)
     span = max((end - origin).total_seconds(), 1e-3)
 
     def percent(moment: datetime) -> float:
@@ -92,6 +94,14 @@ def gantt(events: Sequence[Event], now: datetime) -> list[Row]:
     for key, (kind, began, title) in open_bars.items():
         rows[key].bars.append(_bar(kind, "open", began, end, title, percent))
     return list(rows.values())
+
+
+def span_seconds(events: Sequence[Event], now: datetime | None = None) -> float:
+    """The seconds the chart spans (its axis's end), as `gantt` draws it."""
+    if not events:
+        return 0.0
+    end = events[-1].at if now is None else max(events[-1].at, now)
+    return (end - events[0].at).total_seconds()
 
 
 def _bar(

@@ -28,7 +28,7 @@ from durably.views.actions import allowed
 from durably.views.breakers import breakers
 from durably.views.deploys import summary
 from durably.views.explaining import explain, root_cause
-from durably.views.gantt import gantt
+from durably.views.gantt import gantt, span_seconds
 from durably.views.timeline import describe_run, timeline
 from durably.web.access import Served, served
 from durably.web.auth import Identity
@@ -182,6 +182,8 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
         return _page(request, state, who, "missing.html", message=str(exc))
     events, workers, now = client.history(run_id), client.workers(), client.clock.now()
     pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
+    # a run under way: its chart runs to now; one that ended or waits for a person: its own
+    until = None if run.status in FINAL or run.status in PARKED else now
     return _page(
         request,
         state,
@@ -194,7 +196,8 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
         else root_cause(events),
         pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
         rows=timeline(events),
-        gantt=gantt(events, now),
+        gantt=gantt(events, until),
+        span=span_seconds(events, until),
         approvals=pending,
         parked=run.status in PARKED,
         ended=run.status in FINAL,

@@ -99,6 +99,8 @@ def test_a_dead_letter_is_retried_from_the_dashboard(
     assert "ConnectionError: payments unreachable" in now
     assert "Root cause: step charge failed" in page.get_by_test_id("root-cause").inner_text()
     assert page.locator(".gantt .bar.failed").count() == 2  # both attempts, on the time axis
+    assert "lost with its worker" in page.get_by_test_id("legend").inner_text()
+    assert page.get_by_test_id("axis").inner_text().startswith("0 s")
     raised = page.locator("tr.kind-attempt_failed details.traceback")
     raised.locator("summary").click()  # where the first attempt raised, folded until asked
     assert 'raise ConnectionError("payments unreachable")' in raised.locator("pre").inner_text()
