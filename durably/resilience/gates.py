@@ -10,6 +10,7 @@ probe's or the slot's hold runs out, and `leave` names whom to wake when the gat
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -170,9 +171,9 @@ def _admit(
         tokens = policy.burst if state.tokens < 0 else state.tokens
         tokens = min(policy.burst, tokens + (refilled_at - state.refilled_at) * policy.rate)
         state.tokens, state.refilled_at = tokens, refilled_at
-        if tokens < 1:
+        if tokens + _SLACK * policy.rate < 1:
             return Wait(_at(refilled_at + (1 - tokens) / policy.rate), "rate limit")
-        state.tokens = tokens - 1
+        state.tokens = max(0.0, tokens - 1)
     if policy.concurrency is not None:
         state.in_flight[holder] = t + hold
     if probe:
@@ -221,8 +222,16 @@ def _wake(state: GateState, count: int) -> list[str]:
     return woken
 
 
+# Times are seconds since 1970 as floats (steps of about 0.24 microseconds today) and
+# datetimes keep microseconds: a token that is due at a moment can come to 0.999999 then.
+# It counts as whole if it would be within two microseconds; else the run would be sent back
+# to that very moment, claimed again, and never enter.
+_SLACK = 2e-6
+
+
 def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
+    """The moment, rounded up to the microsecond a datetime keeps (never before it)."""
+    return datetime.fromtimestamp(math.ceil(seconds * 1_000_000) / 1_000_000, UTC)
 
 
 def entering(

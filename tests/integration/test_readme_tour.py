@@ -247,11 +247,9 @@ def test_a_throttled_charge_is_retried_after_the_wait_it_asks_for(tour: Tour) ->
     assert json.loads(failed.data or "{}")["error_class"] == "durably.errors.Throttled"
     retry_at = datetime.fromisoformat(json.loads(failed.data or "{}")["retry_at"])
     assert retry_at - failed.at >= timedelta(seconds=1)  # the response's retry_after
-    # Not settle(), which sets the clock to the retry's due time exactly: there, with the
-    # tour's rate=20, the gate's float arithmetic leaves 0.99999 of a token and asks the run
-    # to wait until a time that rounds to now, and run_until_idle claims it again for ever (a
-    # bug of durably/resilience/gates.py, reported with issue #24). A millisecond later, it runs.
-    tour.clock.set(retry_at + timedelta(milliseconds=1))
+    # the retry's due time exactly: with the tour's rate=20, the token due then is whole
+    # (floats once left 0.99999 of it, and the run was claimed again and again)
+    tour.clock.set(retry_at)
     tour.app.run_until_idle()
     assert handle.result(timeout=0) == "ch_pay-A-19:0:charge_safely"
 

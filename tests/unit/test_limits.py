@@ -126,6 +126,21 @@ def test_a_throttle_empties_the_bucket_until_retry_after() -> None:
     assert admitted.count(Enter()) == 5
 
 
+@pytest.mark.parametrize("rate", [20.0, 3.0, 7.0, 0.3])
+def test_a_run_due_when_its_token_is_enters_then(rate: float) -> None:
+    """A token refilled over a fraction of a second comes to 0.99999... in floats: at the
+    moment the gate said to come back, the run enters (it is not sent back to that very
+    moment again, for ever)."""
+    policy = Dependency(breaker=None, rate=rate, burst=1)
+    state = GateState()
+    assert enter(policy, state, holder="a:0", now=at(0), hold=HOLD) == Enter()
+    leave(policy, state, holder="a:0", now=at(0.1), failed=True, throttled=timedelta(seconds=1))
+    wait = enter(policy, state, holder="b:0", now=at(0.2), hold=HOLD)
+    assert isinstance(wait, Wait)
+
+    assert enter(policy, state, holder="b:0", now=wait.until, hold=HOLD) == Enter()
+
+
 def test_a_throttle_shorter_than_a_token_still_empties_the_bucket() -> None:
     policy = Dependency(breaker=None, rate=0.1, burst=3)  # a token every 10 s
     state = GateState()
