@@ -10,6 +10,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -76,6 +77,25 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
 
 
 DURATION = DurationType()
+
+
+class MomentType(click.ParamType):  # type: ignore[type-arg]
+    """A time option, ISO 8601 (2026-11-27, 2026-11-27T10:00, ...+02:00); UTC unless it says
+    otherwise."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a time like 2026-11-27 or 2026-11-27T10:00", param, ctx)
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+MOMENT = MomentType()
 
 BY = click.option(
     "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."

@@ -22,6 +22,7 @@ import click
 from durably.cli.base import (
     BY,
     DURATION,
+    MOMENT,
     PRECEDENCE,
     VERBOSE,
     cli,
@@ -35,6 +36,7 @@ from durably.cli.output import status as status_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.runtime.upgrades import Outcome
+from durably.stores.protocol import Happened
 from durably.views.deploys import summary
 from durably.views.models import (
     ApprovalOut,
@@ -208,6 +210,18 @@ def runs() -> None:
     help="Only runs still on the old side of this patch (durably.patched), not ended: none "
     "left, and the patch can be retired (durably.deprecated_patch).",
 )
+@click.option("--taken-over", is_flag=True, help="Only runs taken over from a dead worker.")
+@click.option("--retried", is_flag=True, help="Only runs with an attempt tried again.")
+@click.option("--compensated", is_flag=True, help="Only runs with an undo that ran.")
+@click.option(
+    "--slower-than",
+    type=DURATION,
+    default=None,
+    metavar="DURATION",
+    help="Only runs whose last change came longer than this after their start (10s, 5m).",
+)
+@click.option("--since", type=MOMENT, default=None, help="Only runs started at or after it.")
+@click.option("--until", type=MOMENT, default=None, help="Only runs started before it.")
 def runs_list(
     app_target: str | None,
     store_url: str | None,
@@ -218,8 +232,17 @@ def runs_list(
     correlation_id: str | None,
     as_json: bool,
     patch: str | None,
+    taken_over: bool,
+    retried: bool,
+    compensated: bool,
+    slower_than: timedelta | None,
+    since: datetime | None,
+    until: datetime | None,
 ) -> None:
-    """The most recently updated runs, a page at a time."""
+    """The most recently updated runs, a page at a time; found by what happened to them
+    (--taken-over, --retried, --compensated), how long they took, and when they started."""
+    flags = {Happened.TAKEN_OVER: taken_over, Happened.RETRIED: retried}
+    flags[Happened.COMPENSATED] = compensated
     with client_for(app_target, store_url) as client:
         page = client.runs(
             status=status,
@@ -228,16 +251,23 @@ def runs_list(
             cursor=cursor,
             patch=patch,
             correlation_id=correlation_id,
+            happened=[what for what, wanted in flags.items() if wanted],
+            slower_than=slower_than,
+            since=since,
+            until=until,
         )
     if as_json:
         echo_json(RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
         return
-    click.echo(f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'UPDATED':<24} ERROR")
+    click.echo(
+        f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'STARTED (UTC)':<19} {'TOOK':>9}  ERROR"
+    )
     for run in page.runs:
         error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]
-        updated = run.updated_at.isoformat(timespec="milliseconds")
+        started = run.created_at.strftime("%Y-%m-%d %H:%M:%S")
+        took = f"{(run.updated_at - run.created_at).total_seconds():.1f}s"
         shown = status_text(str(run.status), 16)
-        click.echo(f"{run.id:<36} {run.workflow:<20} {shown} {updated:<24} {error}")
+        click.echo(f"{run.id:<36} {run.workflow:<20} {shown} {started:<19} {took:>9}  {error}")
     if page.next_cursor is not None:
         click.echo(f"(more: the next page is --cursor {page.next_cursor})")
 

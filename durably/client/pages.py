@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from durably.core.status import RunStatus
+from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError
 from durably.stores import RunRecord
+from durably.stores.protocol import Happened
 
 __all__ = ["RunPage", "after", "cursor", "status_of"]
 
@@ -28,6 +31,36 @@ def status_of(status: RunStatus | str) -> RunStatus:
     except ValueError:
         known = ", ".join(RunStatus)
         raise PayloadError(f"{status!r} is not a run status (one of: {known})") from None
+
+
+def happened_of(names: Iterable[Happened | str]) -> frozenset[Happened]:
+    """What happened to the runs wanted, named as Happened values ("taken_over", ...)."""
+    found = set()
+    for name in names:
+        try:
+            found.add(Happened(name))
+        except ValueError:
+            known = ", ".join(Happened)
+            raise PayloadError(
+                f"{name!r} is not what can happen to a run (one of: {known})"
+            ) from None
+    return frozenset(found)
+
+
+def moment_of(value: datetime, what: str) -> datetime:
+    """A time to compare runs' times with: it must say its time zone."""
+    if value.tzinfo is None:
+        raise PayloadError(
+            f"{what} must say its time zone (2026-11-27T10:00:00+00:00), not {value}"
+        )
+    return value
+
+
+def duration_of(value: Duration, what: str) -> timedelta:
+    try:
+        return parse_duration(value, what=what)
+    except ValueError as exc:
+        raise PayloadError(str(exc)) from None
 
 
 def cursor(run: RunRecord) -> str:

@@ -5,7 +5,7 @@ dashboard shows. `Client` is a RunReader that also starts runs and acts on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from durably.core.status import RunStatus
 from durably.durations import Duration
 from durably.errors import DurablyError, RunNotFound, UnknownWorkflow, WorkflowFailed
 from durably.resilience.gates import GateState
-from durably.stores.protocol import Ended, RunRecord, RunStats, Store, WorkerBeat
+from durably.stores.protocol import Ended, Happened, RunRecord, RunStats, Store, WorkerBeat
 
 __all__ = ["RunReader"]
 
@@ -63,12 +63,20 @@ class RunReader:
         cursor: str | None = None,
         patch: str | None = None,
         correlation_id: str | None = None,
+        happened: Collection[Happened | str] = (),
+        slower_than: Duration | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> RunPage:
         """A page of runs, most recently updated first (ties by id); `cursor` is the previous
         page's next_cursor. A run that stays put is listed exactly once; one updated between
         two pages moves to the front, ahead of the cursor: later pages do not show it (again).
         `patch`: only the runs still on the old side of that patch (not ended): those that
-        keep it from being retired. `correlation_id`: only the runs started with it."""
+        keep it from being retired. `correlation_id`: only the runs started with it.
+        `happened`: only the runs to which each of these happened (`"taken_over"`,
+        `"retried"`, `"compensated"`). `slower_than`: only the runs whose last change came
+        longer than this after their start. `since`, `until`: only the runs started at or
+        after, before, these times (with their time zone)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
         wanted = None if status is None else pages.status_of(status)
@@ -81,6 +89,12 @@ class RunReader:
             after=after,
             patch=patch,
             correlation_id=correlation_id,
+            happened=pages.happened_of(happened),
+            slower_than=None
+            if slower_than is None
+            else pages.duration_of(slower_than, "slower_than"),
+            since=None if since is None else pages.moment_of(since, "since"),
+            until=None if until is None else pages.moment_of(until, "until"),
         )
         page = found[:limit]
         return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)

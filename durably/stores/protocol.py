@@ -22,6 +22,7 @@ __all__ = [
     "Delivery",
     "Ended",
     "EngineStore",
+    "Happened",
     "Lease",
     "Message",
     "NewRun",
@@ -36,6 +37,14 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+class Happened(StrEnum):
+    """What happened to a run, to find it by (Store.runs)."""
+
+    TAKEN_OVER = "taken_over"  # a worker took it over from one presumed dead
+    RETRIED = "retried"  # an attempt failed and was tried again, or a person retried it
+    COMPENSATED = "compensated"  # an undo ran to completion
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,13 +431,20 @@ class OperatorStore(Protocol):
         after: tuple[datetime, str] | None = None,
         patch: str | None = None,
         correlation_id: str | None = None,
+        happened: Collection[Happened] = (),
+        slower_than: timedelta | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[RunRecord]:
         """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
         order. `after` is the (updated_at, id) of the last run of the previous page: only the
         runs that come after it in that order are listed (keyset pagination). `patch`: only
         runs that have not ended and may be on the old side of that patch (durably.patched):
         of the workflows whose runs met it, those that did not take its new side (the old
-        side, or not met yet). `correlation_id`: only the runs started with it."""
+        side, or not met yet). `correlation_id`: only the runs started with it. `happened`:
+        only the runs to which each of these happened. `slower_than`: only the runs whose
+        last change came longer than this after their start. `since`, `until`: only the runs
+        started at or after, before, these times."""
         ...
 
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:

@@ -17,7 +17,7 @@ from fastapi import Body as FastBody
 
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
-from durably.stores.protocol import RunRecord
+from durably.stores.protocol import Happened, RunRecord
 from durably.views.breakers import breakers
 from durably.views.models import (
     ActionOut,
@@ -114,10 +114,39 @@ def list_runs(
     correlation_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     limit: Limit = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+    happened: Annotated[
+        list[Happened] | None,
+        Query(description="Only runs to which each of these happened (repeat the parameter)"),
+    ] = None,
+    slower_than: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=40,
+            description="Only runs whose last change came longer than this after their start "
+            "(10s, 5m)",
+        ),
+    ] = None,
+    since: Annotated[
+        datetime | None, Query(description="Only runs started at or after it (ISO 8601, with zone)")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="Only runs started before it (ISO 8601, with zone)")
+    ] = None,
 ) -> RunPageOut:
-    """Runs, most recently updated first, a page at a time (pass `next_cursor` back)."""
+    """Runs, most recently updated first, a page at a time (pass `next_cursor` back); found
+    by status, workflow, correlation id, what happened to them, how long they took and when
+    they started."""
     page = state.client.runs(
-        status=status, workflow=workflow, limit=limit, cursor=cursor, correlation_id=correlation_id
+        status=status,
+        workflow=workflow,
+        limit=limit,
+        cursor=cursor,
+        correlation_id=correlation_id,
+        happened=happened or [],
+        slower_than=slower_than,
+        since=since,
+        until=until,
     )
     client = state.client
     workers, now = client.workers(), client.clock.now()

@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from durably.core.approvals import fold_approvals
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, PayloadError, RunNotFound
+from durably.stores.protocol import Happened
 from durably.views.actions import allowed
 from durably.views.breakers import breakers
 from durably.views.deploys import summary
@@ -141,6 +142,8 @@ def runs_page(
     workflow: Annotated[str | None, Query()] = None,
     q: Annotated[str | None, Query(description="A run's id or a correlation id")] = None,
     cursor: Annotated[str | None, Query()] = None,
+    happened: Annotated[str | None, Query()] = None,
+    slower_than: Annotated[str | None, Query()] = None,
 ) -> Response:
     client = state.client
     counts = client.stats().by_status
@@ -153,7 +156,14 @@ def runs_page(
             with contextlib.suppress(RunNotFound):
                 found = [client.get(q.strip()), *found]
         else:
-            page = client.runs(status=status, workflow=workflow, limit=50, cursor=cursor)
+            page = client.runs(
+                status=status,
+                workflow=workflow,
+                limit=50,
+                cursor=cursor,
+                happened=[happened] if happened else [],
+                slower_than=slower_than or None,
+            )
             found, next_cursor = page.runs, page.next_cursor
     except DurablyError as exc:
         refused = str(exc)
@@ -168,6 +178,9 @@ def runs_page(
         status=status,
         workflow=workflow or "",
         q=q or "",
+        happened=happened or "",
+        slower_than=slower_than or "",
+        happenings=[str(what) for what in Happened],
         next_cursor=next_cursor,
         list_refused=refused,
     )

@@ -101,6 +101,14 @@ def test_a_run_its_history_and_pages_of_runs(live: Live) -> None:
             cursor = page["next_cursor"]
             if cursor is None:
                 break
+        assert web.get("/api/runs", params={"happened": "retried"}).json()["runs"] == []
+        found = {"since": "2020-01-01T00:00:00+00:00", "slower_than": "0s", "workflow": "checkout"}
+        assert web.get("/api/runs", params=found).json()["runs"] == []  # took no time at all
+        del found["slower_than"]
+        assert len(web.get("/api/runs", params=found).json()["runs"]) == 5
+        wrong = web.get("/api/runs", params={"happened": "lost"})
+        assert wrong.status_code == 422, wrong.text
+        assert "happened" in wrong.text
         assert sorted(seen) == [f"o-{n}" for n in range(5)]
         batch = web.get("/api/runs", params={"correlation_id": "batch"}).json()["runs"]
         assert sorted(r["id"] for r in batch) == ["o-0", "o-1"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
-from durably.stores.protocol import RunRecord
+from durably.stores.protocol import Happened, RunRecord
 from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
 from durably.stores.sql.schema import CLAIM_RANK
 
@@ -86,6 +86,10 @@ def runs(
     after: tuple[datetime, str] | None,
     patch: str | None = None,
     correlation_id: str | None = None,
+    happened: Collection[Happened] = (),
+    slower_than: timedelta | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[RunRecord]:
     """Most recently updated first, ties by id (descending); only those after `after`.
 
@@ -107,6 +111,22 @@ def runs(
         ended, more = dialect.one_of("status", sorted(FINAL))
         where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")
         params += [*more, patch, patch]
+    for what in sorted(set(happened)):
+        condition, more = _HAPPENED[Happened(what)]
+        where.append(
+            "EXISTS (SELECT 1 FROM durably_events AS e WHERE e.run_id = durably_runs.id"
+            f" AND {condition.format(mark=mark)})"
+        )
+        params += more
+    if slower_than is not None:
+        where.append(f"updated_at - created_at > {mark}")
+        params.append(slower_than.total_seconds())
+    if since is not None:
+        where.append(f"created_at >= {mark}")
+        params.append(ts(since))
+    if until is not None:
+        where.append(f"created_at < {mark}")
+        params.append(ts(until))
     if after is not None:
         # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
         # ties on updated_at (every run of one batch commit shares it) by id.
@@ -120,6 +140,21 @@ def runs(
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]
+
+
+# What happened to a run, as a condition on its events (found through their primary key's
+# run_id), and its parameters; a claim records whom it took the run over from, if it did
+_HAPPENED: dict[Happened, tuple[str, list[object]]] = {
+    Happened.TAKEN_OVER: (
+        "(e.kind = 'attempt_lost' OR (e.kind = 'claimed' AND e.data LIKE {mark}))",
+        ['%"took_over_from"%'],
+    ),
+    Happened.RETRIED: (
+        "e.kind IN ('attempt_failed', 'run_retried', 'compensation_attempt_failed')",
+        [],
+    ),
+    Happened.COMPENSATED: ("e.kind = 'compensation_completed'", []),
+}
 
 
 # The runs that may be on a patch's old side (through the index of patch decisions): of the

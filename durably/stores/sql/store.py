@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
     Ended,
+    Happened,
     Message,
     NewRun,
     RunRecord,
@@ -149,6 +150,10 @@ class SqlStore(ABC):
         after: tuple[datetime, str] | None = None,
         patch: str | None = None,
         correlation_id: str | None = None,
+        happened: Collection[Happened] = (),
+        slower_than: timedelta | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[RunRecord]:
         def page(db: Any) -> list[RunRecord]:
             return reads.runs(
@@ -160,6 +165,10 @@ class SqlStore(ABC):
                 after=after,
                 patch=patch,
                 correlation_id=correlation_id,
+                happened=happened,
+                slower_than=slower_than,
+                since=since,
+                until=until,
             )
 
         return self._reading(page)
