@@ -21,6 +21,7 @@ from durably.durations import parse_duration
 from durably.errors import ConfigError, DurablyError
 from durably.observability import logs
 from durably.stores import DEFAULT_URL, Store, open_store
+from durably.views.commands import durably_command
 
 __all__ = [
     "BY",
@@ -185,7 +186,7 @@ def worker_hint(app_target: str | None, client: Client, purpose: str) -> None:
     if any(worker.alive(now) for worker in client.workers()):
         return
     target = shlex.quote(app_target) if app_target else "MODULE:ATTR"
-    command = f"durably worker {target} --store {shlex.quote(client.store.url)}"
+    command = f"{durably_command()} worker {target} --store {shlex.quote(client.store.url)}"
     click.echo(f"no worker is live; one must run {purpose}: {command}")
 
 

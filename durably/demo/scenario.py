@@ -23,8 +23,9 @@ from durably.core.history import EventKind
 from durably.core.payloads import Claimed, StepReconciled
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.demo.services import Services
+from durably.views.commands import durably_command
 
-__all__ = ["durably_command", "hints", "run_demo"]
+__all__ = ["hints", "run_demo"]
 
 _LEASE = "2s"
 _APP = "durably.demo.workflows:app"
@@ -146,12 +147,3 @@ def hints(run_id: str, store_url: str, services_path: str) -> str:
             f"{command} token new):\n  {command} ui {_APP} --store {store} --open-reads",
         ]
     )
-
-
-def durably_command() -> str:
-    """The running durably as a shell command: the `durably` script beside this Python (in a
-    virtualenv's bin), else this Python with `-m durably`."""
-    script = Path(sys.executable).parent / "durably"
-    if script.is_file() and os.access(script, os.X_OK):
-        return shlex.quote(str(script))
-    return f"{shlex.quote(sys.executable)} -m durably"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from durably.demo.scenario import durably_command, hints
+from durably.demo.scenario import hints
+from durably.views.commands import durably_command
 
 REPO = Path(__file__).resolve().parents[2]
 BARE_PATH = "/usr/bin:/bin"  # a new shell's, without the virtualenv

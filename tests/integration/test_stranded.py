@@ -164,7 +164,8 @@ def test_the_release_command_says_who_takes_over_and_what_was_left_to_release(
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines()[0] == "released 1 run(s) held by worker crashed"
     # no worker is live: the one command that moves it on, not a dead worker's name
-    assert "no worker is live; one must run to take them over: durably worker " in first.stdout
+    assert "no worker is live; one must run to take them over: " in first.stdout
+    assert "/durably worker MODULE:ATTR --store " in first.stdout  # by its path
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines() == [
         "worker crashed holds no lease that has not expired: its runs are free for the next "
