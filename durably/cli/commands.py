@@ -31,8 +31,7 @@ from durably.cli.base import (
     where,
     worker_hint,
 )
-from durably.cli.output import AS_JSON, echo_json, echo_tracebacks, retry_each
-from durably.cli.output import status as status_text
+from durably.cli.output import AS_JSON, Column, echo_json, echo_table, echo_tracebacks, retry_each
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.runtime.upgrades import Outcome
@@ -259,15 +258,27 @@ def runs_list(
     if as_json:
         echo_json(RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
         return
-    click.echo(
-        f"{'RUN':<36} {'WORKFLOW':<20} {'STATUS':<16} {'STARTED (UTC)':<19} {'TOOK':>9}  ERROR"
+    echo_table(
+        [
+            Column("RUN", max_width=40),
+            Column("WORKFLOW", max_width=24),
+            Column("STATUS"),
+            Column("STARTED (UTC)"),
+            Column("TOOK", justify="right"),
+            Column("ERROR", max_width=80),
+        ],
+        (
+            [
+                run.id,
+                run.workflow,
+                str(run.status),
+                run.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                f"{(run.updated_at - run.created_at).total_seconds():.1f}s",
+                "" if run.error is None else f"{run.error.error_class}: {run.error.message}",
+            ]
+            for run in page.runs
+        ),
     )
-    for run in page.runs:
-        error = "" if run.error is None else f"{run.error.error_class}: {run.error.message}"[:60]
-        started = run.created_at.strftime("%Y-%m-%d %H:%M:%S")
-        took = f"{(run.updated_at - run.created_at).total_seconds():.1f}s"
-        shown = status_text(str(run.status), 16)
-        click.echo(f"{run.id:<36} {run.workflow:<20} {shown} {started:<19} {took:>9}  {error}")
     if page.next_cursor is not None:
         click.echo(f"(more: the next page is --cursor {page.next_cursor})")
 
@@ -298,15 +309,29 @@ def runs_show(
         text = click.style(value, bold=True) if label == "now" else value
         click.echo(f"{label + ':':<15}{text}")
     click.echo("")
-    click.echo(
-        f"{'AT (UTC)':<12} {'+ms':>10}  {'EVENT':<15} {'STEP':<24} {'TRY':>3} {'TOOK ms':>8}  "
-        "DETAIL"
+    echo_table(
+        [
+            Column("AT (UTC)"),
+            Column("+ms", justify="right"),
+            Column("EVENT"),
+            Column("STEP", max_width=32),
+            Column("TRY", justify="right"),
+            Column("TOOK ms", justify="right"),
+            Column("DETAIL", fold=True),
+        ],
+        (
+            [
+                row.at.strftime("%H:%M:%S.%f")[:12],
+                f"{row.offset_ms:.1f}",
+                row.what,
+                row.step,
+                row.attempt,
+                "" if row.duration_ms is None else f"{row.duration_ms:.1f}",
+                row.detail,
+            ]
+            for row in timeline(history)
+        ),
     )
-    for row in timeline(history):
-        took = "" if row.duration_ms is None else f"{row.duration_ms:.1f}"
-        at = row.at.strftime("%H:%M:%S.%f")[:12]
-        cells = f"{at:<12} {row.offset_ms:>10.1f}  {row.what:<15} {row.step:<24} {row.attempt:>3}"
-        click.echo(f"{cells} {took:>8}  {row.detail}")
     echo_tracebacks(run_id, timeline(history), shown=tracebacks)
 
 
@@ -330,14 +355,27 @@ def dlq_list(app_target: str | None, store_url: str | None, limit: int, as_json:
     if as_json:
         echo_json([DeadLetterOut.of(letter) for letter in letters])
         return
-    click.echo(f"{'RUN':<36} {'STATUS':<20} {'STEP':<18} {'TRIES':>5}  ERROR")
-    for letter in letters:
-        error = (
-            "" if letter.error is None else f"{letter.error.error_class}: {letter.error.message}"
-        )
-        step = ("undo of " if letter.undo else "") + (letter.step or "")
-        shown = status_text(str(letter.status), 20)
-        click.echo(f"{letter.run_id:<36} {shown} {step:<18} {letter.attempts:>5}  {error[:90]}")
+    echo_table(
+        [
+            Column("RUN", max_width=40),
+            Column("STATUS"),
+            Column("STEP", max_width=32),
+            Column("TRIES", justify="right"),
+            Column("ERROR", max_width=90),
+        ],
+        (
+            [
+                letter.run_id,
+                str(letter.status),
+                ("undo of " if letter.undo else "") + (letter.step or ""),
+                str(letter.attempts),
+                ""
+                if letter.error is None
+                else f"{letter.error.error_class}: {letter.error.message}",
+            ]
+            for letter in letters
+        ),
+    )
     if not letters:
         click.echo("(no dead letters)")
 
@@ -460,15 +498,27 @@ def approvals_list(
     if as_json:
         echo_json([ApprovalOut.of(approval) for approval in pending])
         return
-    click.echo(f"{'RUN':<34} {'APPROVAL':<18} {'REQUESTED':<20} {'TIMES OUT':<20} THEN     DETAILS")
-    for approval in pending:
-        until = "never" if approval.until is None else _minute(approval.until)
-        then = "escalated" if approval.escalated else approval.on_timeout or "-"
-        details = (approval.details or "")[:60]
-        click.echo(
-            f"{approval.run_id:<34} {approval.name:<18} {_minute(approval.requested_at):<20} "
-            f"{until:<20} {then:<8} {details}"
-        )
+    echo_table(
+        [
+            Column("RUN", max_width=40),
+            Column("APPROVAL", max_width=24),
+            Column("REQUESTED"),
+            Column("TIMES OUT"),
+            Column("THEN"),
+            Column("DETAILS", max_width=60),
+        ],
+        (
+            [
+                approval.run_id,
+                approval.name,
+                _minute(approval.requested_at),
+                "never" if approval.until is None else _minute(approval.until),
+                "escalated" if approval.escalated else approval.on_timeout or "-",
+                approval.details or "",
+            ]
+            for approval in pending
+        ),
+    )
     if not pending:
         click.echo("(no approvals waiting)")
 

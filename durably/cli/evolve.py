@@ -12,7 +12,7 @@ import click
 
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where
 from durably.cli.commands import runs
-from durably.cli.output import AS_JSON, echo_json
+from durably.cli.output import AS_JSON, Column, echo_json, echo_table
 from durably.durations import parse_duration
 from durably.runtime.upgrades import Outcome
 from durably.views.breakers import breakers as read_breakers
@@ -47,15 +47,28 @@ def workers(app_target: str | None, store_url: str | None, as_json: bool) -> Non
     if as_json:
         echo_json([WorkerOut.of(worker, now) for worker in listed])
         return
-    click.echo(f"{'WORKER':<40} {'STATE':<6} {'LAST SEEN':<12} {'UP SINCE':<25} SERVES")
-    for worker in listed:
-        state = "live" if worker.alive(now) else "gone"
-        seen = f"{(now - worker.seen_at).total_seconds():.0f}s ago"
-        since = worker.started_at.isoformat(timespec="seconds")
-        serves = "; ".join(
-            f"{name} {', '.join(versions)}" for name, versions in sorted(worker.serves.items())
-        )
-        click.echo(f"{worker.name:<40} {state:<6} {seen:<12} {since:<25} {serves}")
+    echo_table(
+        [
+            Column("WORKER", max_width=48),
+            Column("STATE"),
+            Column("LAST SEEN", justify="right"),
+            Column("UP SINCE"),
+            Column("SERVES", fold=True),
+        ],
+        (
+            [
+                worker.name,
+                "live" if worker.alive(now) else "gone",
+                f"{(now - worker.seen_at).total_seconds():.0f}s ago",
+                worker.started_at.isoformat(timespec="seconds"),
+                "; ".join(
+                    f"{name} {', '.join(versions)}"
+                    for name, versions in sorted(worker.serves.items())
+                ),
+            ]
+            for worker in listed
+        ),
+    )
     if not listed:
         click.echo("(no worker has run on this store lately)")
 
@@ -111,20 +124,29 @@ def breakers(app_target: str | None, store_url: str | None, as_json: bool) -> No
     if as_json:
         echo_json([BreakerOut.of(gate) for gate in gates])
         return
-    click.echo(
-        f"{'DEPENDENCY':<24} {'BREAKER':<10} {'FAILURES':>8} {'IN FLIGHT':>9} "
-        f"{'WAITING':>7} {'TOKENS':>7}  OPENED"
+    echo_table(
+        [
+            Column("DEPENDENCY", max_width=32),
+            Column("BREAKER"),
+            Column("FAILURES", justify="right"),
+            Column("IN FLIGHT", justify="right"),
+            Column("WAITING", justify="right"),
+            Column("TOKENS", justify="right"),
+            Column("OPENED"),
+        ],
+        (
+            [
+                gate.dependency,
+                gate.breaker,
+                str(gate.failures),
+                str(gate.in_flight),
+                str(gate.waiting),
+                "full" if gate.tokens is None else f"{gate.tokens:g}",
+                "" if gate.opened_at is None else gate.opened_at.isoformat(timespec="seconds"),
+            ]
+            for gate in gates
+        ),
     )
-    for gate in gates:
-        tokens = "full" if gate.tokens is None else f"{gate.tokens:g}"
-        opened = "" if gate.opened_at is None else gate.opened_at.isoformat(timespec="seconds")
-        shown = click.style(
-            f"{gate.breaker:<10}", fg="green" if gate.breaker == "closed" else "red"
-        )
-        click.echo(
-            f"{gate.dependency:<24} {shown} {gate.failures:>8} {gate.in_flight:>9} "
-            f"{gate.waiting:>7} {tokens:>7}  {opened}"
-        )
     if not gates:
         click.echo("(no dependency has been called through a breaker or limit yet)")
 

@@ -1,21 +1,32 @@
-"""How read commands print: a table for people (status in colour, on a terminal only: click
-drops the colour when the output is piped), or with --json the same shapes the HTTP API
-answers with (durably.views.models), for scripts."""
+"""How read commands print: a table for people (aligned, long cells cut with an ellipsis, a
+status in its colour on a terminal only), or with --json the same shapes the HTTP API answers
+with (durably.views.models), for scripts."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import click
 from pydantic import BaseModel, TypeAdapter
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from durably.client.client import Client
 from durably.errors import DurablyError
 from durably.views.timeline import TimelineRow
 
-__all__ = ["AS_JSON", "echo_json", "echo_tracebacks", "retry_each", "status"]
+__all__ = [
+    "AS_JSON",
+    "Column",
+    "echo_json",
+    "echo_table",
+    "echo_tracebacks",
+    "retry_each",
+]
 
 AS_JSON = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (the HTTP API's shapes), not a table."
@@ -31,12 +42,53 @@ _COLOURS = {
     "paused": "yellow",
     "running": "blue",
     "pending": "cyan",
+    "closed": "green",  # a breaker's
+    "open": "red",
+    "half_open": "yellow",
 }
 
 
-def status(text: str, width: int = 0) -> str:
-    """A run's status, padded to `width`, in its colour (shown on a terminal only)."""
-    return click.style(f"{text:<{width}}", fg=_COLOURS.get(text.strip()))
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table's column: its header, and how it lays out (rich's Column options)."""
+
+    header: str
+    justify: Literal["left", "right"] = "left"
+    max_width: int | None = None  # longer cells end in an ellipsis
+    fold: bool = False  # the last, free-text column: wrapped on a terminal, whole in a pipe
+
+
+def echo_table(columns: Sequence[Column], rows: Iterable[Sequence[str]]) -> None:
+    """Rows aligned under their headers, long cells cut with an ellipsis, a status in its
+    colour on a terminal only. Written with rich (it measures wide characters and knows
+    what a terminal can show); piped, the lines are not cut to a terminal's width."""
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(
+            column.header,
+            justify=column.justify,
+            max_width=column.max_width,
+            no_wrap=not column.fold,
+            overflow="fold" if column.fold else "ellipsis",
+        )
+    for row in rows:
+        table.add_row(*(_coloured(cell) for cell in row))
+    terminal = sys.stdout.isatty()
+    console = Console(
+        highlight=False,
+        soft_wrap=False,
+        width=None if terminal else 10_000,  # piped: each row on one line, as written
+        no_color=not terminal,
+    )
+    with console.capture() as captured:
+        console.print(table)
+    for line in captured.get().splitlines():
+        click.echo(line.rstrip())
+
+
+def _coloured(cell: str) -> Text:
+    colour = _COLOURS.get(cell)
+    return Text(cell, style=colour) if colour else Text(cell)
 
 
 def echo_json(value: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:

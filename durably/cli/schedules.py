@@ -10,7 +10,7 @@ import click
 
 from durably.app import App
 from durably.cli.base import PRECEDENCE, cli, client_for, where
-from durably.cli.output import AS_JSON, echo_json
+from durably.cli.output import AS_JSON, Column, echo_json, echo_table
 from durably.runtime.schedules import Schedules
 from durably.views.models import ScheduleOut
 
@@ -33,17 +33,31 @@ def schedules_list(app_target: str | None, store_url: str | None, as_json: bool)
     if as_json:
         echo_json([ScheduleOut.of(info) for info in listed])
         return
-    click.echo(
-        f"{'SCHEDULE':<20} {'WORKFLOW':<18} {'WHEN':<34} {'STATE':<7} {'NEXT':<26} "
-        f"{'FIRED':>6} {'SKIPPED':>7}  LAST RUN"
+    echo_table(
+        [
+            Column("SCHEDULE", max_width=32),
+            Column("WORKFLOW", max_width=24),
+            Column("WHEN", max_width=40),
+            Column("STATE"),
+            Column("NEXT"),
+            Column("FIRED", justify="right"),
+            Column("SKIPPED", justify="right"),
+            Column("LAST RUN", max_width=40),
+        ],
+        (
+            [
+                info.name,
+                info.workflow,
+                info.when,
+                "paused" if info.paused else "active",
+                "" if info.next_fire is None else info.next_fire.isoformat(timespec="seconds"),
+                str(info.fired),
+                str(info.skipped),
+                info.last_run or "",
+            ]
+            for info in listed
+        ),
     )
-    for info in listed:
-        state = "paused" if info.paused else "active"
-        upcoming = "" if info.next_fire is None else info.next_fire.isoformat(timespec="seconds")
-        click.echo(
-            f"{info.name:<20} {info.workflow:<18} {info.when:<34} {state:<7} {upcoming:<26} "
-            f"{info.fired:>6} {info.skipped:>7}  {info.last_run or ''}"
-        )
     if not listed:
         click.echo("(no schedule: decorate a workflow with @app.schedule, and run a worker)")
 

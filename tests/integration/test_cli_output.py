@@ -75,3 +75,25 @@ def test_usage_errors_exit_2_and_a_bare_group_prints_its_help(elsewhere: Path) -
     assert verbose.returncode == 2
     assert "cannot import 'nosuch_module'" in verbose.stderr
     assert "No such option" not in verbose.stderr
+
+
+def test_tables_stay_aligned_with_long_ids_and_cut_them_with_an_ellipsis(
+    app: durably.App,  # noqa: F811
+    store_url: str,
+    elsewhere: Path,  # noqa: F811
+) -> None:
+    long_id = "order-" + "7" * 60
+    app.start("count", 1, id=long_id)
+    app.start("count", 2, id="c2")
+
+    shown = durably_cli("runs", "list", "--store", store_url, cwd=elsewhere)
+
+    assert shown.returncode == 0, shown.stderr
+    header, *rows = shown.stdout.splitlines()
+    column = header.index("WORKFLOW")
+    assert all(row[column:].startswith("count") for row in rows)  # every row under it
+    [cut] = [row for row in rows if row.startswith("order-")]
+    assert long_id not in cut
+    assert cut.split()[0].endswith("…")
+    assert len(cut.split()[0]) == 40
+    assert "\x1b[" not in shown.stdout  # no colour codes in a pipe
