@@ -198,6 +198,8 @@ def test_the_tour_runs_as_printed(tour: Tour, capsys: pytest.CaptureFixture[str]
         "runs restart",
         "upgrade",
         "runs list",
+        "runs list",
+        "runs show",
         "runs show",
     ]
 
