@@ -1,13 +1,8 @@
-"""The benchmarks' one command:
-
-    python -m benchmarks NAME... [--quick] [--repeat N] [--stores sqlite postgres]
-    python -m benchmarks --list
-
-runs the benchmarks named, in order (make bench WHAT="core scaling"; durably bench runs
-compare): the table to stdout, progress to stderr, every sample, the machine, the date and the
-durability settings to benchmarks/results/<name>[-fast]-latest.json. Without a reachable
-PostgreSQL server ($DURABLY_BENCH_POSTGRES, or postgresql://postgres@127.0.0.1:5432/test) its
-rows are skipped with a note.
+"""The benchmarks' one command, `python -m benchmarks NAME... [--quick] [--repeat N]
+[--stores sqlite postgres]` (--list lists them), runs the benchmarks named, in order: the table
+to stdout, progress to stderr, every sample, the machine, the date and the durability settings
+to benchmarks/results/<name>[-fast]-latest.json. Without a reachable PostgreSQL server
+($DURABLY_BENCH_POSTGRES, or postgresql://postgres@127.0.0.1:5432/test) its rows are skipped.
 """
 
 import argparse

@@ -32,7 +32,9 @@ from benchmarks.stores import Store, postgres_problem
 RESULTS = Path(__file__).parent / "results"
 
 
-def number(value: float) -> str:
+def number(value: float | list[float] | None) -> str:
+    if value is None or isinstance(value, list):  # in the progress lines
+        return "n/a" if value is None else f"[{len(value)} samples]"
     if abs(value) >= 100 or value == 0:
         return f"{value:,.0f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.{3 if abs(value) < 1 else 2}f}"
@@ -110,16 +112,13 @@ def table(bench: Bench, rows: list[Row]) -> list[str]:
     header += ["ratio [by repetition]"] if bench.side_by_side else []
     lines = [header + (["durably target", "met"] if bench.targets else [])]
     lines += [row.line(bench) for row in rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    right = [i >= 3 for i in range(len(widths) - 1)] + [not bench.targets]
-    shown = [
-        "  ".join(
-            text.rjust(width) if flush else text.ljust(width)
-            for text, width, flush in zip(line, widths, right, strict=True)
-        ).rstrip()
-        for line in lines
-    ]
-    return [shown[0], "  ".join("-" * width for width in widths), *shown[1:]]
+    wide = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    right = [i >= 3 for i in range(len(wide) - 1)] + [not bench.targets]
+    shown = []
+    for line in lines:
+        cells = [t.rjust(w) if r else t.ljust(w) for t, w, r in zip(line, wide, right, strict=True)]
+        shown.append("  ".join(cells).rstrip())
+    return [shown[0], "  ".join("-" * width for width in wide), *shown[1:]]
 
 
 def run_context() -> dict[str, Any]:
@@ -130,17 +129,10 @@ def run_context() -> dict[str, Any]:
     version = next((d.version for d in metadata.distributions(name="durably")), None)
     local = None if changes is None else bool(changes)
     source = {"version": version, "commit": git("rev-parse", "HEAD"), "local_changes": local}
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "durably": source,
-        "machine": {
-            "platform": platform.platform(),
-            "cpu": (cpus or [platform.processor()])[0],
-            "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(),
-        },
-    }
+    machine: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    machine |= {"cpu": (cpus or [platform.processor()])[0], "load_average": os.getloadavg()}
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    return {"date": now, "python": platform.python_version(), "durably": source, "machine": machine}
 
 
 def busy_note() -> str:
@@ -229,22 +221,20 @@ class Results:
                         pooled |= {metric} if isinstance(value, list) else set()
                         listed = value if isinstance(value, list) else [value]
                         samples[metric][trial.name] += [v for v in listed if v is not None]
-                    shown = ", ".join(f"{m.key} {shown_value(v)}" for m, v in values.items())
+                    shown = ", ".join(f"{m.key} {number(v)}" for m, v in values.items())
                     where = f"  {store.label}: {w.name} {repetition}/{self.repeat}"
                     print(f"{where} {trial.name}: {shown}", file=sys.stderr, flush=True)
         self.rows += [self.row(store, m, samples[m], m in pooled) for m in samples]
 
-    def row(
-        self, store: Store, metric: Metric, by_runner: dict[str, list[float]], pooled: bool
-    ) -> Row:
+    def row(self, store: Store, metric: Metric, got: dict[str, list[float]], pooled: bool) -> Row:
         """The store alone's figure (durable, whatever --fast says), or each engine's."""
-        if STORE in by_runner:
-            return Row(metric, store.name, {STORE: by_runner[STORE]})
+        if STORE in got:
+            return Row(metric, store.name, {STORE: got[STORE]})
         asked = {runner.name: runner for runner in self.runners}
         cells: dict[str, list[float] | str] = {}
         for name in self.bench.engines:  # "n/a": the runner cannot tell this figure apart
             missing = asked[name].missing if name in asked else "not run"
-            cells[name] = missing or by_runner.get(name) or "n/a"
+            cells[name] = missing or got.get(name) or "n/a"
         target = None if store.fast else self.bench.targets.get((metric.key, store.name))
         return Row(metric, store.label, cells, target, pooled)
 
@@ -276,9 +266,3 @@ class Results:
             print("the faster durability mode (SQLite NORMAL, PostgreSQL off): no targets;")
             print("the floor is the durable one (SQLite FULL, PostgreSQL on)")
         print("\n".join(self.notes))
-
-
-def shown_value(value: float | list[float] | None) -> str:
-    if isinstance(value, list):
-        return f"[{len(value)} samples]"
-    return "n/a" if value is None else number(value)

@@ -11,8 +11,6 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
-from benchmarks.runners.protocol import BenchmarkError
-
 if TYPE_CHECKING:
     from benchmarks.runners.durably_runner import InProcess
     from benchmarks.runners.processes import ProcessRunner
@@ -22,8 +20,7 @@ STORE = "store"  # the cell of a figure of the store alone, which no runner meas
 S = TypeVar("S")
 T = TypeVar("T")
 Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
-# An engine: durably in this process, or an engine's runner module in processes of its own.
-Runner: TypeAlias = "InProcess | ProcessRunner"
+Runner: TypeAlias = "InProcess | ProcessRunner"  # durably here, or a runner module's processes
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +35,7 @@ class Metric:
     p95: bool = False
 
 
-# By metric: this repetition's sample, samples to pool over the repetitions (a list), or None
-# where the runner cannot tell that figure apart.
-Values = dict[Metric, float | list[float] | None]
+Values = dict[Metric, float | list[float] | None]  # a sample, samples to pool, or None: n/a
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +77,7 @@ class Trial:
 
     @property
     def engine(self) -> Runner:
-        if self.runner is None:
-            raise BenchmarkError(f"{self.workload} measures the store alone: it has no runner")
+        assert self.runner is not None, f"{self.workload} measures the store alone"
         return self.runner
 
     @property

@@ -2,12 +2,13 @@
 benchmarks/workloads/) at their sizes (full, --quick), repetitions, engines, durably's targets.
 """
 
+from functools import partial
 from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features, scaling
-from benchmarks.workloads.scaling import Backlog
+from benchmarks.workloads import engines, features
+from benchmarks.workloads.features import Backlog
 
 
 def targets(**limits: tuple[float, float]) -> dict[tuple[str, str], float]:
@@ -34,9 +35,10 @@ def chain_workloads() -> list[Workload[Any]]:
     """W1 in workflows/s, W2 in steps/s, the sequential fit (one workflow at a time)."""
     seq = (Load(200, 3, concurrency=1), Load(50, 20, concurrency=1))
     fewer = (Load(50, 3, concurrency=1), Load(15, 20, concurrency=1))
+    rate = engines.throughput
     return [
-        Workload("w1", engines.throughput("w1", "workflows"), Load(1_000, 3), Load(200, 3)),
-        Workload("w2", engines.throughput("w2", "steps"), Load(200, 20), Load(50, 20)),
+        Workload("w1", partial(rate, "w1", "workflows"), Load(1_000, 3), Load(200, 3)),
+        Workload("w2", partial(rate, "w2", "steps"), Load(200, 20), Load(50, 20)),
         Workload("seq", engines.fit, seq, fewer),
     ]
 
@@ -80,10 +82,10 @@ SCALING = Bench(
     "scaling",
     "long histories, a takeover after 10,000 steps, claims beside 100,000 runs, 1/2/4 workers",
     (
-        Workload("history", scaling.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
-        Workload("pickup", scaling.pickup, 10_000, 1_000),
+        Workload("history", features.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
+        Workload("pickup", features.pickup, 10_000, 1_000),
         *(
-            Workload(f"claim-{name}", scaling.claims, Backlog(200, 200, 1, **held), quick)
+            Workload(f"claim-{name}", features.claims, Backlog(200, 200, 1, **held), quick)
             for name, held, quick in [
                 ("empty", {}, Backlog(50, 50, 1)),
                 ("10k", {"finished": 10_000}, Backlog(50, 50, 1, finished=2_000)),
@@ -92,7 +94,7 @@ SCALING = Bench(
             ]
         ),
         Workload(
-            "processes", scaling.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
+            "processes", features.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
         ),
     ),
 )
@@ -108,7 +110,7 @@ PRIORITIES = Bench(
     "priorities",
     "a claim of 32 from 1,000 or 100,000 due runs, or 1,000 beside 100,000 asleep (pooled)",
     tuple(
-        Workload(name, scaling.claims, Backlog(due, 30, sleeping=asleep), quick)
+        Workload(name, features.claims, Backlog(due, 30, sleeping=asleep), quick)
         for name, due, asleep, quick in [
             ("backlog-1k", 1_000, 0, Backlog(1_000, 10)),
             ("backlog-100k", 100_000, 0, Backlog(10_000, 10)),

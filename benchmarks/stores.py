@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import durably
 from benchmarks.runners.protocol import durable
+from durably import RunStatus
 from durably.client.ids import new_run_id
 from durably.core.history import Event, EventKind
 from durably.stores import Checkpoint, Claim, NewRun
@@ -53,10 +54,8 @@ class Store:
         """Seconds for `commits` single-row commits, one at a time, durable (SQLite in WAL, each in
         BEGIN IMMEDIATE as the store's writes; PostgreSQL autocommit, one round trip each)."""
         sqlite = self.name == "sqlite"
-        with (
-            fresh_file("floor") if sqlite else fresh_database() as url,
-            closing(connect(url)) as db,
-        ):
+        fresh = fresh_file("floor") if sqlite else fresh_database()
+        with fresh as url, closing(connect(url)) as db:
             db.execute("CREATE TABLE floor (id integer PRIMARY KEY, data text NOT NULL)")
             insert = "INSERT INTO floor (id, data) VALUES " + ("(?, ?)" if sqlite else "(%s, %s)")
             began = time.perf_counter()
@@ -133,40 +132,31 @@ def fresh_database() -> Iterator[str]:
                 db.execute(drop.format(sql.Identifier(database)))
 
 
-def fill(
-    store: DurablyStore,
-    workflow: str,
-    count: int,
-    *,
-    at: datetime,
-    ended: bool = False,
-    later: timedelta | None = None,
-    priority: Callable[[int], int] = lambda n: 0,
-) -> None:
-    """`count` runs of `workflow` started at `at`: due then; or asleep (handed back by a worker,
-    due `later`); or `ended`, completed after three steps (9 events)."""
+def fill(store: DurablyStore, workflow: str, count: int, at: datetime, kind: str = "due") -> None:
+    """`count` runs of `workflow` started at `at`, a thousand a transaction: due then (priority
+    0 to 10), asleep (priority 10, handed back by a worker, due a day later) or ended
+    (completed then after three steps, 9 events)."""
     for first in range(0, count, 1_000):
-        batch = range(min(1_000, count - first))
-        runs = [NewRun(new_run_id(), workflow, "[]", priority=priority(n)) for n in batch]
+        batch = range(first, min(count, first + 1_000))
+        priority = [10 if kind == "asleep" else n % 11 for n in batch]
+        runs = [NewRun(new_run_id(), workflow, "[]", priority=p) for p in priority]
         store.create_runs(runs, now=at)
-        if ended or later is not None:
+        if kind != "due":
             claims = store.claim("filler", [workflow], now=at, lease=LEASE, limit=len(batch))
-            due = at + (later or LEASE)
-            store.commit([completed(c, at) if ended else sleeping(c, due) for c in claims], now=at)
+            store.commit([handed_back(c, at, kind) for c in claims], now=at)
 
 
-def sleeping(claim: Claim, due: datetime) -> Checkpoint:
-    return Checkpoint(claim.run_id, claim.epoch, (), durably.RunStatus.PENDING, available_at=due)
-
-
-def completed(claim: Claim, at: datetime) -> Checkpoint:
+def handed_back(claim: Claim, at: datetime, kind: str) -> Checkpoint:
+    """A claimed run's checkpoint: asleep, due a day later; or completed after three steps."""
+    if kind == "asleep":
+        due = at + timedelta(days=1)
+        return Checkpoint(claim.run_id, claim.epoch, (), RunStatus.PENDING, available_at=due)
     seq, events = claim.events[-1].seq, []
     for n in range(3):
         events.append(Event(seq + 1 + 2 * n, EventKind.STEP_STARTED, at, n, f"step_{n}", 1))
         events.append(Event(seq + 2 + 2 * n, EventKind.STEP_COMPLETED, at, n, f"step_{n}", 1, "1"))
     events.append(Event(seq + 7, EventKind.RUN_COMPLETED, at))
-    done = durably.RunStatus.COMPLETED
-    return Checkpoint(claim.run_id, claim.epoch, tuple(events), done, result="1")
+    return Checkpoint(claim.run_id, claim.epoch, tuple(events), RunStatus.COMPLETED, result="1")
 
 
 def vacuum(url: str) -> None:

@@ -1,17 +1,15 @@
-"""DBOS Transact 3.4 under the runner protocol (benchmarks.runners.protocol), one measurement
-per process. Workflows and steps are async functions under @DBOS.workflow() / @DBOS.step();
-DBOS.launch() opens the engine on `system_database_url` = url in the runner's event loop.
-throughput calls the workflow directly, at most C awaited at once (DBOS's fastest path; its
-queue was slower); w3-work enqueues every workflow, with a fixed id, on a queue of
-worker_concurrency C, and w3-recover's DBOS.launch() puts the PENDING ones of the same
-executor id and application version back on it; queue-hop and roundtrip enqueue with
-DBOSClient on a queue served here (in-process) or by a `queue-worker` child process.
-
-Queue workers poll, every queue_poll_ms (200 ms by default, durably's idle poll; DBOS's is
-1 s), and get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode nor synchronous
-on SQLite and leaves synchronous_commit to the server: this runner puts the file in WAL and
-sets synchronous=FULL or synchronous_commit=on (fast: NORMAL, off) on every connection of
-the process, and reports what the first one read back as "durability".
+"""DBOS Transact 3.4 under the runner protocol (benchmarks.runners.protocol). Workflows and
+steps are async functions under @DBOS.workflow() / @DBOS.step(); DBOS.launch() opens the engine
+on `system_database_url` = url in the runner's event loop. throughput calls the workflow
+directly, at most C awaited at once (DBOS's fastest path; its queue was slower); w3-work
+enqueues every workflow, with a fixed id, on a queue of worker_concurrency C, and w3-recover's
+DBOS.launch() puts the PENDING ones of the same executor id and application version back on
+it; queue-hop and roundtrip enqueue with DBOSClient on a queue served here (in-process) or by a
+`queue-worker` child process. Queue workers poll every queue_poll_ms (200 by default, durably's
+idle poll; DBOS's is 1 s), get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode
+nor synchronous on SQLite and leaves synchronous_commit to the server: this runner puts the
+file in WAL and sets synchronous=FULL or synchronous_commit=on (fast: NORMAL, off) on every
+connection of the process, and reports what the first one read back as "durability".
 """
 
 # ruff: noqa: E402  (the clock starts before anything is imported: cold-start counts imports)

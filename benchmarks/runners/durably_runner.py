@@ -23,7 +23,8 @@ import asyncio
 import functools
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -31,13 +32,12 @@ from typing import TYPE_CHECKING
 
 import durably
 from benchmarks.runners import protocol
-from benchmarks.runners.protocol import BenchmarkError, Figures, Load, apply_effect, emit, main
+from benchmarks.runners.protocol import BenchmarkError, Figures, Load, emit, main
 
 if TYPE_CHECKING:
     from benchmarks.plan import Fresh, Trial
     from durably.stores import Store
 
-STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the chain step input that kills a worker process
 LEFT = (durably.RunStatus.PENDING, durably.RunStatus.RUNNING)  # a run not ended yet
 
 
@@ -56,9 +56,7 @@ class InProcess:
 
 
 def bench_app(
-    store: str | Store | None,
-    stop_at: int | None = None,
-    on_stop: Callable[[], object] = lambda: None,
+    store: str | Store | None, stop_at: int | None = None, on_stop: Callable[[], object] = sys.exit
 ) -> durably.App:
     """A fresh app (on $DURABLY_STORE if `store` is None) with chain(x, steps) (its step given
     x == stop_at calls on_stop() first), fanout(width, gathered), hop(t0) and W3's w3(...)."""
@@ -82,7 +80,7 @@ def bench_app(
             return sum(await durably.gather(*(add_one(n) for n in range(width))))
         return sum([await add_one(n) for n in range(width)])
 
-    touch, since = app.step(apply_effect), app.step(protocol.since)
+    touch, since = app.step(protocol.apply_effect), app.step(protocol.since)
 
     @app.workflow(name="hop")
     async def hop(t0: float) -> float:
@@ -103,19 +101,18 @@ def __getattr__(name: str) -> durably.App:
     $DURABLY_STORE: the step given x == $DURABLY_BENCH_STOP_AT kills it as a crash would."""
     if name != "app":
         raise AttributeError(name)
-    stop_at = os.environ.get(STOP_AT)
+    stop_at = os.environ.get(protocol.STOP_AT)
     kill = functools.partial(os.kill, os.getpid(), signal.SIGKILL)
     return bench_app(None, None if stop_at is None else int(stop_at), kill)
 
 
 def run_chain(
-    url: str, load: Load, setup: Callable[[durably.App], object] | None = None
+    url: str, load: Load, setup: Callable[[durably.App], object] = id
 ) -> tuple[float, float]:
     """`load` on a fresh app (`setup` first): the seconds starting it and running it took."""
     app = bench_app(url)
     try:
-        if setup is not None:
-            setup(app)
+        setup(app)
         began = time.perf_counter()
         handles = [app.start("chain", i, load.steps) for i in range(load.workflows)]
         started = time.perf_counter()
@@ -127,14 +124,12 @@ def run_chain(
     return started - began, ended - started
 
 
-def check_completed(
-    app: durably.App, handles: Sequence[durably.RunHandle], load: Load, finished: int
-) -> None:
+def check_completed(app: durably.App, handles: list[durably.RunHandle], load: Load, n: int) -> None:
     """Every run of `load` completed (run i started with i), the first and last with i + steps."""
     completed = app.client.runs(status=durably.RunStatus.COMPLETED, limit=load.workflows).runs
     results = [handles[i].result(timeout="1s") - i for i in (0, len(handles) - 1)]
-    if finished != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
-        raise BenchmarkError(f"{load}: {finished} runs ended, not all of them completed")
+    if n != load.workflows or {r.id for r in completed} != {h.id for h in handles}:
+        raise BenchmarkError(f"{load}: {n} runs ended, not all of them completed")
     if results != [load.steps] * 2:
         raise BenchmarkError(f"{load}: the first and last runs added {results}, not {load.steps}")
 
@@ -271,9 +266,8 @@ def starts(args: SimpleNamespace) -> Figures:
     began = time.perf_counter()
     if args.mode == "batch":
         for first in range(0, count, 100):
-            app.start_many(
-                [durably.Start("chain", (n, 3)) for n in range(first, min(count, first + 100))]
-            )
+            batch = range(first, min(count, first + 100))
+            app.start_many([durably.Start("chain", (n, 3)) for n in batch])
     else:  # a loop: one thread alone
         with ThreadPoolExecutor(every) as pool:
             list(pool.map(starter, range(every)))

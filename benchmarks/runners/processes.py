@@ -75,13 +75,9 @@ class Child:
     ) -> None:
         self.argv, self.ready = argv, ready
         self.log = tempfile.NamedTemporaryFile("w", prefix="durably-bench-")  # noqa: SIM115
+        out, env = subprocess.PIPE if stdout else subprocess.DEVNULL, {**os.environ, **env}
         self.process = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
-            stderr=self.log,
-            text=True,
+            argv, cwd=ROOT, env=env, stdout=out, stderr=self.log, text=True
         )
 
     def wait_started(self) -> None:
@@ -122,9 +118,8 @@ class Child:
 
     def close(self) -> None:
         """SIGKILL, if it still runs; its pipe and log closed."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        self.process.kill()  # if it still runs
+        self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
         self.log.close()

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 Figures = dict[str, Any]  # a command's answer
+STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the chain step input that kills a worker process
 _local = threading.local()  # each thread's connection to the effects file
 
 

@@ -9,7 +9,7 @@ round trip from outside the worker, durably's starts/s.
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +26,11 @@ def seconds(trial: Trial, load: Load) -> float:
         return trial.engine.throughput(trial, url, load)
 
 
-def throughput(name: str, unit: str) -> Callable[[Trial, Load], Values]:
+def throughput(name: str, unit: str, trial: Trial, load: Load) -> Values:
     """A load's workflows/s (unit "workflows") or steps/s (unit "steps")."""
-
-    def measure(trial: Trial, load: Load) -> Values:
-        per_s = load.workflows / seconds(trial, load) * (load.steps if unit == "steps" else 1)
-        label = f"{name.upper()} ({load}, c={load.concurrency})"
-        return {Metric(f"{name}_{unit}_per_s", label, f"{unit}/s", True): per_s}
-
-    return measure
+    per_s = load.workflows / seconds(trial, load) * (load.steps if unit == "steps" else 1)
+    label = f"{name.upper()} ({load}, c={load.concurrency})"
+    return {Metric(f"{name}_{unit}_per_s", label, f"{unit}/s", True): per_s}
 
 
 def fit(trial: Trial, loads: tuple[Load, Load]) -> Values:
@@ -53,10 +49,8 @@ def floor(trial: Trial, commits: int) -> Values:
     """The store's own durable commit: single-row transactions, one at a time; no engine."""
     ms = 1000 * trial.store.commit_floor(commits) / commits
     label = f"store floor ({commits:,} single-row commits)"
-    return {
-        Metric("floor_commit_ms", label, "ms/commit"): ms,
-        Metric("floor_commits_per_s", label, "commits/s", True): 1000 / ms,
-    }
+    per_s = Metric("floor_commits_per_s", label, "commits/s", True)
+    return {Metric("floor_commit_ms", label, "ms/commit"): ms, per_s: 1000 / ms}
 
 
 def run(trial: Trial, command: str, **options: object) -> dict[str, Any]:
@@ -74,9 +68,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
     assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
         create_effects(sink := Path(tmp) / "effects.db")
-        options: dict[str, object] = {"workflows": load.workflows, "steps": load.steps}
-        options["sleep_ms"] = sleep_ms
-        options |= {"concurrency": load.concurrency, "effects": sink}
+        options = {**asdict(load), "sleep_ms": sleep_ms, "effects": sink}
         with Child(runner.argv("w3-work", url, options)) as work:
             if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:
                 raise work.failed(f"started {started} runs, not {load.workflows}")
@@ -116,8 +108,7 @@ def hop(trial: Trial, hops: int) -> Values:
 
 def queue(trial: Trial, load: Load) -> Values:
     """One-step workflows enqueued at once to a running worker: first enqueue to last end."""
-    options = {"workflows": load.workflows, "concurrency": load.concurrency}
-    seconds = run(trial, "queue-throughput", **options)["total_seconds"]
+    seconds = run(trial, "queue-throughput", **asdict(load))["total_seconds"]
     label = f"queue ({load.workflows:,} one-step wf, c={load.concurrency})"
     return {Metric("queue_workflows_per_s", label, "workflows/s", True): load.workflows / seconds}
 
