@@ -1,68 +1,19 @@
-"""Group commit: a batch is acknowledged only once durable, and a batch that fails fails
-every caller waiting on it. On both real stores."""
+"""Group commit: a batch that fails fails every caller waiting on it, and checkpoints queued
+in one pass of the loop commit together. On both real stores. (A worker killed in the middle
+of a commit: tests/chaos/test_group_commit_crash.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 
-import durably
 from durably.core.history import Event, EventKind
 from durably.runtime.committer import Committer
 from durably.stores import Checkpoint, Claim, NewRun, Store
 from durably.testing import FakeClock
-
-from .commit_crash_app import STEPS, make_app
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_a_crash_between_batch_assembly_and_commit_loses_no_acknowledged_checkpoint(
-    store_url: str, tmp_path: Path
-) -> None:
-    acked = tmp_path / "acked.txt"
-    client = make_app(store_url, str(acked), crash=False)
-    runs = [f"run-{i:02d}" for i in range(16)]
-    workflow = client.workflow_named("counting")
-    handles = [client.start(workflow, run, id=run) for run in runs]
-
-    crashed = subprocess.run(
-        [sys.executable, "-m", "tests.integration.commit_crash_app", store_url, str(acked), "1"],
-        cwd=ROOT,
-        capture_output=True,
-        timeout=60,
-    )
-    assert crashed.returncode == 137, crashed.stderr.decode()[-2000:]  # died in the commit
-
-    acknowledged = [line.split() for line in acked.read_text().splitlines()]
-    assert acknowledged, "no checkpoint was acknowledged before the crash"
-    for run, position in acknowledged:
-        completed = {
-            event.position
-            for event in client.client.history(run)
-            if event.kind == EventKind.STEP_COMPLETED
-        }
-        assert int(position) in completed, f"{run}: step {position} was acknowledged, not kept"
-
-    # A new worker (the dead one's leases expired) finishes every run exactly.
-    recover = make_app(store_url, str(acked), crash=False)
-    client.close()
-    _expire_all_leases(recover.store)
-    assert recover.run_until_idle(concurrency=16) == len(runs)
-    assert [h.result(timeout=0) for h in handles] == [sum(range(STEPS))] * len(runs)
-    recover.close()
-
-
-def _expire_all_leases(store: Store) -> None:
-    for run in store.runs(status=durably.RunStatus.RUNNING, limit=1000):
-        assert run.lease_owner is not None
-        store.expire_leases(run.lease_owner, now=datetime.now(run.created_at.tzinfo))
 
 
 class _FailingCommits:

@@ -1,7 +1,7 @@
 """The app of test_group_commit's crash: a worker process that dies with a batch of
 checkpoints assembled and not yet committed.
 
-    python -m tests.integration.commit_crash_app STORE_URL ACKED_FILE CRASH(0|1)
+    python -m tests.chaos.commit_crash_app STORE_URL ACKED_FILE CRASH(0|1)
 
 Step k of run R appends "R k-1" to ACKED_FILE when it starts: by then the checkpoint of
 step k-1 was acknowledged to the run (the run moves on only once its checkpoint is durable).
