@@ -60,6 +60,14 @@ def make_shop(store: str, payments: Payments, **options: object) -> durably.App:
         await reserve(order)
         return await bill(order)  # type: ignore[no-any-return]
 
+    @app.step(retry=Retry(attempts=1))
+    def print_label(order: str) -> str:
+        return printer.print(order)  # type: ignore[name-defined, no-any-return]  # noqa: F821  (a newcomer's bug)
+
+    @app.workflow
+    def ship_label(order: str) -> str:
+        return print_label(order)
+
     @app.workflow
     async def refund(order: str) -> str:
         decision = await durably.approval("refund", timeout="2d", details={"order": order})

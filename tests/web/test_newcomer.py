@@ -10,19 +10,25 @@ import html
 import re
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 
+import durably
+from durably.stores.protocol import WorkerBeat
 from durably.testing import FakeClock
+from tests.integration import upgrade_app
 
 from .conftest import Live, settle
-from .shop import Payments
+from .shop import Payments, make_shop
+
+SHOP = str(Path(__file__).resolve().parent / "shop.py")
 
 
-def runs_show(store_url: str, run_id: str) -> str:
+def runs_show(store_url: str, run_id: str, *options: str) -> str:
     shown = subprocess.run(
-        [sys.executable, "-m", "durably", "runs", "show", run_id, "--store", store_url],
+        [sys.executable, "-m", "durably", "runs", "show", run_id, "--store", store_url, *options],
         capture_output=True,
         text=True,
         timeout=60,
@@ -92,3 +98,51 @@ def test_three_broken_runs_explain_themselves(
         assert "presumed dead" in said
         assert "no live worker runs workflow 'checkout'" in said  # nobody will take it over
         assert "start one (durably worker MODULE:ATTR)" in said
+
+
+def test_the_first_hour_a_bug_a_dead_worker_and_a_deploy_explain_themselves(
+    live: Live, store_url: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """What hurt a newcomer most, each said in words on both sides: where a step raised, a
+    worker that died holding a run (seen in seconds), and a run a deploy left behind."""
+    app = live.app
+    app.start("ship_label", "o-5", id="typo")
+    settle(app, "typo")
+    cli, page = runs_show(store_url, "typo", "--traceback"), run_page(live, "typo")
+    for said in (cli, page):
+        assert "NameError: name 'printer' is not defined" in said
+        assert f'File "{SHOP}", line ' in said  # the file and line of the bug
+        assert "in print_label" in said
+        assert "return printer.print(order)" in said
+
+    # a worker that died holding a run, last heard from four seconds ago: the server reads
+    # the test's fake clock, the command the real one (so its run is in a store of its own)
+    real = make_shop(f"sqlite:///{tmp_path / 'real.db'}", Payments())
+    for shop in (app, real):
+        shop.start("checkout", "o-6", 6, id="held")
+        lease, at = timedelta(seconds=10), shop.clock.now()
+        [claim] = shop.store.claim("worker-9", ["checkout"], now=at, lease=lease, limit=1)
+        assert claim.run_id == "held"  # ... and worker-9 dies holding it
+    beat = timedelta(seconds=1)
+    silent_since = datetime.now(UTC) - timedelta(seconds=4)
+    real.store.beat(WorkerBeat("worker-9", silent_since, silent_since, beat, {"checkout": ()}))
+    real.close()
+    app.store.beat(WorkerBeat("worker-9", clock.now(), clock.now(), beat, {"checkout": ()}))
+    clock.advance("4s")
+    cli = runs_show(f"sqlite:///{tmp_path / 'real.db'}", "held")
+    for said in (cli, run_page(live, "held")):
+        assert re.search(r"held by worker worker-9, silent for [45] s and presumed dead", said)
+        assert "(durably runs release held)" in said
+
+    old = upgrade_app.build(durably.App(store_url, clock=clock), "first")
+    old.start("order", "o-7", id="left-behind")
+    old.close()
+    edited = upgrade_app.build(durably.App(store_url, clock=clock), "edited")
+    serves = {"order": tuple(edited.registry.workflows["order"].serves)}
+    seen = datetime.now(UTC)  # live by the real clock and by the fake one, which is earlier
+    app.store.beat(WorkerBeat("worker-new", seen, seen, timedelta(hours=1), serves))
+    edited.close()
+    cli, page = runs_show(store_url, "left-behind"), run_page(live, "left-behind")
+    for said in (cli, page):
+        assert "the code it started on: move it to the deployed code" in said
+        assert "(durably upgrade MODULE:ATTR)" in said
