@@ -9,6 +9,7 @@ Times are shown as the store keeps them (UTC), to the second.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,7 +60,7 @@ def explain(
         why = "" if pause is None or not pause.reason else f" ({pause.reason})"
         return Explanation(
             f"paused{who}{why}",
-            f"no step starts until a person resumes it (durably resume {run.id})",
+            f"no step starts until a person resumes it (durably resume {_id(run)})",
         )
     if status in (RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATION_FAILED):
         return _parked(run, events)
@@ -130,7 +131,7 @@ def _ended(run: RunRecord, events: Sequence[Event]) -> Explanation:
 
 
 def _restart(run: RunRecord) -> str:
-    return f"nothing more happens unless a person restarts it (durably runs restart {run.id})"
+    return f"nothing more happens unless a person restarts it (durably runs restart {_id(run)})"
 
 
 def _undone(events: Sequence[Event]) -> str:
@@ -150,35 +151,35 @@ def _parked(run: RunRecord, events: Sequence[Event]) -> Explanation:
         escalated = " (escalated)" if approval.escalated else ""
         return Explanation(
             f"waiting for a person: approval {approval.name!r}{escalated}{until}",
-            f"approve or reject it (durably approve {run.id} {approval.name})",
+            f"approve or reject it (durably approve {_id(run)} {shlex.quote(approval.name)})",
         )
-    cause = root_cause(events)
+    cause, run_id = root_cause(events), _id(run)
     actions = (
-        f"retry (durably dlq retry {run.id}), skip the step with a result (durably dlq skip "
-        f"{run.id} --result JSON) or give up (durably dlq fail {run.id} --reason TEXT)"
+        f"retry (durably dlq retry {run_id}), skip the step with a result (durably dlq skip "
+        f"{run_id} --result JSON) or give up (durably dlq fail {run_id} --reason TEXT)"
     )
     if run.status is RunStatus.COMPENSATION_FAILED:
         undo = "" if run.error is None else f": {_error(run.error)}"
         after = "" if cause is None else f", after {cause}"
         return Explanation(
             f"parked for a person: an undo failed{undo}{after}",
-            f"nothing runs until a person acts: retry the undo (durably dlq retry {run.id}), "
-            f"do it by hand and skip it (durably dlq skip {run.id}) or give up on the rest "
-            f"(durably dlq fail {run.id} --reason TEXT)",
+            f"nothing runs until a person acts: retry the undo (durably dlq retry {run_id}), "
+            f"do it by hand and skip it (durably dlq skip {run_id}) or give up on the rest "
+            f"(durably dlq fail {run_id} --reason TEXT)",
         )
     failed = _last_failed(events) if step_parked(run) else None
     if failed is None or failed.call != "step":  # no step to skip: retry or give up
         what = cause or ("" if run.error is None else _error(run.error))
         return Explanation(
             f"parked for a person: {what}",
-            f"nothing runs until a person acts: retry (durably dlq retry {run.id}) or give up "
-            f"(durably dlq fail {run.id} --reason TEXT)",
+            f"nothing runs until a person acts: retry (durably dlq retry {run_id}) or give up "
+            f"(durably dlq fail {run_id} --reason TEXT)",
         )
     if failed.failure_reason == "escalated":
         return Explanation(
             f"waiting for a person: step {failed.name} escalated ({_message(failed)})",
-            f"a person answers it (durably approve {run.id} durably.escalate, or reject), or "
-            f"acts on it: {actions}",
+            f"a person answers yes (durably approve {run_id} durably.escalate) or no (durably "
+            f"reject {run_id} durably.escalate), or acts on it: {actions}",
         )
     what = cause or ("" if run.error is None else _error(run.error))
     tries = f" after {failed.attempts} attempt(s)"
@@ -204,7 +205,8 @@ def _running(
             f"held by worker {owner}, silent for {silent:.0f} s and presumed dead (its attempt "
             "in flight is lost)",
             f"another worker takes it over when its lease expires at {_clock(run.available_at)} "
-            f"(in {left:.0f} s), or at once after durably runs release {run.id}",
+            f"(in {left:.0f} s), or at once after a person releases its leases (durably runs "
+            f"release {_id(run)})",
         )
     cancel = fold_control(events).cancel
     if cancel is not None:
@@ -265,7 +267,7 @@ def _waiting_for(run: RunRecord, events: Sequence[Event]) -> Explanation | None:
         until = "with no timeout" if due is None else f"until {_clock(due)}"
         return Explanation(
             f"waiting for signal {name!r} {until}",
-            f"send it with durably signal {run.id} {name} --data JSON",
+            f"send it (durably signal {_id(run)} {shlex.quote(name)} --data JSON)",
         )
     if children:
         return Explanation(f"waiting for its child run {children[0]} to end", "then goes on")
@@ -378,6 +380,11 @@ def _short_class(name: str) -> str:
 
 def _clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _id(run: RunRecord) -> str:
+    """The run's id in a suggested command: quoted if a shell would split it, as a name is."""
+    return shlex.quote(run.id)
 
 
 def _clock(moment: datetime) -> str:

@@ -199,7 +199,7 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
         pairs.append(
             (
                 "paused",
-                f"by {control.pause.by} at {_time(control.pause.at)}{why}; durably resume goes on",
+                f"by {control.pause.by} at {_time(control.pause.at)}{why}; it goes on when resumed",
             )
         )
     return pairs

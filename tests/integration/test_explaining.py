@@ -107,7 +107,7 @@ def test_signal_waits_pauses_and_endings(app: durably.App, clock: FakeClock) -> 
     app.run_until_idle()
     waiting = sentence(app, "w-1")
     assert waiting.startswith("waiting for signal 'go' until ")
-    assert waiting.endswith("send it with durably signal w-1 go --data JSON")
+    assert waiting.endswith("send it (durably signal w-1 go --data JSON)")
 
     app.client.pause("w-1", by="ops", reason="stock count")
     app.run_until_idle()

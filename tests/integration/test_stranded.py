@@ -86,7 +86,9 @@ def test_a_worker_silent_for_three_beats_is_presumed_dead_before_its_lease_ends(
         "held by worker dead-worker, silent for 4 s and presumed dead (its attempt in flight "
         "is lost); another worker takes it over when its lease expires at "
     )
-    assert said.endswith("(in 1 s), or at once after durably runs release o-2")
+    assert said.endswith(
+        "(in 1 s), or at once after a person releases its leases (durably runs release o-2)"
+    )
     [dead] = workers
     assert not dead.alive(clock.now())  # `durably workers` says gone; the metric agrees
 
