@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -13,26 +12,15 @@ from durably.core.control import fold_control
 from durably.core.event_data import payload_of
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
-    ApprovalRequested,
-    ApprovalToken,
-    AttemptFailed,
-    ChildStarted,
-    Claimed,
-    Command,
-    Decision,
     Failure,
-    MessageReceived,
     Restarted,
-    RunRetried,
     RunStarted,
-    SignalReceived,
-    StepStarted,
     Upgraded,
-    WaitStarted,
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
 from durably.stores.protocol import RunRecord, WorkerBeat
+from durably.views.details import detail, moment, short, started_pairs
 from durably.views.explaining import explain, root_cause, runners
 
 __all__ = ["TimelineRow", "describe_run", "timeline"]
@@ -75,7 +63,7 @@ def timeline(events: Sequence[Event]) -> list[TimelineRow]:
                 step=step,
                 attempt="" if event.attempt is None else str(event.attempt),
                 duration_ms=duration,
-                detail=_detail(event),
+                detail=detail(event),
                 traceback=_traceback(event),
             )
         )
@@ -104,7 +92,7 @@ def describe_run(
         ("status", str(run.status)),
         ("created", run.created_at.isoformat(timespec="milliseconds")),
         ("updated", run.updated_at.isoformat(timespec="milliseconds")),
-        ("input", _short(run.input, 200)),
+        ("input", short(run.input, 200)),
     ]
     if run.correlation_id is not None:
         pairs.append(("correlation", run.correlation_id))
@@ -127,7 +115,7 @@ def describe_run(
             pairs.append(("due", "when a signal comes (it waits with no timeout)"))
     pairs += _waits_and_progress(run, events)
     if run.result is not None:
-        pairs.append(("result", _short(run.result, 200)))
+        pairs.append(("result", short(run.result, 200)))
     if run.error is not None:
         pairs.append(("error", f"{run.error.error_class}: {run.error.message}"))
         cause = root_cause(events)
@@ -140,7 +128,7 @@ def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[s
     pairs = _steering(run, events)
     for approval in fold_approvals(events):
         if approval.pending and run.status not in FINAL:
-            until = "no timeout" if approval.until is None else f"until {_time(approval.until)}"
+            until = "no timeout" if approval.until is None else f"until {moment(approval.until)}"
             then = "" if approval.until is None else f", then {approval.on_timeout}"
             escalated = " (escalated)" if approval.escalated else ""
             pairs.append(
@@ -152,8 +140,8 @@ def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[s
         pairs.append(
             (
                 "heartbeat",  # the last one any step recorded
-                f"{_time(last.at)} #{last.position} {last.name} "
-                f"attempt {last.attempt}: {_short(last.data or '', 120)}",
+                f"{moment(last.at)} #{last.position} {last.name} "
+                f"attempt {last.attempt}: {short(last.data or '', 120)}",
             )
         )
     return pairs
@@ -165,13 +153,13 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
     for event in events:
         payload = payload_of(event) if event.kind in _LINKS else None
         if isinstance(payload, RunStarted):
-            pairs += _started(payload)
+            pairs += started_pairs(payload)
         elif isinstance(payload, Upgraded):
             pairs.append(
                 (
                     "upgraded",
                     f"from version {payload.from_version} to {payload.to_version}, "
-                    f"by {payload.by} at {_time(event.at)}",
+                    f"by {payload.by} at {moment(event.at)}",
                 )
             )
         elif isinstance(payload, Restarted):
@@ -179,7 +167,7 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
                 (
                     "restarted as",
                     f"{payload.run} from step #{payload.from_step}, "
-                    f"by {payload.by} at {_time(event.at)}",
+                    f"by {payload.by} at {moment(event.at)}",
                 )
             )
     pairs += _children(events)
@@ -190,7 +178,7 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
         pairs.append(
             (
                 "cancel",
-                f"asked by {control.cancel.by} at {_time(control.cancel.at)}: "
+                f"asked by {control.cancel.by} at {moment(control.cancel.at)}: "
                 "its completed steps are being compensated",
             )
         )
@@ -199,7 +187,8 @@ def _steering(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:
         pairs.append(
             (
                 "paused",
-                f"by {control.pause.by} at {_time(control.pause.at)}{why}; it goes on when resumed",
+                f"by {control.pause.by} at {moment(control.pause.at)}{why}; it goes on when "
+                "resumed",
             )
         )
     return pairs
@@ -224,100 +213,6 @@ def _children(events: Sequence[Event]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _started(started: RunStarted) -> list[tuple[str, str]]:
-    pairs = []
-    if started.restarted_from is not None:
-        pairs.append(
-            (
-                "restart of",
-                f"{started.restarted_from} at step #{started.from_step}, by {started.by}",
-            )
-        )
-    if started.parent is not None:
-        pairs.append(("parent", started.parent + _deadline(started)))
-    if started.generation is not None:
-        pairs.append(
-            (
-                "generation",
-                f"{started.generation}: it continued as new (the "
-                "histories of earlier generations are gone)",
-            )
-        )
-    return pairs
-
-
-def _deadline(started: RunStarted) -> str:
-    when = started.deadline
-    return "" if when is None else f" (its deadline, inherited: {_time(when)})"
-
-
-def _detail(event: Event) -> str:
-    if event.data is None:
-        return ""
-    if event.kind is EventKind.PATCH_DECIDED:
-        return "the new code" if event.data == "true" else "the old code (it got here before)"
-    try:
-        payload = payload_of(event)
-    except PayloadError:
-        return f"(unreadable: {_short(event.data, 80)})"
-    if isinstance(payload, StepStarted):
-        return f"key={payload.key} input={_short(json.dumps(payload.input), 80)}"
-    if isinstance(payload, AttemptFailed):
-        retry = f"; retry {payload.retry_at.isoformat(timespec='milliseconds')}"
-        of = "" if payload.of is None else f" (of {payload.of} attempts)"
-        by = "" if payload.dependency is None else f" [{payload.dependency}]"
-        error = f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
-        return f"{error}{by}{retry}{of}"
-    if isinstance(payload, Failure):
-        return f"{payload.error.error_class}: {_short(payload.error.message, 120)}"
-    if isinstance(payload, Claimed):
-        taken = f", took over from {payload.took_over_from}" if payload.took_over_from else ""
-        return f"by {payload.owner} (epoch {payload.epoch}){taken}"
-    if isinstance(payload, WaitStarted):
-        return "no timeout" if payload.until is None else f"until {_time(payload.until)}"
-    if isinstance(payload, SignalReceived):
-        data = _short(payload.data or "null", 80)
-        return f"message {payload.message} from {payload.sender}: {data}"
-    if isinstance(payload, ApprovalRequested):
-        until = "no timeout" if payload.until is None else f"until {_time(payload.until)}"
-        then = "" if payload.until is None else f", then {payload.on_timeout}"
-        every = (
-            "" if payload.remind_after is None else f", reminders every {payload.remind_after:g}s"
-        )
-        details = "" if payload.details is None else f"; {_short(payload.details, 80)}"
-        return f"{until}{then}{every}{details}"
-    if isinstance(payload, ApprovalToken):
-        notice = "the request" if payload.notice == 0 else f"reminder {payload.notice}"
-        return f"a token for {notice} (its hash is kept)"
-    if isinstance(payload, Decision):
-        verdict = "approved" if payload.approved else "rejected"
-        comment = "" if payload.comment is None else f": {_short(payload.comment, 80)}"
-        return f"{verdict} by {payload.by} ({payload.via}){comment}"
-    if isinstance(payload, Command):
-        return f"by {payload.by}" + ("" if payload.reason is None else f": {payload.reason}")
-    if isinstance(payload, RunStarted):
-        pairs = _started(payload)
-        if payload.correlation_id is not None:
-            pairs.append(("correlation", payload.correlation_id))
-        if payload.trace_parent is not None:
-            pairs.append(("trace", payload.trace_parent))
-        return "; ".join(f"{label} {value}" for label, value in pairs)
-    if isinstance(payload, ChildStarted):
-        return f"{payload.run} ({payload.workflow}{', detached' if payload.detached else ''})"
-    if isinstance(payload, Upgraded):
-        return f"from version {payload.from_version} to {payload.to_version} by {payload.by}"
-    if isinstance(payload, RunRetried):
-        where = "" if payload.from_step is None else f" from step #{payload.from_step}"
-        return f"fresh attempts{where}, asked by {payload.by}"
-    if isinstance(payload, Restarted):
-        return f"restarted as {payload.run} from step #{payload.from_step} by {payload.by}"
-    if isinstance(payload, MessageReceived):
-        what = payload.kind if payload.name is None else f"{payload.kind} {payload.name!r}"
-        data = "" if payload.data is None else f": {_short(payload.data, 80)}"
-        return f"{what} from {payload.sender}{data}"
-    return _short(event.data, 120)  # results, reasons, waits: the JSON says it plainly
-
-
 def _traceback(event: Event) -> str | None:
     if event.data is None or event.kind not in _FAILURES:
         return None
@@ -339,14 +234,6 @@ _FAILURES = frozenset(
         EventKind.COMPENSATING,
     }
 )
-
-
-def _time(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds")
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _ms(delta: object) -> float:
@@ -378,7 +265,7 @@ def _lapsed(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str
     """A running run whose lease expired: its worker is presumed dead; who takes it over."""
     assert run.available_at is not None
     said = (
-        f"expired at {_time(run.available_at)}: worker {run.lease_owner} presumed dead (its "
+        f"expired at {moment(run.available_at)}: worker {run.lease_owner} presumed dead (its "
         "attempt in flight is lost)"
     )
     live = runners(run, workers, now)

@@ -34,9 +34,9 @@ def test_each_kind_of_payload_reads_as_a_line() -> None:
     ) == [
         "",
         "by w2 (epoch 2), took over from w1",
-        'key=k-1 input={"args": [7], "kwargs": {}}',
+        "charge(7), key k-1",
         "E: no",
-        WAIT,
+        "rate limit of dhl: no attempt until 2026-01-01T00:00:30.000+00:00",
         'signal \'approved\' from erin: {"by":"erin"}',
     ]
 
@@ -72,5 +72,5 @@ def test_timers_signals_and_values_read_as_words() -> None:
         ("timer_fired", "#0 durably.sleep", ""),
         ("signal_waiting", "#0 durably.signal:approved", "no timeout"),
         ("signal_received", "#0 durably.signal:approved", 'message 9 from erin: {"ok": true}'),
-        ("value_recorded", "#0 durably.now", '"2026-01-01T00:00:00+00:00"'),
+        ("value_recorded", "#0 durably.now", 'recorded "2026-01-01T00:00:00+00:00"'),
     ]
