@@ -1,26 +1,33 @@
 """What a benchmark is, as data. A `Bench` (a name `python -m benchmarks` takes) is its
-workloads, repetitions, engines and durably's targets; a `Workload` is a
-measure at a size (full, and with --quick); a `Metric` is one figure a measure yields. A
-`Trial` is one repetition of a workload by one runner on one store: what a measure is given.
-"""
+workloads, repetitions, engines and durably's targets; a `Workload` is a measure at a size
+(full, and with --quick); a `Metric` is one figure a measure yields. A `Trial` is one
+repetition of a workload by one runner on one store: what a measure is given."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from benchmarks.runners.durably_runner import InProcess
-    from benchmarks.runners.processes import ProcessRunner
+    from benchmarks.runners.protocol import Load
     from benchmarks.stores import Store
 
 STORE = "store"  # the cell of a figure of the store alone, which no runner measured
 S = TypeVar("S")
 T = TypeVar("T")
 Fresh = Callable[[], AbstractContextManager[str]]  # a new empty store, for one measurement
-Runner: TypeAlias = "InProcess | ProcessRunner"  # durably here, or a runner module's processes
+
+
+class Runner(Protocol):
+    """An engine as a trial runs it: InProcess (durably here) or a ProcessRunner."""
+
+    name: str
+    missing: str | None  # why it cannot run here, if it cannot
+
+    def warm_up(self, fresh: Fresh) -> None: ...
+    def throughput(self, trial: Trial, url: str, load: Load) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

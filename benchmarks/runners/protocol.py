@@ -1,16 +1,12 @@
 """The runner protocol: an engine's runner module makes one measurement per process,
-
-    python -m benchmarks.runners.<engine>_runner COMMAND '{"url": URL, "fast": false, ...}'
-
-on the empty store at URL, kept in WAL with synchronous=FULL, or synchronous_commit=on (fast:
-NORMAL, off), the object's other options the command's; it prints one JSON object, the last
-line of its stdout, and exits non-zero, saying why, if the engine did not do the work. Its
-commands: throughput, w3-work (prints {"started": N}, then works until SIGKILLed),
-w3-recover, queue-hop, queue-throughput, cold-start, roundtrip. Here too: the steps both
-runners share, and W3's effects, kept in a SQLite file outside every store (a key applied
-twice: an effect that happened twice in the world, a card charged twice). Standard library
-only: runners import this once their cold-start clock runs.
-"""
+`python -m benchmarks.runners.<engine>_runner COMMAND '{"url": URL, "fast": false, ...}'`,
+on the empty store at URL (WAL and synchronous=FULL, or synchronous_commit=on; fast: NORMAL,
+off). It prints one JSON object, the last line of its stdout, and exits non-zero, saying why,
+if the engine did not do the work. Commands: throughput, w3-work (prints {"started": N}, then
+works until SIGKILLed), w3-recover, queue-hop, queue-throughput, cold-start, roundtrip. Here
+too: the steps both runners share, and W3's effects in a SQLite file outside every store (a
+key applied twice: an effect that happened twice in the world, a card charged twice).
+Standard library only: runners import this once their cold-start clock runs."""
 
 import asyncio
 import json
