@@ -38,6 +38,7 @@ from durably.codec.encoding import (
 )
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
+from durably.core.names import check_name
 from durably.core.payloads import Decision
 from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
@@ -186,14 +187,14 @@ class Client(RunReader):
     def retry(self, run_id: str, *, by: str | None = None, from_step: int | None = None) -> None:
         """Fresh attempts for a parked run, with the same idempotency keys (or every step
         from `from_step`, none of which may have completed)."""
-        by = self.by if by is None else by
+        by = self._who(by)
         dead_letters.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
         self.notify()
 
     def skip_step(self, run_id: str, *, by: str | None = None, result: Any = None) -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on.
         It is checked against the step's return type hint like the step's own result."""
-        by = self.by if by is None else by
+        by = self._who(by)
         hint = self._skipped_hint(run_id)
         self._skip(run_id, encode(result, hint, what=_SKIPPED), by)
 
@@ -201,7 +202,7 @@ class Client(RunReader):
         """`skip_step` with the result as JSON a person wrote. With the app's registry it is
         read strictly through the step's return type hint (PayloadError if it does not fit);
         without one, it is recorded as given (it must be JSON)."""
-        by = self.by if by is None else by
+        by = self._who(by)
         if self.registry is None:
             self._skip(run_id, result, by)
             return
@@ -213,7 +214,7 @@ class Client(RunReader):
         self, run_id: str, *, by: str | None = None, reason: str = "failed by a person"
     ) -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
-        by = self.by if by is None else by
+        by = self._who(by)
         dead_letters.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self.notify()
 
@@ -231,7 +232,7 @@ class Client(RunReader):
         in flight is cancelled, its completed steps are compensated in reverse order, and it
         ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
         that has finished otherwise."""
-        by = self.by if by is None else by
+        by = self._who(by)
         steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self.notify()
         return steered
@@ -239,14 +240,14 @@ class Client(RunReader):
     def pause(self, run_id: str, *, by: str | None = None, reason: str | None = None) -> Steered:
         """Pause a pending or running run: it starts no new step or undo (one in flight
         finishes and is recorded), and timers that come due wait, until it is resumed."""
-        by = self.by if by is None else by
+        by = self._who(by)
         steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
         self.notify()
         return steered
 
     def resume(self, run_id: str, *, by: str | None = None) -> Steered:
         """Resume a paused run from where it stopped."""
-        by = self.by if by is None else by
+        by = self._who(by)
         steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
         self.notify()
         return steered
@@ -264,7 +265,7 @@ class Client(RunReader):
         default `<run>.restart-<n>`) that reuses the recorded outcomes before that step and
         runs for real from there, with fresh idempotency keys. Both histories link to each
         other."""
-        by = self.by if by is None else by
+        by = self._who(by)
         run = restarts.restart(
             self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
         )
@@ -284,7 +285,7 @@ class Client(RunReader):
     ) -> Decision:
         """Approve or reject the pending approval `name` of a run, as an operator (no token).
         An escalation (`name` "durably.escalate") is answered True or False."""
-        by = self.by if by is None else by
+        by = self._who(by)
         if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
             approvals.check_escalation(self.store, run_id)
             self._skip(run_id, json.dumps(approved), by)
@@ -305,7 +306,7 @@ class Client(RunReader):
         self, token: str, *, approved: bool, by: str | None = None, comment: str | None = None
     ) -> Decision:
         """Approve or reject the approval `token` was made for: once, whoever holds it."""
-        by = self.by if by is None else by
+        by = self._who(by)
         decision = approvals.decide_with_token(
             self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
         )
@@ -332,7 +333,7 @@ class Client(RunReader):
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
         id; DurablyError if the run has ended."""
-        by = self.by if by is None else by
+        by = self._who(by)
         if kind in CONTROL_KINDS:
             raise DurablyError(
                 f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
@@ -434,6 +435,10 @@ class Client(RunReader):
                 self._listeners.remove(listener)
 
         return unsubscribe
+
+    def _who(self, by: str | None) -> str:
+        """Who acts: `by`, else the client's (recorded in the run's history)."""
+        return check_name(self.by if by is None else by, "who acts (by)")
 
     def notify(self) -> None:
         """Tell this process's listeners (its workers) that runs may be due now."""

@@ -22,6 +22,7 @@ from durably.client.correlation import trace_parent
 from durably.core.children import CHILD
 from durably.core.event_data import encode_payload, payload_of, read_payload
 from durably.core.history import Event, EventKind
+from durably.core.names import check_run_id
 from durably.core.payloads import ChildStarted, MessageReceived, Restarted, RunStarted
 from durably.core.replay import CALL_KINDS, RunPhase, StepRecord, fold_run
 from durably.core.status import FINAL
@@ -61,7 +62,7 @@ def restart(
     _check_reusable(phase, position, run_id)
     ends = _children_ends(events, position, run_id)
     restarts = sum(1 for event in events if event.kind is EventKind.RUN_RESTARTED)
-    new_id = new_id or f"{run_id}.restart-{restarts + 1}"
+    new_id = f"{run_id}.restart-{restarts + 1}" if new_id is None else check_run_id(new_id)
     started = RunStarted(
         run_id, position, by, correlation_id=source.correlation_id, trace_parent=trace_parent()
     )  # the restarter's trace, if any

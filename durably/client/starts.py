@@ -21,6 +21,7 @@ from durably.client.correlation import correlation_of, trace_parent
 from durably.client.ids import new_run_id
 from durably.codec.encoding import encode_call
 from durably.core.event_data import encode_payload
+from durably.core.names import check_run_id
 from durably.core.payloads import RunStarted
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.errors import ConfigError, RunConflict
@@ -177,7 +178,7 @@ def new_run(item: Start, registry: Definitions | None, *, max_payload: int | Non
     started = RunStarted(correlation_id=correlation, trace_parent=trace)
     data = None if started == RunStarted() else encode_payload(started)
     return NewRun(
-        item.id or new_run_id(),
+        new_run_id() if item.id is None else check_run_id(item.id),
         definition.name,
         payload,
         priority=priority,

@@ -10,6 +10,8 @@ import contextlib
 import functools
 import inspect
 import json
+import math
+import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +80,8 @@ def encode(
         text = pydantic_core.to_json(value).decode()
     except _UNWRITABLE:
         raise _unwritable([(path, value)], what=what) from None
+    if _MAYBE_NOT_FINITE.search(text):
+        _refuse_not_finite(json.loads(text), path, what=what)
     # _fast, inlined: every step result comes through here
     if not ((hint is NO_HINT or hint is type(value) or hint is Any) and is_plain(value)):
         _check(value, functools.partial(_read, text, hint), _Target(path, hint), what=what)
@@ -136,10 +140,14 @@ def encode_call(
     except _UNWRITABLE:
         parts = [(target.path, value) for target, value in parameters.targets(args, kwargs)]
         raise _unwritable(parts, what=f"the input of {what}") from None
-    if parameters.plain(args, kwargs):  # the hot path: plain JSON, no hint that changes it
+    not_finite = _MAYBE_NOT_FINITE.search(text) is not None
+    if parameters.plain(args, kwargs) and not not_finite:  # the hot path: plain JSON
         return within_limit(text, limit, what=f"the input of {what}")
     stored = json.loads(text)
     raws = [*stored["args"], *stored["kwargs"].values()]
+    if not_finite:
+        for (target, _), raw in zip(parameters.targets(args, kwargs), raws, strict=True):
+            _refuse_not_finite(raw, target.path, what=f"the input of {what}")
     for (target, value), raw in zip(parameters.targets(args, kwargs), raws, strict=True):
         if not _fast(target.hint, value):
             read_back = functools.partial(_validate, target.hint, raw)
@@ -214,6 +222,28 @@ def decode_given_call(
 def return_hint(fn: Callable[..., object]) -> Any:
     hint = _hints(fn).get("return", NO_HINT)
     return NO_HINT if hint in (None, type(None), Any, object) else hint
+
+
+# -- numbers JSON cannot write ---------------------------------------------------------------
+
+# NaN and the infinities are written as bare words (not JSON: other readers refuse them, and
+# a browser's JSON shows null); the words, outside a string, are what to look for
+_MAYBE_NOT_FINITE = re.compile(r"NaN|Infinity")
+
+
+def _refuse_not_finite(stored: object, path: str, *, what: str) -> None:
+    """Raise PayloadError naming the first NaN or infinity in `stored` (JSON, read back)."""
+    if isinstance(stored, float) and not math.isfinite(stored):
+        raise PayloadError(
+            f"{what} cannot be stored: {path} is {stored}, which JSON has no number for (NaN "
+            "and the infinities are not JSON); send None, or the value as a string"
+        )
+    if isinstance(stored, dict):
+        for key, part in stored.items():
+            _refuse_not_finite(part, f"{path}[{key!r}]", what=what)
+    elif isinstance(stored, list):
+        for index, part in enumerate(stored):
+            _refuse_not_finite(part, f"{path}[{index}]", what=what)
 
 
 # -- the check --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durably.errors import DurablyError
+from durably.core.names import check_name
 
 __all__ = ["SIGNAL_KIND", "check_signal_name"]
 
@@ -10,7 +10,5 @@ SIGNAL_KIND = "signal"  # the inbox message kind Client.signal sends
 
 
 def check_signal_name(name: object, *, what: str = "a signal") -> str:
-    """The name of a signal (or of `what`), refused unless a non-empty string."""
-    if not isinstance(name, str) or not name:
-        raise DurablyError(f"{what}'s name must be a non-empty string, not {name!r}")
-    return name
+    """The name of a signal (or of `what`): a non-empty string of printable characters."""
+    return check_name(name, f"{what}'s name")

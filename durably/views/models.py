@@ -15,6 +15,7 @@ from durably.client.control import Steered
 from durably.client.correlation import MAX_LENGTH
 from durably.client.dead_letters import DeadLetter
 from durably.core.history import ErrorInfo, Event
+from durably.core.names import MAX_NAME, RUN_ID_PATTERN
 from durably.core.priority import MAX_PRIORITY
 from durably.runtime.schedules import ScheduleInfo
 from durably.runtime.upgrades import Upgrade
@@ -87,8 +88,10 @@ class StartIn(BaseModel):
     id: str | None = Field(
         default=None,
         min_length=1,
-        max_length=200,
-        description="The run's id (default: a random one); starting an id again is idempotent",
+        max_length=MAX_NAME,
+        pattern=RUN_ID_PATTERN,
+        description="The run's id (default: a random one); starting an id again is "
+        "idempotent. No control character, no '/'",
     )
     priority: int | None = Field(
         default=None,
@@ -256,7 +259,7 @@ class RestartIn(BaseModel):
         description="A step's position, or its name (default: the first step that failed, "
         "was cancelled or undone)",
     )
-    id: str | None = Field(default=None, min_length=1, max_length=200)
+    id: str | None = Field(default=None, min_length=1, max_length=MAX_NAME, pattern=RUN_ID_PATTERN)
 
 
 class ActionOut(BaseModel):

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import Body as FastBody
 
+from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
 from durably.stores.protocol import Happened, RunRecord
@@ -52,8 +53,10 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
 State = Annotated[Served, Depends(served)]
-RunId = Annotated[str, Path(min_length=1, max_length=200, description="The run's id")]
-Name = Annotated[str, Path(min_length=1, max_length=200)]
+RunId = Annotated[
+    str, Path(min_length=1, max_length=MAX_NAME, pattern=RUN_ID_PATTERN, description="The run's id")
+]
+Name = Annotated[str, Path(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)]
 Limit = Annotated[int, Query(ge=1, le=500, description="At most this many")]
 T = TypeVar("T")
 Body = Annotated[T | None, FastBody()]  # an optional JSON body: none is the same as {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from durably.core.names import check_run_id
 from durably.core.priority import check_priority
 from durably.errors import DurablyError
 from durably.workflow.context import Execution, durable_call, here
@@ -55,8 +56,8 @@ def start_child(
             f"durably.start_child() takes a workflow (a function decorated with "
             f"@app.workflow), not {workflow!r}"
         )
-    if id is not None and (not isinstance(id, str) or not id):
-        raise DurablyError(f"durably.start_child(id=...) must be a non-empty string, not {id!r}")
+    if id is not None:
+        check_run_id(id)
     if priority is not None:
         check_priority(priority, what="durably.start_child(priority=...)")
 

@@ -57,6 +57,17 @@ def test_start_is_idempotent_on_id_and_errors_name_what_is_wrong(live: Live) -> 
         unknown = web.post("/api/runs", json={"workflow": "nope"})
         assert unknown.status_code == 404
         assert "no workflow named 'nope'" in unknown.json()["message"]
+        for bad_id in ("o\u0000-3", "o/3"):  # a NUL PostgreSQL refuses; a '/' no path names
+            refused = web.post("/api/runs", json={**body, "id": bad_id})
+            assert refused.status_code == 422, refused.text
+            assert "id" in refused.json()["message"]
+        nan = web.post(
+            "/api/runs",
+            content='{"workflow": "checkout", "input": ["o-4", NaN]}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert nan.status_code == 422, nan.text
+        assert web.get("/api/runs/o-4").status_code == 404  # nothing stored
         typed = web.post("/api/runs", json={"workflow": "checkout", "input": ["o-2", "five"]})
         assert typed.status_code == 422
         assert "input.total" in typed.json()["message"]
