@@ -11,7 +11,6 @@ import functools
 import inspect
 import json
 import math
-import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,7 +79,7 @@ def encode(
         text = pydantic_core.to_json(value).decode()
     except _UNWRITABLE:
         raise _unwritable([(path, value)], what=what) from None
-    if _MAYBE_NOT_FINITE.search(text):
+    if "NaN" in text or "Infinity" in text:  # the words, maybe inside a string: look closer
         _refuse_not_finite(json.loads(text), path, what=what)
     # _fast, inlined: every step result comes through here
     if not ((hint is NO_HINT or hint is type(value) or hint is Any) and is_plain(value)):
@@ -140,7 +139,7 @@ def encode_call(
     except _UNWRITABLE:
         parts = [(target.path, value) for target, value in parameters.targets(args, kwargs)]
         raise _unwritable(parts, what=f"the input of {what}") from None
-    not_finite = _MAYBE_NOT_FINITE.search(text) is not None
+    not_finite = "NaN" in text or "Infinity" in text
     if parameters.plain(args, kwargs) and not not_finite:  # the hot path: plain JSON
         return within_limit(text, limit, what=f"the input of {what}")
     stored = json.loads(text)
@@ -226,9 +225,8 @@ def return_hint(fn: Callable[..., object]) -> Any:
 
 # -- numbers JSON cannot write ---------------------------------------------------------------
 
-# NaN and the infinities are written as bare words (not JSON: other readers refuse them, and
-# a browser's JSON shows null); the words, outside a string, are what to look for
-_MAYBE_NOT_FINITE = re.compile(r"NaN|Infinity")
+# NaN and the infinities are written as bare words, NaN and Infinity: not JSON (other readers
+# refuse them, and a browser's JSON shows null).
 
 
 def _refuse_not_finite(stored: object, path: str, *, what: str) -> None:
