@@ -17,7 +17,7 @@ from typing import Any
 
 from durably.workflow.context import current_execution, current_step
 
-__all__ = ["JsonFormatter", "RunContext", "configure"]
+__all__ = ["JsonFormatter", "RunContext", "TextFormatter", "configure"]
 
 _FIELDS = ("run_id", "workflow", "step", "attempt", "correlation_id")
 
@@ -64,15 +64,20 @@ def configure(*, json_lines: bool, level: int = logging.INFO) -> None:
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(_TextWithRun("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
-class _TextWithRun(logging.Formatter):
-    """The plain text format, with " [run <id> step <name>#<attempt>]" when there is one."""
+class TextFormatter(logging.Formatter):
+    """The plain text format, with " [run <id> step <name>#<attempt>]" when there is one.
+
+    A record is one line, or one line and lines indented under it (a traceback): a message
+    holding a value (an error's message, a run's input) cannot forge a record of its own. Each
+    line after the first is indented, and every other control character (a carriage return,
+    an escape sequence that would rewrite a terminal) is written as its escape, \\r, \\x1b."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = _one_record(super().format(record))
         run_id = getattr(record, "run_id", None)
         if run_id is None:
             return text
@@ -80,3 +85,22 @@ class _TextWithRun(logging.Formatter):
         attempt = getattr(record, "attempt", None)
         where = f"run {run_id}" + ("" if step is None else f" step {step}#{attempt}")
         return f"{text} [{where}]"
+
+
+_CONTINUED = "\n    "  # what a line of a record after its first begins with
+
+
+def _one_record(text: str) -> str:
+    """`text` as lines of one record: control characters escaped, but for the line breaks,
+    which begin indented lines."""
+    if text.isprintable():  # the usual line: nothing to do
+        return text
+    kept = []
+    for char in text:
+        if char == "\n":
+            kept.append(_CONTINUED)
+        elif char.isprintable() or char == "\t":
+            kept.append(char)
+        else:
+            kept.append(char.encode("unicode_escape").decode())
+    return "".join(kept)
