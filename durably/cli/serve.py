@@ -17,6 +17,7 @@ def _server(
     port: int,
     tokens_file: str | None,
     open_reads: bool,
+    max_body: int,
 ) -> None:
     try:
         from durably.web.auth import Tokens
@@ -35,7 +36,8 @@ def _server(
         f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
         f"schema /api/openapi.json, metrics /metrics), store {app.store.url}"
     )
-    serve(create_app(app, tokens=tokens, open_reads=open_reads), host=host, port=port)
+    web = create_app(app, tokens=tokens, open_reads=open_reads, max_body=max_body)
+    serve(web, host=host, port=port)
 
 
 _NO_TOKENS = (
@@ -70,6 +72,14 @@ def _options(command: click.Command) -> click.Command:
                 is_flag=True,
                 help="Let anybody read (runs, history, lists) without a token; acting "
                 "still needs one.",
+            ),
+            click.option(
+                "--max-body",
+                default=1 << 20,
+                show_default=True,
+                type=click.IntRange(min=1),
+                metavar="BYTES",
+                help="The most bytes a request's body may take (413 beyond, before it is read).",
             ),
             VERBOSE,
         ]

@@ -18,6 +18,7 @@ from durably.web import api, dashboard, errors
 from durably.web.access import Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
+from durably.web.guard import DEFAULT_MAX_BODY, Guard
 from durably.web.sessions import Sessions
 
 __all__ = ["create_app", "serve"]
@@ -33,9 +34,11 @@ def create_app(
     sessions: Sessions | None = None,
     metrics: bool = True,
     sample_every: float = 15.0,
+    max_body: int = DEFAULT_MAX_BODY,
 ) -> FastAPI:
     """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
-    often the dashboard's charts read the store's counts (one query each time)."""
+    often the dashboard's charts read the store's counts (one query each time). `max_body`:
+    the most bytes a request's body may take (413 beyond, before it is read)."""
     web = FastAPI(
         title="durably",
         summary="Start, inspect and steer durable workflow runs.",
@@ -51,6 +54,7 @@ def create_app(
     web.include_router(api.router)
     web.include_router(dashboard.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
+    web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound
     if metrics:
         _mount_metrics(web, app)
     web.router.on_startup.append(sampler.start)
