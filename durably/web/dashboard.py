@@ -114,7 +114,14 @@ def login(
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(request: Request, state: State, csrf: Annotated[str, Form()] = "") -> Response:
+    """End the session on the server too (a copy of its cookie is refused from now on); like
+    every form, only with the session's CSRF token."""
+    cookie = request.cookies.get(COOKIE)
+    if not state.sessions.check_csrf(cookie, csrf):
+        refused = "the form's CSRF token is missing or stale: reload the page and try again"
+        return _back("/runs", refused=refused)
+    state.sessions.end(cookie)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response

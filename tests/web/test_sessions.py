@@ -3,13 +3,17 @@ token ends when the token is removed from the server's tokens (or its role chang
 
 from __future__ import annotations
 
+import re
+
 import httpx
+import pytest
 
 import durably
+from durably.errors import ConfigError
 from durably.web.auth import Identity, Tokens, hash_token
 from durably.web.sessions import COOKIE, Sessions
 
-from .conftest import Keys, serving
+from .conftest import Keys, Live, serving
 
 
 def test_a_session_ends_when_its_token_is_removed(shop: durably.App, keys: Keys) -> None:
@@ -27,3 +31,37 @@ def test_a_session_ends_when_its_token_is_removed(shop: durably.App, keys: Keys)
             httpx.Client(base_url=running.url, cookies={COOKIE: cookie}) as web,
         ):
             assert web.get("/runs").status_code == shown  # 303: to the login page
+
+
+def test_logging_out_ends_the_session_on_the_server_and_needs_the_csrf_token(
+    live: Live,
+) -> None:
+    with httpx.Client(base_url=live.url, follow_redirects=False) as web:
+        web.post("/login", data={"token": live.keys.write, "next": "/runs"})
+        cookie = web.cookies[COOKIE]
+        page = web.get("/runs").text
+        [csrf] = re.findall(r'name="csrf" value="([^"]+)"', page)[:1]
+
+        forged = web.post("/logout", data={})  # a page of another site cannot log you out
+        assert forged.status_code == 303
+        assert "refused=" in forged.headers["location"]
+        assert web.get("/runs").status_code == 200  # still logged in
+
+        out = web.post("/logout", data={"csrf": csrf})
+        assert (out.status_code, out.headers["location"]) == (303, "/login")
+
+    # a copy of the cookie, kept from before the logout, is refused from now on
+    with httpx.Client(base_url=live.url, cookies={COOKIE: cookie}) as copied:
+        assert copied.get("/runs", follow_redirects=False).status_code == 303  # to log in
+
+
+def test_a_session_key_shorter_than_32_bytes_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ConfigError, match="has 16 bytes; a session key needs at least 32"):
+        Sessions(key=b"k" * 16)
+    monkeypatch.setenv("DURABLY_SESSION_KEY", "short")
+    with pytest.raises(ConfigError, match=r"\$DURABLY_SESSION_KEY has 5 bytes"):
+        Sessions()
+    monkeypatch.setenv("DURABLY_SESSION_KEY", "k" * 32)
+    assert Sessions().read(Sessions().issue(Identity("erin", "write"))) is not None
