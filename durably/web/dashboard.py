@@ -58,14 +58,36 @@ def person(request: Request, state: State) -> Identity | None:
 Person = Annotated[Identity | None, Depends(person)]
 
 
+class LogInFirst(Exception):
+    """A page asked for by nobody logged in, on a server whose reads are not open: answered
+    with the login page before the page's handler reads the store (an anonymous request
+    costs the database nothing)."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.target = target
+
+
+def viewer(request: Request, state: State) -> Identity | None:
+    """Who looks at a page: their session's identity, or None on a server with open reads;
+    else LogInFirst."""
+    who = person(request, state)
+    if who is None and not state.open_reads:
+        query = "?" + request.url.query if request.url.query else ""
+        raise LogInFirst(f"/login?next={quote(str(request.url.path) + query)}")
+    return who
+
+
+Viewer = Annotated[Identity | None, Depends(viewer)]
+
+
+async def log_in_first(request: Request, exc: LogInFirst) -> Response:
+    return RedirectResponse(exc.target, status_code=303)
+
+
 def _page(
     request: Request, state: Served, who: Identity | None, template: str, **context: Any
 ) -> Response:
-    if who is None and not state.open_reads:
-        target = quote(
-            str(request.url.path) + ("?" + request.url.query if request.url.query else "")
-        )
-        return RedirectResponse(f"/login?next={target}", status_code=303)
     cookie = request.cookies.get(COOKIE)
     csrf = state.sessions.csrf(cookie) if cookie and who is not None else ""
     return templates.TemplateResponse(
@@ -144,7 +166,7 @@ def home() -> Response:
 def runs_page(
     request: Request,
     state: State,
-    who: Person,
+    who: Viewer,
     status: Annotated[str | None, Query()] = None,
     workflow: Annotated[str | None, Query()] = None,
     q: Annotated[str | None, Query(description="A run's id or a correlation id")] = None,
@@ -194,7 +216,7 @@ def runs_page(
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: str, state: State, who: Person) -> Response:
+def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Response:
     client = state.client
     try:
         run = client.get(run_id)
@@ -226,26 +248,26 @@ def run_page(request: Request, run_id: str, state: State, who: Person) -> Respon
 
 
 @router.get("/dead-letters", response_class=HTMLResponse)
-def dead_letters_page(request: Request, state: State, who: Person) -> Response:
+def dead_letters_page(request: Request, state: State, who: Viewer) -> Response:
     letters = state.client.dead_letters(limit=200)
     return _page(request, state, who, "dead_letters.html", letters=letters)
 
 
 @router.get("/approvals", response_class=HTMLResponse)
-def approvals_page(request: Request, state: State, who: Person) -> Response:
+def approvals_page(request: Request, state: State, who: Viewer) -> Response:
     pending = state.client.approvals(limit=200)
     return _page(request, state, who, "approvals.html", approvals=pending)
 
 
 @router.get("/breakers", response_class=HTMLResponse)
-def breakers_page(request: Request, state: State, who: Person) -> Response:
+def breakers_page(request: Request, state: State, who: Viewer) -> Response:
     client = state.client
     gates = breakers(client.gates(), now=client.clock.now())
     return _page(request, state, who, "breakers.html", breakers=gates)
 
 
 @router.get("/queues", response_class=HTMLResponse)
-def queues_page(request: Request, state: State, who: Person) -> Response:
+def queues_page(request: Request, state: State, who: Viewer) -> Response:
     client = state.client
     now = client.clock.now()
     stats = client.stats()
@@ -279,7 +301,7 @@ def _status(name: str) -> Callable[[Any], float]:
 
 
 @router.get("/workers", response_class=HTMLResponse)
-def workers_page(request: Request, state: State, who: Person) -> Response:
+def workers_page(request: Request, state: State, who: Viewer) -> Response:
     client = state.client
     now = client.clock.now()
     listed = [(w, w.alive(now), (now - w.seen_at).total_seconds()) for w in client.workers()]
@@ -287,7 +309,7 @@ def workers_page(request: Request, state: State, who: Person) -> Response:
 
 
 @router.get("/schedules", response_class=HTMLResponse)
-def schedules_page(request: Request, state: State, who: Person) -> Response:
+def schedules_page(request: Request, state: State, who: Viewer) -> Response:
     return _page(request, state, who, "schedules.html", schedules=state.app.schedules.all())
 
 

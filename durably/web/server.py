@@ -51,6 +51,7 @@ def create_app(
     web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads)
     web.state.sampler = sampler
     errors.install(web)
+    web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
     web.include_router(api.router)
     web.include_router(dashboard.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
