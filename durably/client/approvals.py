@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 _WAITING = frozenset({RunStatus.NEEDS_ATTENTION})
-_PAGE = 500  # parked runs read at a time
+_PAGE = 500  # parked runs read at a time, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +57,13 @@ class PendingApproval:
 
 
 def pending_approvals(store: Store, *, limit: int = 100) -> list[PendingApproval]:
-    """Approvals and escalations waiting for a person, oldest request first."""
+    """Approvals and escalations waiting for a person, oldest first (by when the run was
+    parked for them). The store finds the runs by their rows, a page at a time, and reads no
+    more of them than the `limit` approvals need."""
     found: list[PendingApproval] = []
-    for run in _parked(store):
+    for run in _waiting_for_decisions(store, page=min(limit, _PAGE)):
+        if len(found) >= limit:
+            break
         events = store.history(run.id)
         if awaiting_approval(events):
             found += [
@@ -81,7 +85,6 @@ def pending_approvals(store: Store, *, limit: int = 100) -> list[PendingApproval
             found.append(
                 PendingApproval(run.id, run.workflow, ESCALATION, run.updated_at, None, "", reason)
             )
-    found.sort(key=lambda pending: (pending.requested_at, pending.run_id))
     return found[:limit]
 
 
@@ -180,12 +183,12 @@ def _escalated(events: list[Event]) -> bool:
     return step is not None and step.name == ESCALATION
 
 
-def _parked(store: Store) -> Iterator[RunRecord]:
-    """Every run parked needs_attention, a page at a time."""
+def _waiting_for_decisions(store: Store, *, page: int) -> Iterator[RunRecord]:
+    """Every run parked for a person's decision, oldest first, `page` rows at a time."""
     after: tuple[datetime, str] | None = None
-    while page := store.runs(status=RunStatus.NEEDS_ATTENTION, limit=_PAGE, after=after):
-        yield from page
-        after = (page[-1].updated_at, page[-1].id)
+    while found := store.parked(decisions=True, limit=page, after=after):
+        yield from found
+        after = (found[-1].updated_at, found[-1].id)
 
 
 def _find(approvals: list[Approval], name: str, position: int | None) -> Approval | None:

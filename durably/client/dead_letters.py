@@ -68,14 +68,10 @@ class DeadLetter:
 
 def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
     """Runs parked for a person, newest first; not those that wait for an approval (they are
-    listed with durably.client.approvals.pending_approvals)."""
-    runs = [run for status in PARKED for run in store.runs(status=status, limit=limit)]
-    runs.sort(key=lambda run: run.updated_at, reverse=True)
-    histories = ((run, store.history(run.id)) for run in runs)
-    letters = [
-        _dead_letter(run, events) for run, events in histories if not awaiting_approval(events)
-    ]
-    return letters[:limit]
+    listed with durably.client.approvals.pending_approvals). The store finds them by their
+    rows: `limit` runs read, each with its history."""
+    runs = store.parked(decisions=False, limit=limit)
+    return [_dead_letter(run, store.history(run.id)) for run in runs]
 
 
 def retry(

@@ -447,6 +447,15 @@ class OperatorStore(Protocol):
         started at or after, before, these times."""
         ...
 
+    def parked(
+        self, *, decisions: bool, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[RunRecord]:
+        """Up to `limit` parked runs, found by their rows alone: with `decisions`, those that
+        wait for a person's decision (an approval, an escalation), oldest first; else the
+        others (the dead letters, escalations too), newest first. `after`: the
+        (updated_at, id) of the last run of the previous page."""
+        ...
+
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
         """Due runs whose workflow is not in `known`: name -> count."""
         ...

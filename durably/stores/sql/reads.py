@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from durably.core.approvals import ESCALATION
 from durably.core.history import Event
-from durably.core.status import FINAL, RunStatus
+from durably.core.status import FINAL, PARKED, RunStatus
+from durably.errors import StepFailed
 from durably.stores.protocol import Happened, RunRecord
 from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
 from durably.stores.sql.schema import CLAIM_RANK
@@ -140,6 +142,51 @@ def runs(
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]
+
+
+def parked(
+    db: Connection,
+    dialect: Dialect,
+    *,
+    decisions: bool,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[RunRecord]:
+    """Parked runs, `limit` at most, found by their rows alone (through the index of status
+    and time): with `decisions`, those that wait for a person's decision (an approval, an
+    escalation), oldest first; else every other parked run (the dead letters; escalations
+    too), newest first. `after`: the (updated_at, id) of the last of the previous page."""
+    mark = dialect.mark
+    if decisions:
+        where = (
+            f"status = 'needs_attention' AND (error_class = {mark}"
+            f" OR (error_class = {mark} AND error_message LIKE {mark}))"
+        )
+        params: list[object] = [AWAITING_APPROVAL, _STEP_FAILED, _ESCALATED]
+        order, before, earlier = "ASC", ">=", ">"
+    else:
+        which, statuses = dialect.one_of("status", sorted(PARKED))
+        where = f"({which}) AND (error_class IS NULL OR error_class <> {mark})"
+        params = [*statuses, AWAITING_APPROVAL]
+        order, before, earlier = "DESC", "<=", "<"
+    if after is not None:
+        where += f" AND updated_at {before} {mark}"
+        where += f" AND (updated_at {earlier} {mark} OR id {earlier} {mark})"
+        at = ts(after[0])
+        params += [at, at, after[1]]
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {where}"
+        f" ORDER BY updated_at {order}, id {order} LIMIT {mark}",
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+# How a run waiting for a person's decision is parked: by an approval (its error says so), or
+# by durably.escalate, whose step fails "escalated" (durably.errors.StepFailed's message)
+AWAITING_APPROVAL = "durably.AwaitingApproval"
+_STEP_FAILED = f"{StepFailed.__module__}.{StepFailed.__qualname__}"
+_ESCALATED = f"step {ESCALATION!r} failed (escalated)%"
 
 
 # What happened to a run, as a condition on its events (found through their primary key's

@@ -173,6 +173,13 @@ class SqlStore(ABC):
 
         return self._reading(page)
 
+    def parked(
+        self, *, decisions: bool, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[RunRecord]:
+        return self._reading(
+            lambda db: reads.parked(db, self.dialect, decisions=decisions, limit=limit, after=after)
+        )
+
     def unclaimable(self, known: Collection[str], *, now: datetime) -> dict[str, int]:
         return self._reading(lambda db: reads.unclaimable(db, self.dialect, known, now=now))
 
