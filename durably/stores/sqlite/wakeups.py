@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import socket
+import stat
 import tempfile
 import threading
 import uuid
@@ -66,6 +67,8 @@ class LocalWakeups:
         never raises)."""
         if not _SUPPORTED:
             return
+        if _untrusted(self.directory) is not None:
+            return  # nobody watches, or the directory is not this user's alone
         try:
             names = os.listdir(self.directory)
         except OSError:
@@ -94,6 +97,9 @@ class LocalWakeups:
             return lambda: None
         try:
             self.directory.mkdir(mode=0o700, exist_ok=True)
+            why = _untrusted(self.directory)
+            if why is not None:
+                raise PermissionError(f"{self.directory} {why}")
             path = self.directory / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             listener.bind(str(path))
@@ -136,3 +142,20 @@ class LocalWakeups:
             if self._sender is not None:
                 self._sender.close()
                 self._sender = None
+
+
+def _untrusted(directory: Path) -> str | None:
+    """Why the wake-up directory must not be used (None: it is a directory of this user's
+    alone). Anybody on the machine could have made it first, in the shared temporary
+    directory: owned by another user, or open to others, it could take or feed wake-ups."""
+    try:
+        found = directory.lstat()
+    except OSError:
+        return "does not exist"
+    if not stat.S_ISDIR(found.st_mode):
+        return "is not a directory (a link, or a file)"
+    if hasattr(os, "getuid") and found.st_uid != os.getuid():
+        return f"is owned by another user (uid {found.st_uid}): remove it"
+    if found.st_mode & 0o077:
+        return f"is open to other users (mode {stat.S_IMODE(found.st_mode):o}): remove it"
+    return None
