@@ -3,9 +3,12 @@ an app; `durably token new`: a token for them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from durably.cli.base import VERBOSE, cli, load_app
+from durably.errors import DurablyError
 
 __all__ = ["server", "token"]
 
@@ -129,3 +132,21 @@ def token_new(name: str, role: str) -> None:
     made = new_token()
     click.echo(f"token (give it to {name}; it is not shown again): {made}")
     click.echo(f"line for the server's tokens: {name} {role} {hash_token(made)}")
+
+
+@token.command("revoke")
+@click.argument("name")
+@click.option(
+    "--tokens-file",
+    required=True,
+    metavar="PATH",
+    help="The tokens file the server reads (--tokens-file of durably server).",
+)
+def token_revoke(name: str, tokens_file: str) -> None:
+    """Take NAME's token out of the tokens file: a running server refuses it (and ends the
+    sessions made with it) from its next request on, without a restart."""
+    from durably.web.auth import remove_token
+
+    if not remove_token(Path(tokens_file), name):
+        raise DurablyError(f"the tokens file {tokens_file} has no token named {name!r}")
+    click.echo(f"revoked the token of {name}: a running server refuses it from its next request")

@@ -4,13 +4,16 @@ token ends when the token is removed from the server's tokens (or its role chang
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
 import durably
 from durably.errors import ConfigError
-from durably.web.auth import Identity, Tokens, hash_token
+from durably.web.auth import Identity, Tokens, hash_token, new_token
 from durably.web.sessions import COOKIE, Sessions
 
 from .conftest import Keys, Live, serving
@@ -65,3 +68,60 @@ def test_a_session_key_shorter_than_32_bytes_is_refused(
         Sessions()
     monkeypatch.setenv("DURABLY_SESSION_KEY", "k" * 32)
     assert Sessions().read(Sessions().issue(Identity("erin", "write"))) is not None
+
+
+def test_a_token_revoked_in_the_file_is_refused_without_a_restart(
+    shop: durably.App, tmp_path: Path
+) -> None:
+    write, read = new_token(), new_token()
+    path = tmp_path / "tokens.txt"
+    path.write_text(f"erin write {hash_token(write)}\nrita read {hash_token(read)}\n")
+    keys = Keys(write, read, Tokens.load(str(path)))
+    with serving(shop, keys) as running, httpx.Client(base_url=running.url) as web:
+        bearer = {"Authorization": f"Bearer {write}"}
+        assert web.get("/api/runs", headers=bearer).status_code == 200
+        web.post("/login", data={"token": write, "next": "/runs"})
+        assert web.get("/runs", follow_redirects=False).status_code == 200
+
+        revoked = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "durably",
+                "token",
+                "revoke",
+                "erin",
+                "--tokens-file",
+                str(path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert revoked.returncode == 0, revoked.stderr
+        assert "rita read" in path.read_text()  # the others stay
+
+        assert web.get("/api/runs", headers=bearer).status_code == 401  # at its next request
+        assert web.get("/runs", follow_redirects=False).status_code == 303  # its session too
+        rita = {"Authorization": f"Bearer {read}"}
+        assert web.get("/api/runs", headers=rita).status_code == 200
+
+        path.write_text("this is not a tokens file\n")  # a slip: the tokens it had stay
+        assert web.get("/api/runs", headers=rita).status_code == 200
+
+    again = revoke("nobody", path)
+    assert again.returncode == 1
+    assert again.stderr.startswith("error: the tokens file")
+
+
+def revoke(name: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """`durably token revoke NAME --tokens-file PATH`, as a real process."""
+    command = ["token", "revoke", name, "--tokens-file", str(path)]
+    return subprocess.run(
+        [sys.executable, "-m", "durably", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
