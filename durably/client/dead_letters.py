@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
 from durably.core.event_data import encode_payload, read_payload
-from durably.core.history import ErrorInfo, Event, EventKind
+from durably.core.history import ErrorInfo, Event, EventKind, error_class_name
 from durably.core.payloads import (
     Command,
     Compensating,
@@ -380,4 +380,4 @@ def step_parked(run: RunRecord) -> bool:
     return run.error is not None and run.error.error_class == STEP_FAILED
 
 
-STEP_FAILED = f"{StepFailedError.__module__}.{StepFailedError.__qualname__}"
+STEP_FAILED = error_class_name(StepFailedError)

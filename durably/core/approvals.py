@@ -27,6 +27,7 @@ from durably.errors import DurablyError
 __all__ = [
     "APPROVAL_CALL",
     "AWAITING_APPROVAL",
+    "AWAITING_APPROVAL_ERROR",
     "ESCALATION",
     "ON_TIMEOUT",
     "Approval",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 AWAITING_APPROVAL = "awaiting approval"  # the reason of a run parked for an approval
+AWAITING_APPROVAL_ERROR = "durably.AwaitingApproval"  # the error class it is parked with
 ESCALATION = "durably.escalate"  # the step name durably.escalate is recorded under
 APPROVAL_CALL = "durably.approval:"  # the name an approval is recorded under, before its own
 ON_TIMEOUT = ("reject", "approve", "escalate")

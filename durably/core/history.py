@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from durably.core.tracebacks import user_traceback
 
-__all__ = ["UNREADABLE_ROW", "ErrorInfo", "Event", "EventKind"]
+__all__ = ["UNREADABLE_ROW", "ErrorInfo", "Event", "EventKind", "error_class_name"]
 
 # The kind of the event a store gives for a stored row it cannot read (a corrupted row): its
 # data says why. It is never written; no kind durably writes has a parenthesis.
@@ -93,13 +93,7 @@ class ErrorInfo:
 
     @classmethod
     def of(cls, error: BaseException) -> ErrorInfo:
-        kind = type(error)
-        name = (
-            kind.__qualname__
-            if kind.__module__ == "builtins"
-            else (f"{kind.__module__}.{kind.__qualname__}")
-        )
-        return cls(name, str(error))
+        return cls(error_class_name(type(error)), str(error))
 
     @classmethod
     def raised(cls, error: BaseException, hide: str = "") -> ErrorInfo:
@@ -116,6 +110,13 @@ class ErrorInfo:
         """Class and message, and the traceback (if recorded) on the lines below: for logs."""
         said = f"{self.error_class}: {self.message}"
         return said if self.traceback is None else f"{said}\n{self.traceback.rstrip()}"
+
+
+def error_class_name(kind: type[BaseException]) -> str:
+    """How an error's class is recorded: its bare name for builtins, else module.QualName."""
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _hidden(text: str, secret: str) -> str:

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from durably.core.approvals import (
+    AWAITING_APPROVAL_ERROR,
     Approval,
     ApprovalRequest,
     approval_call,
@@ -166,6 +167,6 @@ def _why(approval: Approval) -> ErrorInfo:
     )
     escalated = " (escalated: it timed out)" if approval.escalated else ""
     return ErrorInfo(
-        "durably.AwaitingApproval",
+        AWAITING_APPROVAL_ERROR,
         f"approval {approval.name!r} waits for a person's decision{escalated}{then}",
     )

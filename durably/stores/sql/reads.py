@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from durably.core.approvals import ESCALATION
-from durably.core.history import Event
+from durably.core.approvals import AWAITING_APPROVAL_ERROR, ESCALATION
+from durably.core.history import Event, error_class_name
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import StepFailed
 from durably.stores.protocol import Happened, RunRecord
@@ -162,12 +162,12 @@ def parked(
             f"status = 'needs_attention' AND (error_class = {mark}"
             f" OR (error_class = {mark} AND error_message LIKE {mark}))"
         )
-        params: list[object] = [AWAITING_APPROVAL, _STEP_FAILED, _ESCALATED]
+        params: list[object] = [AWAITING_APPROVAL_ERROR, _STEP_FAILED, _ESCALATED]
         order, before, earlier = "ASC", ">=", ">"
     else:
         which, statuses = dialect.one_of("status", sorted(PARKED))
         where = f"({which}) AND (error_class IS NULL OR error_class <> {mark})"
-        params = [*statuses, AWAITING_APPROVAL]
+        params = [*statuses, AWAITING_APPROVAL_ERROR]
         order, before, earlier = "DESC", "<=", "<"
     if after is not None:
         where += f" AND updated_at {before} {mark}"
@@ -184,8 +184,7 @@ def parked(
 
 # How a run waiting for a person's decision is parked: by an approval (its error says so), or
 # by durably.escalate, whose step fails "escalated" (durably.errors.StepFailed's message)
-AWAITING_APPROVAL = "durably.AwaitingApproval"
-_STEP_FAILED = f"{StepFailed.__module__}.{StepFailed.__qualname__}"
+_STEP_FAILED = error_class_name(StepFailed)
 _ESCALATED = f"step {ESCALATION!r} failed (escalated)%"
 
 
