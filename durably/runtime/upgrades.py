@@ -70,7 +70,8 @@ def upgrade(
         registry.workflow_named(workflow)  # UnknownWorkflow, naming the known ones
     done: list[Upgrade] = []
     for page in _pages(stranded(store, registry, now=now, workflow=workflow)):
-        histories = [store.history(run.id) for run in page]
+        read = store.histories([run.id for run in page])  # one read for the page
+        histories = [read.get(run.id, []) for run in page]
         tried = [
             (NewRun(run.id, run.workflow, run.input), history)
             for run, history in zip(page, histories, strict=True)

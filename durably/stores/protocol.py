@@ -422,6 +422,11 @@ class OperatorStore(Protocol):
 
     def history(self, run_id: str) -> list[Event]: ...
 
+    def histories(self, run_ids: Sequence[str]) -> dict[str, list[Event]]:
+        """The history of each of these runs, in one read (a page of runs and what each is
+        doing); an unknown id is left out."""
+        ...
+
     def runs(
         self,
         *,

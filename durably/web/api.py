@@ -153,7 +153,8 @@ def list_runs(
     )
     client = state.client
     workers, now = client.workers(), client.clock.now()
-    shown = [RunOut.of(run, client.history(run.id), workers, now) for run in page.runs]
+    histories = client.store.histories([run.id for run in page.runs])  # one read for the page
+    shown = [RunOut.of(run, histories.get(run.id, []), workers, now) for run in page.runs]
     return RunPageOut(runs=shown, next_cursor=page.next_cursor)
 
 

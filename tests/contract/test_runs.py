@@ -196,3 +196,15 @@ def test_a_page_after_a_run_lists_only_older_runs_or_older_ids_at_the_same_time(
     assert [run.id for run in store.runs(after=(at.updated_at, "zz"))] == ["c", "b", "a", "old"]
     assert [run.id for run in store.runs(after=(at.updated_at, "a"))] == ["old"]
     assert store.runs(after=(at.updated_at - timedelta(days=1), "")) == []
+
+
+def test_histories_reads_the_history_of_each_run_at_once(store: Store, clock: FakeClock) -> None:
+    now = clock.now()
+    for run_id in ("r1", "r2"):
+        store.create_run(new_run(run_id), now=now)
+
+    found = store.histories(["r1", "r2", "nobody"])
+
+    assert found == {run_id: store.history(run_id) for run_id in ("r1", "r2")}
+    assert found["r1"] == [Event(1, EventKind.RUN_STARTED, now)]
+    assert store.histories([]) == {}

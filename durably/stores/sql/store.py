@@ -139,7 +139,10 @@ class SqlStore(ABC):
         return self._reading(lambda db: reads.get_run(db, self.dialect, run_id))
 
     def history(self, run_id: str) -> list[Event]:
-        return self._reading(lambda db: reads.histories(db, self.dialect, [run_id]).get(run_id, []))
+        return self.histories([run_id]).get(run_id, [])
+
+    def histories(self, run_ids: Sequence[str]) -> dict[str, list[Event]]:
+        return self._reading(lambda db: reads.histories(db, self.dialect, run_ids))
 
     def runs(
         self,
