@@ -211,8 +211,12 @@ def test_an_execution_whose_lease_was_taken_over_writes_nothing(
     def slow(x: int) -> int:
         bodies.append("slow")
         if len(bodies) == 1:  # the first worker stalls past its lease
-            clock.advance(LEASE + timedelta(seconds=1))
-            [thief] = store.claim("thief", ["stalls"], now=clock.now(), lease=LEASE, limit=1)
+            # the thief claims at the moment past the lease first, and only then does the
+            # clock get there: the first worker's own loop, polling meanwhile, never sees
+            # the lease expired before the thief holds it
+            stalled = clock.now() + LEASE + timedelta(seconds=1)
+            [thief] = store.claim("thief", ["stalls"], now=stalled, lease=LEASE, limit=1)
+            clock.set(stalled)
             after_takeover.append(store.history(thief.run_id))
         return x + 1
 
