@@ -4,11 +4,15 @@ an app; `durably token new`: a token for them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from durably.cli.base import VERBOSE, cli, load_app
 from durably.errors import DurablyError
+
+if TYPE_CHECKING:  # the web extra may be missing: the server says so when it starts
+    from durably.web.access import PayloadsFor
 
 __all__ = ["server", "token"]
 
@@ -21,6 +25,7 @@ def _server(
     tokens_file: str | None,
     open_reads: bool,
     max_body: int,
+    payloads_for: PayloadsFor,
 ) -> None:
     try:
         from durably.web.auth import Tokens
@@ -39,7 +44,9 @@ def _server(
         f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
         f"schema /api/openapi.json, metrics /metrics), store {app.store.url}"
     )
-    web = create_app(app, tokens=tokens, open_reads=open_reads, max_body=max_body)
+    web = create_app(
+        app, tokens=tokens, open_reads=open_reads, max_body=max_body, payloads_for=payloads_for
+    )
     serve(web, host=host, port=port)
 
 
@@ -83,6 +90,14 @@ def _options(command: click.Command) -> click.Command:
                 type=click.IntRange(min=1),
                 metavar="BYTES",
                 help="The most bytes a request's body may take (413 beyond, before it is read).",
+            ),
+            click.option(
+                "--payloads-for",
+                type=click.Choice(["write", "read", "none"]),
+                default="write",
+                show_default=True,
+                help="Who sees payloads encrypted at rest ($DURABLY_KEYS): tokens of the write "
+                "role, of either role, or nobody; the others see `encrypted (key k2)`.",
             ),
             VERBOSE,
         ]

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import pydantic_core
 
+from durably.codec.encryption import KEYS_ENV, KEYS_FILE_ENV, sealed_key
 from durably.codec.roundtrip import (
     PLAIN_SCALARS,
     Difference,
@@ -116,6 +117,7 @@ def decode(text: str, hint: Any, *, what: str) -> Any:
     try:
         return _read(text, hint)
     except ValueError as exc:  # json.JSONDecodeError and pydantic.ValidationError
+        _refuse_sealed(text, what=what)
         raise PayloadError(f"{what} holds a payload that cannot be read: {exc}") from None
 
 
@@ -164,6 +166,7 @@ def decode_call(
         payload = json.loads(text)
         raw_args, raw_kwargs = payload["args"], payload["kwargs"]
     except (ValueError, KeyError, TypeError) as exc:
+        _refuse_sealed(text, what=f"the stored input of {what}")
         raise PayloadError(f"the stored input of {what} cannot be read: {exc}") from None
     parameters = _parameters(fn)
     try:
@@ -221,6 +224,17 @@ def decode_given_call(
 def return_hint(fn: Callable[..., object]) -> Any:
     hint = _hints(fn).get("return", NO_HINT)
     return NO_HINT if hint in (None, type(None), Any, object) else hint
+
+
+def _refuse_sealed(text: str, *, what: str) -> None:
+    """PayloadError if `text` is a value encrypted with a key this process does not hold
+    (durably.codec.encryption): it is refused, naming the key, never read as something else."""
+    key = sealed_key(text)
+    if key is not None:
+        raise PayloadError(
+            f"{what} is encrypted with the key {key!r}, which this process does not hold: "
+            f"give it in {KEYS_ENV} or {KEYS_FILE_ENV} (docs/how-to/encryption.md)"
+        )
 
 
 # -- numbers JSON cannot write ---------------------------------------------------------------

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from durably.codec.encryption import Keyring
 from durably.errors import ConfigError
+from durably.stores.encrypted import EncryptedStore
 from durably.stores.protocol import (
     Checkpoint,
     Claim,
@@ -44,7 +46,9 @@ def resolve_url(url: str | None) -> str:
     return url or os.environ.get("DURABLY_STORE") or DEFAULT_URL
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> Store:
+def open_store(
+    url: str | None = None, *, create: bool = True, keys: Keyring | None = None
+) -> Store:
     """Open (and migrate) the store a URL names.
 
     sqlite:///relative/path.db (relative to the current directory), sqlite:////absolute/path.db
@@ -54,8 +58,16 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     `create=False` opens only a durably store that exists, as it is: a SQLite file that does
     not exist, or a database without durably's tables, is a ConfigError naming it, and nothing
     is created or migrated. The CLI opens stores so, except to start a run.
+
+    Payloads are encrypted at rest with `keys`, or with the keys DURABLY_KEYS or
+    DURABLY_KEYS_FILE give (durably.codec.encryption); with neither, they are stored as JSON.
     """
-    url = resolve_url(url)
+    keys = keys if keys is not None else Keyring.from_environment()
+    store = _open(resolve_url(url), create=create)
+    return store if keys is None else EncryptedStore(store, keys)
+
+
+def _open(url: str, *, create: bool) -> Store:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme in ("postgres", "postgresql"):
         from durably.stores.postgres.store import PostgresStore

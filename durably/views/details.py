@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 
+from durably.codec.encryption import PREFIX, masked, sealed_key
 from durably.core.event_data import payload_of
 from durably.core.history import Event, EventKind
 from durably.core.payloads import (
@@ -43,6 +44,10 @@ def moment(moment: datetime) -> str:
 
 
 def short(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters; a value encrypted with a key this process does not
+    hold (durably.codec.encryption) as `encrypted (key k2)`."""
+    if sealed_key(text) is not None:
+        return masked(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -55,6 +60,8 @@ def detail(event: Event) -> str:
     try:
         payload = payload_of(event)
     except PayloadError:
+        if event.kind is EventKind.STEP_STARTED and PREFIX in event.data:  # its input, sealed
+            return f"{event.name}({masked(json.loads(event.data)['input'])})"
         return f"(unreadable: {short(event.data, 80)})"
     if isinstance(payload, StepStarted):
         call = _call(event.name or "", payload.input)

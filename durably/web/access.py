@@ -4,33 +4,62 @@ people log in with a token once and carry a signed session cookie (durably.web.s
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request
 
 from durably.app import App
 from durably.client.client import Client
+from durably.stores.encrypted import EncryptedStore
 from durably.web.auth import ENV, Identity, Tokens
 from durably.web.sessions import Sessions
 
-__all__ = ["Reader", "Served", "Writer", "served"]
+__all__ = ["PayloadsFor", "Reader", "Served", "Writer", "served"]
 
 _ANONYMOUS = Identity("anonymous", "read")
 
 
+# Who sees payloads encrypted at rest (durably serve --payloads-for): tokens of the write role,
+# tokens of either role, or nobody (every reader sees `encrypted (key k2)`)
+PayloadsFor = Literal["write", "read", "none"]
+
+
 @dataclass(frozen=True)
 class Served:
-    """The server's state: the app, the tokens it accepts, whether reads need none."""
+    """The server's state: the app, the tokens it accepts, whether reads need none, and who
+    may see payloads that are encrypted at rest."""
 
     app: App
     tokens: Tokens
     sessions: Sessions
     open_reads: bool = False
+    payloads_for: PayloadsFor = "write"
 
     @property
     def client(self) -> Client:
         return self.app.client
+
+    def client_for(self, who: Identity | None) -> Client:
+        """The client whose reads `who` sees: the app's, which opens encrypted payloads, if
+        `who` may see them; else one on the encrypted store's own rows, whose payloads the
+        views show as `encrypted (key k2)`. (Anonymous readers, on open reads, are readers.)"""
+        store = self.app.store
+        if not isinstance(store, EncryptedStore) or self._sees_payloads(who):
+            return self.app.client
+        return self._sealed_client
+
+    def _sees_payloads(self, who: Identity | None) -> bool:
+        if self.payloads_for == "none":
+            return False
+        return self.payloads_for == "read" or (who is not None and who.can_write)
+
+    @functools.cached_property
+    def _sealed_client(self) -> Client:
+        store = self.app.store
+        inner = store.inner if isinstance(store, EncryptedStore) else store
+        return Client(inner, registry=self.app, clock=self.app.clock)
 
 
 def served(request: Request) -> Served:

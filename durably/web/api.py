@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import Body as FastBody
 
+from durably.client.client import Client
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
@@ -105,7 +106,7 @@ def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOu
     )
     if not started.created:
         response.status_code = 200
-    return _explained(state, started.run)
+    return _shown(state, who, started.run)
 
 
 @router.get("/runs", tags=["runs"])
@@ -140,7 +141,8 @@ def list_runs(
     """Runs, most recently updated first, a page at a time (pass `next_cursor` back); found
     by status, workflow, correlation id, what happened to them, how long they took and when
     they started."""
-    page = state.client.runs(
+    client = state.client_for(who)
+    page = client.runs(
         status=status,
         workflow=workflow,
         limit=limit,
@@ -151,36 +153,42 @@ def list_runs(
         since=since,
         until=until,
     )
-    client = state.client
     workers, now = client.workers(), client.clock.now()
     histories = client.store.histories([run.id for run in page.runs])  # one read for the page
     shown = [RunOut.of(run, histories.get(run.id, []), workers, now) for run in page.runs]
     return RunPageOut(runs=shown, next_cursor=page.next_cursor)
 
 
-def _explained(state: Served, run: RunRecord) -> RunOut:
+def _shown(state: Served, who: Identity, run: RunRecord) -> RunOut:
+    """A run an action answers, explained, read again if `who` may not see its payloads."""
+    client = state.client_for(who)
+    return _explained(client, run if client is state.client else client.get(run.id))
+
+
+def _explained(client: Client, run: RunRecord) -> RunOut:
     """The run with what it does now and what happens next (`now`, `next`)."""
-    client = state.client
     return RunOut.of(run, client.history(run.id), client.workers(), client.clock.now())
 
 
 @router.get("/runs/{run_id}", tags=["runs"])
 def get_run(run_id: RunId, state: State, who: Reader) -> RunOut:
     """The run's state, with what it is doing now and what happens next, in words."""
-    return _explained(state, state.client.get(run_id))
+    client = state.client_for(who)
+    return _explained(client, client.get(run_id))
 
 
 @router.get("/runs/{run_id}/history", tags=["runs"])
 def history(run_id: RunId, state: State, who: Reader) -> HistoryOut:
     """Every event of the run, in order, each with its data and in words."""
-    state.client.get(run_id)  # 404 for an unknown run, rather than an empty history
-    return HistoryOut.of(run_id, state.client.history(run_id))
+    client = state.client_for(who)
+    client.get(run_id)  # 404 for an unknown run, rather than an empty history
+    return HistoryOut.of(run_id, client.history(run_id))
 
 
 @router.get("/runs/{run_id}/export", tags=["runs"])
 def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
     """The run and its whole history, as `durably runs export` writes it (for replay tests)."""
-    return state.client.export(run_id)
+    return state.client_for(who).export(run_id)
 
 
 @router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)
@@ -267,7 +275,7 @@ def restart(run_id: RunId, state: State, who: Writer, body: Body[RestartIn] = No
     (no body: from the first step that failed, was cancelled or undone)."""
     asked = body or RestartIn()
     restarted = state.client.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
-    return _explained(state, restarted)
+    return _shown(state, who, restarted)
 
 
 @router.post("/runs/{run_id}/release", tags=["steer"])
@@ -283,13 +291,13 @@ def release(run_id: RunId, state: State, who: Writer) -> ReleaseOut:
 @router.get("/dead-letters", tags=["dead letters"])
 def dead_letters(state: State, who: Reader, limit: Limit = 100) -> list[DeadLetterOut]:
     """Runs parked for a person, newest first, with the root cause of each."""
-    return [DeadLetterOut.of(letter) for letter in state.client.dead_letters(limit=limit)]
+    return [DeadLetterOut.of(letter) for letter in state.client_for(who).dead_letters(limit=limit)]
 
 
 @router.get("/approvals", tags=["steer"])
 def approvals(state: State, who: Reader, limit: Limit = 100) -> list[ApprovalOut]:
     """Approvals and escalations waiting for a person, oldest first."""
-    return [ApprovalOut.of(approval) for approval in state.client.approvals(limit=limit)]
+    return [ApprovalOut.of(approval) for approval in state.client_for(who).approvals(limit=limit)]
 
 
 @router.get("/schedules", tags=["schedules"])

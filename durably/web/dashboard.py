@@ -174,7 +174,7 @@ def runs_page(
     happened: Annotated[str | None, Query()] = None,
     slower_than: Annotated[str | None, Query()] = None,
 ) -> Response:
-    client = state.client
+    client = state.client_for(who)
     counts = client.stats().by_status
     status = status if status in _STATUSES else None
     workflow = workflow or None
@@ -217,7 +217,7 @@ def runs_page(
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Response:
-    client = state.client
+    client = state.client_for(who)
     try:
         run = client.get(run_id)
     except RunNotFound as exc:
@@ -249,13 +249,13 @@ def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Respon
 
 @router.get("/dead-letters", response_class=HTMLResponse)
 def dead_letters_page(request: Request, state: State, who: Viewer) -> Response:
-    letters = state.client.dead_letters(limit=200)
+    letters = state.client_for(who).dead_letters(limit=200)
     return _page(request, state, who, "dead_letters.html", letters=letters)
 
 
 @router.get("/approvals", response_class=HTMLResponse)
 def approvals_page(request: Request, state: State, who: Viewer) -> Response:
-    pending = state.client.approvals(limit=200)
+    pending = state.client_for(who).approvals(limit=200)
     return _page(request, state, who, "approvals.html", approvals=pending)
 
 

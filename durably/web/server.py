@@ -15,7 +15,7 @@ from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
 from durably.web import api, dashboard, errors
-from durably.web.access import Served
+from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
 from durably.web.guard import DEFAULT_MAX_BODY, Guard
@@ -35,10 +35,12 @@ def create_app(
     metrics: bool = True,
     sample_every: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
+    payloads_for: PayloadsFor = "write",
 ) -> FastAPI:
     """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
     often the dashboard's charts read the store's counts (one query each time). `max_body`:
-    the most bytes a request's body may take (413 beyond, before it is read)."""
+    the most bytes a request's body may take (413 beyond, before it is read). `payloads_for`:
+    which role sees payloads encrypted at rest (durably.web.access.Served.client_for)."""
     web = FastAPI(
         title="durably",
         summary="Start, inspect and steer durable workflow runs.",
@@ -48,7 +50,7 @@ def create_app(
         redoc_url=None,
     )
     sampler = Sampler(lambda: app.store, app.clock, every=sample_every)
-    web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads)
+    web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads, payloads_for)
     web.state.sampler = sampler
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ wake-ups) are its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -30,7 +30,17 @@ from durably.stores.protocol import (
     SentOutcome,
     WorkerBeat,
 )
-from durably.stores.sql import effects, forking, inbox, pruning, reads, versions, waking, workers
+from durably.stores.sql import (
+    effects,
+    forking,
+    inbox,
+    pruning,
+    reads,
+    rekeying,
+    versions,
+    waking,
+    workers,
+)
 from durably.stores.sql.reads import Dialect
 from durably.stores.sql.stats import activity, run_stats
 
@@ -217,6 +227,26 @@ class SqlStore(ABC):
 
     def beat(self, worker: WorkerBeat) -> None:
         self._writing(lambda db: workers.beat(db, self.dialect, worker))
+
+    # -- payloads rewritten in place (durably keys rotate) ---------------------------------
+
+    def payload_rows(self, kinds: Collection[str]) -> int:
+        """How many rows hold payloads (runs, events of `kinds`, inbox messages)."""
+        return self._reading(lambda db: rekeying.count(db, self.dialect, kinds))
+
+    def rewrite_payloads(
+        self,
+        change: rekeying.TextChange,
+        change_event: rekeying.EventChange,
+        kinds: Collection[str],
+        *,
+        batch: int,
+    ) -> Iterator[int]:
+        """Rewrite every payload through `change` (events of `kinds` through
+        `change_event`), `batch` rows a transaction; yields the rows each batch read."""
+        return rekeying.rewrite(
+            self._writing, self.dialect, change, change_event, kinds, batch=batch
+        )
 
     def forget_worker(self, name: str) -> None:
         self._writing(lambda db: workers.forget(db, self.dialect, name))
