@@ -61,7 +61,8 @@ def detail(event: Event) -> str:
         payload = payload_of(event)
     except PayloadError:
         if event.kind is EventKind.STEP_STARTED and PREFIX in event.data:  # its input, sealed
-            return f"{event.name}({masked(json.loads(event.data)['input'])})"
+            fields = json.loads(event.data)
+            return f"{event.name}({masked(fields['input'])}), key {fields['key']}"
         return f"(unreadable: {short(event.data, 80)})"
     if isinstance(payload, StepStarted):
         call = _call(event.name or "", payload.input)
