@@ -23,6 +23,7 @@ from durably.core.approvals import ApprovalRequest
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import Decision
 from durably.core.retry import Retry
+from durably.core.secrets import Secret
 from durably.core.status import RunStatus
 from durably.errors import (
     BranchCancelled,
@@ -101,6 +102,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SchemaTooNew",
+    "Secret",
     "SignalTimeout",
     "Start",
     "Steered",

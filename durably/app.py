@@ -18,6 +18,7 @@ from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
 from durably.core.priority import check_priority
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
+from durably.core.secrets import add_names as add_secret_names
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
 from durably.resilience import Dependency
@@ -39,7 +40,9 @@ class App:
     """Workflows and steps bound to one store.
 
     `store` is a URL (sqlite:///file.db, postgresql://...), a Store, or None for
-    $DURABLY_STORE or ./durably.db. The store is opened on first use.
+    $DURABLY_STORE or ./durably.db. The store is opened on first use. `redact`: names of
+    fields and parameters whose values are secrets, besides password, token, api_key,
+    card_number and the others durably knows (docs/how-to/redaction.md): never shown.
     """
 
     def __init__(
@@ -53,8 +56,11 @@ class App:
         hooks: Hooks | Sequence[Hooks] | None = None,
         retention: Duration | None = None,
         max_payload: int | None = DEFAULT_MAX_PAYLOAD,
+        redact: Collection[str] = (),
     ) -> None:
         self.clock: Clock = clock or SystemClock()
+        # more names whose values are secrets, besides durably.core.secrets.SECRET_NAMES
+        add_secret_names(_names(redact))
         self.default_retry = default_retry or Retry()
         _check_recoveries(max_recoveries)
         self.max_recoveries = max_recoveries  # workers that may die under a run before parking
@@ -494,3 +500,9 @@ def _retention(value: Duration) -> timedelta:
             "and whoever waits for its result must find it first. Give a minute or more"
         )
     return retention
+
+
+def _names(redact: Collection[str]) -> list[str]:
+    if isinstance(redact, str) or not all(isinstance(name, str) and name for name in redact):
+        raise ConfigError(f"redact is a list of field names, like ['iban', 'pin'], not {redact!r}")
+    return list(redact)

@@ -31,11 +31,11 @@ from durably.client.starts import (
 )
 from durably.clock import Clock
 from durably.codec.encoding import (
-    NO_HINT,
     decode_given,
     decode_given_call,
     encode,
 )
+from durably.codec.parameters import NO_HINT
 from durably.core.approvals import ESCALATION
 from durably.core.control import CONTROL_KINDS
 from durably.core.names import check_name

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from durably.core.history import Event, EventKind
+from durably.core.secrets import redact_text
 from durably.errors import PayloadError
 from durably.stores.protocol import RunRecord
 
-__all__ = ["FORMAT", "Exported", "export_run", "read_export"]
+__all__ = ["FORMAT", "Exported", "export_run", "read_export", "redacted"]
 
 FORMAT = "durably.run/1"
 
@@ -61,6 +62,21 @@ def export_run(run: RunRecord, events: Sequence[Event]) -> dict[str, Any]:
             for e in events
         ],
     }
+
+
+def redacted(exported: Mapping[str, Any]) -> dict[str, Any]:
+    """An export as the HTTP API shows it: the secrets in the run's input and result and in
+    its events' data redacted (durably.core.secrets). `durably runs export`, which reads the
+    store itself, writes the run's data as it is, for replay tests."""
+    run = dict(exported["run"])
+    for field in ("input", "result"):
+        if run[field] is not None:
+            run[field] = redact_text(run[field])
+    events = [
+        {**event, "data": None if event["data"] is None else redact_text(event["data"])}
+        for event in exported["events"]
+    ]
+    return {**exported, "run": run, "events": events}
 
 
 def read_export(source: str | Path | Mapping[str, Any]) -> Exported:

@@ -16,7 +16,8 @@ from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_f
 from durably.client.pages import RunPage
 from durably.client.starts import Definitions
 from durably.clock import Clock, SystemClock
-from durably.codec.encoding import NO_HINT, decode
+from durably.codec.encoding import decode
+from durably.codec.parameters import NO_HINT
 from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.durations import Duration

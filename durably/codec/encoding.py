@@ -6,22 +6,26 @@ that names where in the value it is. Nothing is pickled, and nothing is silently
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
 import json
 import math
-import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, time
-from typing import Any, NamedTuple
+from typing import Any
 
 import pydantic_core
 
 from durably.codec.encryption import KEYS_ENV, KEYS_FILE_ENV, sealed_key
+from durably.codec.parameters import (
+    NO_HINT,
+    Target,
+    hints_of,
+    is_fast,
+    marked_hints,
+    parameters_of,
+    unmarked,
+)
 from durably.codec.roundtrip import (
-    PLAIN_SCALARS,
     Difference,
     describe,
     difference,
@@ -31,11 +35,11 @@ from durably.codec.roundtrip import (
     unstorable,
     writes,
 )
+from durably.core.secrets import WRAPPER, SecretHint, secret_hint
 from durably.errors import ConfigError, PayloadError
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD",
-    "NO_HINT",
     "check_limit",
     "decode",
     "decode_call",
@@ -47,21 +51,11 @@ __all__ = [
     "within_limit",
 ]
 
-NO_HINT: Any = object()  # "no type hint": values stay plain JSON
 # JSON's own types: a value that already is one needs no validation, and so no pydantic
 # (whose import costs ~0.1 s on the first typed value). Anything else goes through pydantic.
 _PLAIN = frozenset({int, str, float, bool})
 _JSON_TYPES = "JSON types (str, int, float, bool, None, list, dict with str keys)"
 _UNWRITABLE = (pydantic_core.PydanticSerializationError, ValueError, RecursionError)
-
-
-class _Target(NamedTuple):  # not a frozen dataclass: made per typed value, and faster so
-    """Where a value goes: its path in messages, and the hint it is read back with."""
-
-    path: str  # "result", "input.order", "input.lines[2]"
-    hint: Any
-    noun: str = "the return type"  # what to annotate
-    annotation: str = "-> {}"  # how, with the suggested hint in {}
 
 
 def encode(
@@ -76,6 +70,9 @@ def encode(
     same type. `what` names the value in the PayloadError if not ("the result of step 'x'")
     and `path` is its root in the path to the part that differs. `limit`: the most bytes
     the text may take (App(max_payload=)); None: no limit."""
+    if type(hint) is SecretHint:  # Secret[T]: checked as a T, stored marked
+        inner = encode(value, hint.inner, what=what, path=path)
+        return within_limit(f"{_MARKED}{inner}}}", limit, what=what)
     try:
         text = pydantic_core.to_json(value).decode()
     except _UNWRITABLE:
@@ -84,7 +81,7 @@ def encode(
         _refuse_not_finite(json.loads(text), path, what=what)
     # _fast, inlined: every step result comes through here
     if not ((hint is NO_HINT or hint is type(value) or hint is Any) and is_plain(value)):
-        _check(value, functools.partial(_read, text, hint), _Target(path, hint), what=what)
+        _check(value, functools.partial(_read, text, hint), Target(path, hint), what=what)
     return within_limit(text, limit, what=what)
 
 
@@ -114,6 +111,8 @@ def within_limit(text: str, limit: int | None, *, what: str) -> str:
 
 def decode(text: str, hint: Any, *, what: str) -> Any:
     """The value `text` holds, validated into the type `hint` (no hint: plain JSON)."""
+    if type(hint) is SecretHint:
+        return decode(_unmarked_text(text), hint.inner, what=what)
     try:
         return _read(text, hint)
     except ValueError as exc:  # json.JSONDecodeError and pydantic.ValidationError
@@ -133,11 +132,16 @@ def encode_call(
     like `encode` against its own parameter's hint (and the whole against `limit` bytes).
     Arguments that do not fit `fn`'s signature are refused too: they could never be passed
     to it."""
-    parameters = _parameters(fn)
+    parameters = parameters_of(fn)
     if not parameters.fits(args, kwargs):
         parameters.bind(args, kwargs, what=what)
+    stored_args, stored_kwargs = (
+        parameters.marked(args, kwargs) if parameters.secrets else (args, kwargs)
+    )
     try:
-        text = pydantic_core.to_json({"args": list(args), "kwargs": dict(kwargs)}).decode()
+        text = pydantic_core.to_json(
+            {"args": list(stored_args), "kwargs": dict(stored_kwargs)}
+        ).decode()
     except _UNWRITABLE:
         parts = [(target.path, value) for target, value in parameters.targets(args, kwargs)]
         raise _unwritable(parts, what=f"the input of {what}") from None
@@ -146,11 +150,14 @@ def encode_call(
         return within_limit(text, limit, what=f"the input of {what}")
     stored = json.loads(text)
     raws = [*stored["args"], *stored["kwargs"].values()]
+    if parameters.secrets:  # each marked one checked as its own value
+        pairs = zip(parameters.targets(args, kwargs), raws, strict=True)
+        raws = [unmarked(raw) if target.secret else raw for (target, _), raw in pairs]
     if not_finite:
         for (target, _), raw in zip(parameters.targets(args, kwargs), raws, strict=True):
             _refuse_not_finite(raw, target.path, what=f"the input of {what}")
     for (target, value), raw in zip(parameters.targets(args, kwargs), raws, strict=True):
-        if not _fast(target.hint, value):
+        if not is_fast(target.hint, value):
             read_back = functools.partial(_validate, target.hint, raw)
             _check(value, read_back, target, what=f"the input of {what}")
     return within_limit(text, limit, what=f"the input of {what}")
@@ -168,7 +175,9 @@ def decode_call(
     except (ValueError, KeyError, TypeError) as exc:
         _refuse_sealed(text, what=f"the stored input of {what}")
         raise PayloadError(f"the stored input of {what} cannot be read: {exc}") from None
-    parameters = _parameters(fn)
+    parameters = parameters_of(fn)
+    if parameters.secrets:
+        raw_args, raw_kwargs = parameters.unmarked(raw_args, raw_kwargs)
     try:
         args = [_validate(parameters.hint_at(i), value) for i, value in enumerate(raw_args)]
         kwargs = {
@@ -190,7 +199,9 @@ def decode_given(text: str, hint: Any, *, what: str) -> Any:
         value = json.loads(text)
     except ValueError as exc:
         raise PayloadError(f"{what} is not JSON: {exc}") from None
-    return _given(value, _Target("result", hint), what=what)
+    if type(hint) is SecretHint:  # a person gives the value itself, not its stored form
+        hint = hint.inner
+    return _given(value, Target("result", hint), what=what)
 
 
 def decode_given_call(
@@ -208,7 +219,7 @@ def decode_given_call(
             f"(by name), not {describe(given)}"
         )
     args, kwargs = (given, {}) if isinstance(given, list) else ([], given)
-    parameters = _parameters(fn)
+    parameters = parameters_of(fn)
     if not parameters.fits(args, kwargs):
         parameters.bind(args, kwargs, what=what)
     what = f"the input of {what}"
@@ -222,8 +233,21 @@ def decode_given_call(
 
 
 def return_hint(fn: Callable[..., object]) -> Any:
-    hint = _hints(fn).get("return", NO_HINT)
-    return NO_HINT if hint in (None, type(None), Any, object) else hint
+    """The hint results of `fn` are read back through: NO_HINT for none (plain JSON), a
+    SecretHint for `Secret[T]` (stored marked, shown redacted)."""
+    hint = hints_of(fn).get("return", NO_HINT)
+    hint = NO_HINT if hint in (None, type(None), Any, object) else hint
+    return SecretHint(hint) if secret_hint(marked_hints(fn).get("return")) else hint
+
+
+# -- values typed durably.Secret[...] ---------------------------------------------------------
+
+_MARKED = '{"' + WRAPPER + '":'  # how a marked value's JSON begins; it ends with "}"
+
+
+def _unmarked_text(text: str) -> str:
+    """The JSON of a marked value (as it was stored before it was marked: as it is)."""
+    return text[len(_MARKED) : -1] if text.startswith(_MARKED) and text.endswith("}") else text
 
 
 def _refuse_sealed(text: str, *, what: str) -> None:
@@ -261,12 +285,6 @@ def _refuse_not_finite(stored: object, path: str, *, what: str) -> None:
 # -- the check --------------------------------------------------------------------------------
 
 
-def _fast(hint: Any, value: object) -> bool:
-    """True if `value` reads back unchanged without looking: plain JSON, and a hint that
-    leaves plain JSON as it is (none, Any, or exactly the value's own type)."""
-    return (hint is NO_HINT or hint is type(value) or hint is Any) and is_plain(value)
-
-
 def _unwritable(parts: list[tuple[str, object]], *, what: str) -> PayloadError:
     """The error for a value pydantic cannot write as JSON, made of `parts` (itself, or a
     call's arguments, by path): it names the innermost part that cannot be written."""
@@ -277,7 +295,7 @@ def _unwritable(parts: list[tuple[str, object]], *, what: str) -> PayloadError:
     return PayloadError(f"{what} cannot be stored as JSON")
 
 
-def _check(value: object, read_back: Callable[[], Any], target: _Target, *, what: str) -> None:
+def _check(value: object, read_back: Callable[[], Any], target: Target, *, what: str) -> None:
     """Raise PayloadError unless `read_back()` gives `value` again, equal and same-typed."""
     try:
         back = read_back()
@@ -293,7 +311,7 @@ def _check(value: object, read_back: Callable[[], Any], target: _Target, *, what
         raise PayloadError(_changed(found, value, target, what=what))
 
 
-def _changed(found: Difference, value: object, target: _Target, *, what: str) -> str:
+def _changed(found: Difference, value: object, target: Target, *, what: str) -> str:
     given = f"has the key {describe(found.given)}" if found.key else f"is {describe(found.given)}"
     head = f"{what} cannot be stored as it is: {found.path} {given}"
     back = describe(found.back)
@@ -325,7 +343,7 @@ def _convert(value: object) -> str:
     return "Convert it to a value that JSON holds exactly"
 
 
-def _unreadable(exc: pydantic_core.ValidationError, target: _Target, *, what: str) -> str:
+def _unreadable(exc: pydantic_core.ValidationError, target: Target, *, what: str) -> str:
     error = exc.errors(include_url=False)[0]
     where = target.path + "".join(_loc_part(part) for part in error["loc"])
     return (
@@ -351,7 +369,7 @@ def _name(hint: Any) -> str:
     return repr(hint).replace("typing.", "")
 
 
-def _given(value: Any, target: _Target, *, what: str) -> Any:
+def _given(value: Any, target: Target, *, what: str) -> Any:
     if target.hint is NO_HINT:
         return value
     try:  # as JSON text: strict mode then takes JSON's forms (a str for a datetime, ...)
@@ -399,165 +417,3 @@ def _adapter(hint: Any) -> Any:
         from pydantic import TypeAdapter
 
         return TypeAdapter(hint)
-
-
-# -- parameters -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Parameters:
-    """A function's parameters as the codec needs them: the hint and the path of the value
-    each argument position or name goes to, and what a call must pass."""
-
-    fn: Callable[..., object]
-    positional: tuple[_Target, ...]  # parameters that can be passed by position, in order
-    named: dict[str, _Target]  # parameters that can be passed by name
-    index: dict[str, int]  # the position of each parameter that can be passed both ways
-    required: tuple[tuple[str | None, int], ...]  # (name if nameable, position or -1)
-    rest_positional: _Target | None  # *args: the hint of each element
-    rest_named: _Target | None  # **kwargs
-    hints: tuple[Any, ...]  # the hints of `positional`, for the hot path
-    rest_hint: Any  # the hint of *args' elements (NO_HINT if none)
-
-    def hint_at(self, position: int) -> Any:
-        if position < len(self.positional):
-            return self.positional[position].hint
-        return NO_HINT if self.rest_positional is None else self.rest_positional.hint
-
-    def hint_named(self, name: str) -> Any:
-        target = self.named.get(name, self.rest_named)
-        return NO_HINT if target is None else target.hint
-
-    def target_at(self, position: int) -> _Target:
-        if position < len(self.positional):
-            return self.positional[position]
-        rest = self.rest_positional or _Target("input.args", NO_HINT, "*args", "*args: {}")
-        return _element(rest, f"[{position - len(self.positional)}]")
-
-    def target_named(self, name: str) -> _Target:
-        if name in self.named:
-            return self.named[name]
-        rest = self.rest_named or _Target("input.kwargs", NO_HINT, "**kwargs", "**kwargs: {}")
-        return _element(rest, f'["{name}"]')
-
-    def targets(
-        self, args: Sequence[object], kwargs: Mapping[str, object]
-    ) -> list[tuple[_Target, object]]:
-        """Each argument with where it goes: positional ones first, then named ones."""
-        parts = [(self.target_at(i), value) for i, value in enumerate(args)]
-        return parts + [(self.target_named(name), value) for name, value in kwargs.items()]
-
-    def fits(self, args: Sequence[object], kwargs: Mapping[str, object]) -> bool:
-        """A quick yes for a call that surely binds; `bind` says why one does not."""
-        count = len(args)
-        if count > len(self.positional) and self.rest_positional is None:
-            return False
-        for name in kwargs:
-            if name not in self.named:
-                if self.rest_named is None:
-                    return False
-            elif self.index.get(name, count) < count:  # passed by position too
-                return False
-        for nameable, position in self.required:
-            if not (0 <= position < count or (nameable is not None and nameable in kwargs)):
-                return False
-        return True
-
-    def plain(self, args: Sequence[object], kwargs: Mapping[str, object]) -> bool:
-        """Whether every argument reads back unchanged without looking: _fast, inlined,
-        since every step call comes through here (parameter hints of Any are NO_HINT)."""
-        hints, count = self.hints, len(self.hints)
-        for position, value in enumerate(args):
-            hint = hints[position] if position < count else self.rest_hint
-            kind = type(value)
-            if (hint is not NO_HINT and hint is not kind) or (
-                kind not in PLAIN_SCALARS and not is_plain(value)
-            ):
-                return False
-        for name, value in kwargs.items():  # noqa: SIM110 (a loop: no generator, hot path)
-            if not _fast(self.hint_named(name), value):
-                return False
-        return True
-
-    def bind(self, args: Sequence[object], kwargs: Mapping[str, object], *, what: str) -> None:
-        try:
-            signature = inspect.signature(self.fn)
-        except (TypeError, ValueError):  # a callable without a signature: take anything
-            return
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise PayloadError(
-                f"the input of {what} does not fit its parameters ({exc}): it takes "
-                f"{_shown(self.fn, signature)}"
-            ) from None
-
-
-def _shown(fn: Callable[..., object], signature: inspect.Signature) -> str:
-    """`count_to(count: int, *chunks: bytes)`: the parameters as written, hints evaluated."""
-    with contextlib.suppress(Exception):  # unresolvable forward references stay strings
-        signature = inspect.signature(fn, eval_str=True)
-    parameters = signature.replace(return_annotation=inspect.Signature.empty)
-    return f"{getattr(fn, '__name__', 'it')}{parameters}"
-
-
-def _element(rest: _Target, where: str) -> _Target:
-    return _Target(rest.path + where, rest.hint, rest.noun, rest.annotation)
-
-
-@functools.cache
-def _parameters(fn: Callable[..., object]) -> _Parameters:
-    hints = _hints(fn)
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # no signature to go by: any argument, no hints
-        signature = inspect.Signature(
-            [
-                inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
-            ]
-        )
-    positional: list[_Target] = []
-    named: dict[str, _Target] = {}
-    index: dict[str, int] = {}
-    required: list[tuple[str | None, int]] = []
-    rest_positional = rest_named = None
-    for parameter in signature.parameters.values():
-        name, kind = parameter.name, parameter.kind
-        hint = hints.get(name, NO_HINT)
-        hint = NO_HINT if hint is Any or hint is object else hint  # anything: plain JSON
-        if kind is parameter.VAR_POSITIONAL:
-            rest_positional = _Target(f"input.{name}", hint, f"*{name}", f"*{name}: {{}}")
-            continue
-        if kind is parameter.VAR_KEYWORD:
-            rest_named = _Target(f"input.{name}", hint, f"**{name}", f"**{name}: {{}}")
-            continue
-        target = _Target(f"input.{name}", hint, f"the parameter {name!r}", f"{name}: {{}}")
-        position = -1
-        if kind is not parameter.KEYWORD_ONLY:
-            position = len(positional)
-            positional.append(target)
-        if kind is not parameter.POSITIONAL_ONLY:
-            named[name] = target
-            if position >= 0:
-                index[name] = position
-        if parameter.default is parameter.empty:
-            required.append((None if kind is parameter.POSITIONAL_ONLY else name, position))
-    return _Parameters(
-        fn,
-        tuple(positional),
-        named,
-        index,
-        tuple(required),
-        rest_positional,
-        rest_named,
-        tuple(target.hint for target in positional),
-        NO_HINT if rest_positional is None else rest_positional.hint,
-    )
-
-
-def _hints(fn: Callable[..., object]) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:  # unresolvable forward references: fall back to plain JSON
-        return {}

@@ -5,10 +5,12 @@ What each kind carries in `Event.data`, typed, and its JSON both ways: durably.c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from durably.core.secrets import scrub
 from durably.core.tracebacks import user_traceback
 
 __all__ = ["UNREADABLE_ROW", "ErrorInfo", "Event", "EventKind", "error_class_name"]
@@ -96,14 +98,17 @@ class ErrorInfo:
         return cls(error_class_name(type(error)), str(error))
 
     @classmethod
-    def raised(cls, error: BaseException, hide: str = "") -> ErrorInfo:
-        """The error the user's code raised, with its traceback; `hide`: a secret the code
-        was given, replaced in the message and the traceback."""
+    def raised(cls, error: BaseException, hide: str | Sequence[str] = ()) -> ErrorInfo:
+        """The error the user's code raised, with its traceback; `hide`: secrets the code was
+        given (an approval's token, the values of secret fields and parameters), replaced
+        in the message and the traceback."""
         info = cls.of(error)
         text = user_traceback(error)
-        if hide:
-            hidden = None if text is None else _hidden(text, hide)
-            return cls(info.error_class, _hidden(info.message, hide), hidden)
+        secrets = [hide] if isinstance(hide, str) else list(hide)
+        secrets = [secret for secret in secrets if secret]
+        if secrets:
+            hidden = None if text is None else scrub(text, secrets)
+            return cls(info.error_class, scrub(info.message, secrets), hidden)
         return cls(info.error_class, info.message, text)
 
     def report(self) -> str:
@@ -117,10 +122,6 @@ def error_class_name(kind: type[BaseException]) -> str:
     if kind.__module__ == "builtins":
         return kind.__qualname__
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _hidden(text: str, secret: str) -> str:
-    return text.replace(secret, "[hidden]")
 
 
 @dataclass(frozen=True, slots=True)

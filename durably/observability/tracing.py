@@ -11,8 +11,9 @@ children.
     app = durably.App(url, hooks=[Tracing()])      # spans go to the global TracerProvider
 
 Spans: `durably.step <name>` (attributes durably.run_id, durably.workflow, durably.step,
-durably.attempt, durably.dependency, durably.correlation_id; status ERROR with the exception
-recorded when the attempt failed) and `durably.run <workflow>` (from the run's start to its
+durably.attempt, durably.dependency, durably.correlation_id; status ERROR and an `exception`
+event naming the error's class when the attempt failed: not its message, which may repeat a
+secret) and `durably.run <workflow>` (from the run's start to its
 end, status ERROR unless it completed).
 """
 
@@ -34,7 +35,7 @@ except ImportError as missing:  # pragma: no cover - the message is the point
     ) from missing
 
 from durably.core.children import lineage
-from durably.core.history import Event
+from durably.core.history import Event, error_class_name
 from durably.core.status import PARKED
 from durably.runtime.hooks import Hooks
 from durably.workflow.context import current_execution
@@ -89,8 +90,11 @@ class Tracing(Hooks):
         span, token = opened
         otel_context.detach(token)  # type: ignore[arg-type]
         if error is not None:
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            # the error's class, not its message or traceback: they may repeat a secret the
+            # step was given (the run's history holds them with its secrets redacted)
+            name = error_class_name(type(error))
+            span.add_event("exception", {"exception.type": name, "exception.escaped": True})
+            span.set_status(Status(StatusCode.ERROR, name))
         span.end()
 
     def run_ended(self, run_id: str, workflow: str, status: str, events: Sequence[Event]) -> None:

@@ -157,10 +157,10 @@ def record_failure(
     policy: Retry,
     clock: Clock,
     rng: random.Random,
-    hide: str = "",
+    hide: Sequence[str] = (),
 ) -> NoReturn:
     """Record a failed attempt; raise StepFailed (given up) or Suspend (retry when due).
-    `hide`: a secret the step was given, kept out of the recorded error message. A timed-out
+    `hide`: secrets the step was given, kept out of the recorded error message. A timed-out
     attempt is unknown, unless its step is transactional (then it was rolled back)."""
     info = ErrorInfo.raised(error, hide)
     timed_out = isinstance(error, StepTimeout) and not step.options.transactional

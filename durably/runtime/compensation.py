@@ -24,6 +24,7 @@ from durably.core.payloads import (
 )
 from durably.core.replay import StepRecord, fold_run, owed_undos
 from durably.core.retry import GiveUp, classify, decide
+from durably.core.secrets import secrets_in_text
 from durably.core.status import RunStatus
 from durably.errors import MissingCompensation, PayloadError
 from durably.runtime.attempts import call_user
@@ -165,7 +166,9 @@ class Compensation:
 
     async def _failed(self, step: Step, record: StepRecord, attempt: int, exc: Exception) -> bool:
         policy = step.options.retry or self._engine.settings.default_retry
-        error = ErrorInfo.raised(exc)
+        # the step's recorded input and result hold what the undo was given
+        given = [record.started.data if record.started else None, record.result]
+        error = ErrorInfo.raised(exc, [found for text in given for found in secrets_in_text(text)])
         now = self._clock.now()
         decision = decide(
             policy,

@@ -40,6 +40,7 @@ from durably.core.replay import (
     next_wait,
     progressed,
 )
+from durably.core.secrets import secrets_in_text
 from durably.core.status import RunStatus
 from durably.errors import (
     DeadlineExceeded,
@@ -318,12 +319,18 @@ class RunExecution:
             if cancel is not None:
                 await self._compensation.run(cancel_error(cancel), RunStatus.CANCELLED)
             else:
-                error = ErrorInfo.raised(exc)
+                error = ErrorInfo.raised(exc, self.input_secrets)
                 name = self._workflow.name
                 log.warning("run %s: workflow %s failed: %s", self.run_id, name, error.report())
                 await self._compensation.run(error, RunStatus.FAILED)
             return
         await self._complete(value)
+
+    @property
+    def input_secrets(self) -> list[str]:
+        """The secrets in the run's input (durably.core.secrets): kept out of the messages of
+        the errors it records. Read on a failure only, never on the way to success."""
+        return secrets_in_text(self._claim.input)
 
     async def _complete(self, value: Any) -> None:
         workflow = self._workflow

@@ -20,6 +20,7 @@ from durably.core.control import Control
 from durably.core.history import ErrorInfo, EventKind
 from durably.core.replay import Execute
 from durably.core.retry import classify
+from durably.core.secrets import REDACTED, secrets_in_text
 from durably.errors import LeaseLost, StepFailed
 from durably.runtime import transactions
 from durably.runtime.admission import Gates
@@ -56,6 +57,9 @@ class Running(Protocol):
     call_scope: str
     control: Control
     interrupts: Interrupts
+
+    @property
+    def input_secrets(self) -> list[str]: ...
 
     def check_body_may_go_on(self) -> None: ...
 
@@ -109,7 +113,7 @@ class StepRunner:
             what = f"step {step.name!r}"
             input_json = encode_call(args, kwargs, step.fn, what=what, limit=self._limit)
             if hide:
-                input_json = input_json.replace(hide, "[hidden]")
+                input_json = input_json.replace(hide, REDACTED)
             key = step.options.key(*args, **kwargs) if step.options.key else None
         except Exception as exc:
             message = str(exc) if not hide else _UNPASSABLE.format(step.name, type(exc).__name__)
@@ -183,7 +187,7 @@ class StepRunner:
                 policy=policy,
                 clock=self._clock,
                 rng=self._rng,
-                hide=hide,
+                hide=[hide, *secrets_in_text(input_json), *execution.input_secrets],
             )
         finally:
             await beats.close(failed=False)

@@ -34,6 +34,7 @@ from durably.core.payloads import (
     Upgraded,
     WaitStarted,
 )
+from durably.core.secrets import redact, redact_text
 from durably.errors import PayloadError
 
 __all__ = ["detail", "moment", "short", "started_pairs"]
@@ -44,10 +45,12 @@ def moment(moment: datetime) -> str:
 
 
 def short(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters; a value encrypted with a key this process does not
-    hold (durably.codec.encryption) as `encrypted (key k2)`."""
+    """`text` as a person may see it, cut to `limit` characters: a value encrypted with a key
+    this process does not hold (durably.codec.encryption) as `encrypted (key k2)`, and the
+    secrets in JSON text redacted (durably.core.secrets)."""
     if sealed_key(text) is not None:
         return masked(text)
+    text = redact_text(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -152,6 +155,7 @@ def _value(kind: EventKind, data: str) -> str:
 
 def _call(name: str, given: Mapping[str, object]) -> str:
     """A step's input as the call it was: `charge({"id": "o-1"}, 12, retry=True)`."""
+    given = redact(dict(given))
     args = given.get("args", [])
     kwargs = given.get("kwargs", {})
     shown = [json.dumps(arg) for arg in args] if isinstance(args, list) else []

@@ -14,10 +14,11 @@ from durably.client.approvals import PendingApproval
 from durably.client.control import Steered
 from durably.client.correlation import MAX_LENGTH
 from durably.client.dead_letters import DeadLetter
-from durably.codec.encryption import PREFIX, masked, sealed_key
+from durably.codec.encryption import masked, sealed_key
 from durably.core.history import ErrorInfo, Event
 from durably.core.names import MAX_NAME, RUN_ID_PATTERN
 from durably.core.priority import MAX_PRIORITY
+from durably.core.secrets import redact, redact_text
 from durably.runtime.schedules import ScheduleInfo
 from durably.runtime.upgrades import Upgrade
 from durably.stores.protocol import RunRecord, RunStats, WorkerBeat
@@ -428,16 +429,23 @@ def _age(since: datetime | None, now: datetime) -> float:
 def _parsed(text: str) -> Any:
     """Stored JSON as its value (text that is not JSON, which durably never writes, as is).
     A value encrypted with a key this process does not hold reads `encrypted (key k2)`, as do
-    such values in the fields of an event's data (a signal's data)."""
+    such values in the fields of an event's data (a signal's data); secrets read `[redacted]`
+    (durably.core.secrets)."""
     if sealed_key(text) is not None:
         return masked(text)
     try:
         value = json.loads(text)
     except ValueError:
         return text
-    if isinstance(value, dict) and PREFIX in text:
-        return {key: _parsed(part) if sealed_key(part) else part for key, part in value.items()}
-    return value
+    if isinstance(value, dict):  # a JSON text in a field (a signal's data): its secrets too
+        value = {
+            key: _field(part) if isinstance(part, str) else part for key, part in value.items()
+        }
+    return redact(value)
+
+
+def _field(text: str) -> str:
+    return masked(text) if sealed_key(text) is not None else redact_text(text)
 
 
 class UpgradeIn(BaseModel):

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import Body as FastBody
 
 from durably.client.client import Client
+from durably.client.exports import redacted
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
@@ -187,8 +188,9 @@ def history(run_id: RunId, state: State, who: Reader) -> HistoryOut:
 
 @router.get("/runs/{run_id}/export", tags=["runs"])
 def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
-    """The run and its whole history, as `durably runs export` writes it (for replay tests)."""
-    return state.client_for(who).export(run_id)
+    """The run and its whole history, as `durably runs export` writes it (for replay tests),
+    with secrets redacted."""
+    return redacted(state.client_for(who).export(run_id))
 
 
 @router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)

@@ -28,6 +28,7 @@ from durably.stores.protocol import Happened
 from durably.views.actions import allowed
 from durably.views.breakers import breakers
 from durably.views.deploys import summary
+from durably.views.details import short
 from durably.views.explaining import explain, root_cause
 from durably.views.gantt import gantt, span_seconds
 from durably.views.timeline import describe_run, timeline
@@ -40,6 +41,8 @@ __all__ = ["router"]
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+# a stored value as a person may see it: encrypted ones masked, secrets redacted, cut short
+templates.env.filters["shown"] = lambda text, limit=120: short(text or "", limit)
 State = Annotated[Served, Depends(served)]
 _STATUSES = [str(status) for status in RunStatus]
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durably.codec.encoding import NO_HINT, encode
+from durably.codec.encoding import encode
+from durably.codec.parameters import NO_HINT
 from durably.errors import DurablyError, PayloadError
 from durably.workflow.context import step_scope
 

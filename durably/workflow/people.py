@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from durably.codec.encoding import NO_HINT, encode
+from durably.codec.encoding import encode
+from durably.codec.parameters import NO_HINT
 from durably.core.approvals import ESCALATION, ON_TIMEOUT
 from durably.core.signals import check_signal_name
 from durably.durations import Duration

@@ -86,7 +86,7 @@ def test_the_token_decides_once_and_only_its_hash_is_stored(
     assert len(secret) >= 43  # 256 bits, url-safe base64
     stored = "".join(f"{e.data}" for e in app.client.history("r-2"))
     assert secret not in stored  # not in the notify step's recorded input, nowhere
-    assert "[hidden]" in stored
+    assert "[redacted]" in stored
 
     with pytest.raises(DurablyError, match="does not match"):
         app.client.decide_with_token(request.token[:-2] + "xx", approved=True, by="mallory")
@@ -307,7 +307,7 @@ def test_decisions_reach_only_runs_that_wait_for_them(app: durably.App, clock: F
     secret = token.rpartition(".")[2]
     error = app.client.get("r-13").error
     assert error is not None
-    assert "could not send r-13.0.[hidden]" in error.message  # its own message, without it
+    assert "could not send r-13.0.[redacted]" in error.message  # its own message, without it
     assert secret not in "".join(str(e.data) for e in app.client.history("r-13"))
     run = app.client.get("r-14")  # a request it cannot take fails the run (terminal)
     error = run.error

@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo
 import pydantic
 import pytest
 
-from durably.codec.encoding import NO_HINT, decode, decode_call, encode, encode_call, return_hint
+from durably.codec.encoding import decode, decode_call, encode, encode_call, return_hint
+from durably.codec.parameters import NO_HINT
 from durably.errors import PayloadError
 
 

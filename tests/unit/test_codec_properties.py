@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durably.codec.encoding import NO_HINT, decode, decode_call, encode, encode_call
+from durably.codec.encoding import decode, decode_call, encode, encode_call
+from durably.codec.parameters import NO_HINT
 from durably.errors import PayloadError
 from tests.payloads import HINTS, json_native, same, values_for
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from durably.codec.encoding import NO_HINT, decode_given, decode_given_call, encode_call
+from durably.codec.encoding import decode_given, decode_given_call, encode_call
+from durably.codec.parameters import NO_HINT
 from durably.errors import PayloadError
 
 

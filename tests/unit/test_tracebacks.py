@@ -113,10 +113,10 @@ def test_a_secret_is_hidden_in_the_message_and_the_traceback() -> None:
 
     info = ErrorInfo.raised(raised(leaky), hide="tok_s3cr3t")
 
-    assert info.message == "refused [hidden]"
+    assert info.message == "refused [redacted]"
     assert info.traceback is not None
     assert "tok_s3cr3t" not in info.traceback
-    assert "PermissionError: refused [hidden]" in info.traceback
+    assert "PermissionError: refused [redacted]" in info.traceback
 
 
 def test_the_traceback_is_stored_with_the_error_and_read_back() -> None:
