@@ -7,7 +7,10 @@ and rotation moves every row onto the new key while old values stay readable."""
 from __future__ import annotations
 
 import base64
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +231,29 @@ def test_keys_come_from_a_file_the_first_one_current(tmp_path: Path) -> None:
     assert keys.current == "k2"
     assert keys.open(keys.seal("[1]")) == "[1]"
     assert Keyring.from_environment({}) is None
+
+
+def test_the_rotate_command_seals_with_the_new_key_and_says_how_far_it_got(
+    store_url: str, clock: FakeClock, known: dict[str, str]
+) -> None:
+    app = shop(store_url, clock, ring("k1", known=known))
+    run_order(app, "o-1")
+    app.close()
+    both = ",".join(f"{key_id}:{known.setdefault(key_id, new_key())}" for key_id in ("k2", "k1"))
+    rotate = [sys.executable, "-m", "durably", "keys", "rotate", "--store", store_url]
+    done = subprocess.run(
+        [*rotate, "--batch", "3"],
+        env={**os.environ, "DURABLY_KEYS": both},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "every payload is now sealed with k2" in done.stdout
+    rows = raw_rows(store_url)
+    assert not [row for row in rows if f"{PREFIX}k1:" in row]
+    assert [row for row in rows if f"{PREFIX}k2:" in row]
+
+    unkeyed = {k: v for k, v in os.environ.items() if not k.startswith("DURABLY_KEYS")}
+    refused = subprocess.run(rotate, env=unkeyed, capture_output=True, text=True, check=False)
+    assert refused.returncode != 0
+    assert "no keys are given: set DURABLY_KEYS or DURABLY_KEYS_FILE" in refused.stderr
