@@ -33,7 +33,7 @@ def test_an_existing_store_opens_as_it_is_for_reading_and_writing(
 ) -> None:
     store.create_run(new_run("r1"), now=clock.now())
 
-    existing = open_store(store_url, create=False)
+    existing = open_store(store_url, create=False, keys=getattr(store, "keys", None))
     try:
         assert existing.get_run("r1") == store.get_run("r1")
         assert existing.create_run(new_run("r2"), now=clock.now())[1] is True
