@@ -2,6 +2,7 @@
 
 from durably.cli import (  # noqa: F401  (each registers its commands)
     answers,
+    audit,
     commands,
     evolve,
     keys,

@@ -10,13 +10,14 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 import click
 
 from durably.app import App
 from durably.client.client import Client
+from durably.core.audit import Via
 from durably.durations import parse_duration
 from durably.errors import ConfigError, DurablyError
 from durably.observability import logs
@@ -27,6 +28,7 @@ __all__ = [
     "BY",
     "DURATION",
     "PRECEDENCE",
+    "SINCE",
     "cli",
     "client_for",
     "fail",
@@ -98,6 +100,32 @@ class MomentType(click.ParamType):  # type: ignore[type-arg]
 
 MOMENT = MomentType()
 
+
+class SinceType(click.ParamType):  # type: ignore[type-arg]
+    """A time, or a duration back from now (1h: the last hour): a timedelta or a datetime."""
+
+    name = "duration_or_time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (datetime, timedelta)):
+            return value
+        try:
+            return parse_duration(str(value), what="since")
+        except (ValueError, TypeError, DurablyError):
+            pass
+        try:
+            return MOMENT.convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(
+                f"{value!r} is neither a duration back from now (30m, 1h, 7d) nor a time "
+                "(2026-11-27, 2026-11-27T10:00)",
+                param,
+                ctx,
+            )
+
+
+SINCE = SinceType()
+
 BY = click.option(
     "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
 )
@@ -157,7 +185,8 @@ def client_for(
     else:
         store = where
     try:
-        yield Client(store, registry=app, clock=None if app is None else app.clock)
+        clock = None if app is None else app.clock
+        yield Client(store, registry=app, clock=clock, via=Via.CLI)
     finally:
         store.close()
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 import click
 
 from durably.cli.base import (
+    BY,
     DURATION,
     MOMENT,
     PRECEDENCE,
@@ -163,6 +164,7 @@ def worker(
     help="0 (lowest) to 1000; each level is a minute's head start in the claim order. "
     "Default: the workflow's, else 0.",
 )
+@BY
 def start(
     workflow: str,
     app_target: str,
@@ -171,12 +173,18 @@ def start(
     run_id: str | None,
     correlation_id: str | None,
     priority: int | None,
+    by: str,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
     # A store may be created here: starting a run before any worker ran is fine.
     with client_for(app_target, store_url, create=True) as client:
         started = client.start_json(
-            workflow, input_json, id=run_id, priority=priority, correlation_id=correlation_id
+            workflow,
+            input_json,
+            id=run_id,
+            priority=priority,
+            correlation_id=correlation_id,
+            by=by,
         )
         run = started.run
         if started.created:

@@ -59,12 +59,13 @@ def resume(app_target: str | None, store_url: str | None, run_id: str, by: str) 
 @runs.command("release", epilog=PRECEDENCE)
 @where
 @click.argument("run_id")
-def release(app_target: str | None, store_url: str | None, run_id: str) -> None:
+@BY
+def release(app_target: str | None, store_url: str | None, run_id: str, by: str) -> None:
     """RUN_ID's worker is dead: end the leases it holds (this run's and its others'), so that
     the next worker to poll takes them over now instead of when they expire. Safe if it was
     alive after all: its later writes are refused, and the runs go on elsewhere."""
     with client_for(app_target, store_url) as client:
-        released = client.release(run_id)
+        released = client.release(run_id, by=by)
         if released.count:
             click.echo(f"released {released.count} run(s) held by worker {released.worker}")
         else:

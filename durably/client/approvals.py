@@ -23,6 +23,7 @@ from durably.core.approvals import (
     fold_approvals,
     parse_token,
 )
+from durably.core.audit import Action, Via, audit_of
 from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
 from durably.core.payloads import Decision
@@ -95,6 +96,7 @@ def decide(
     *,
     approved: bool,
     by: str,
+    via: Via,
     now: datetime,
     comment: str | None = None,
     secret: str | None = None,
@@ -132,7 +134,10 @@ def decide(
         None,
         encode_payload(decision),
     )
-    hand_back(store, claim, now, event)
+    action = Action.APPROVE if approved else Action.REJECT
+    how = "token" if secret else None  # decided with the approval's own token
+    audit = audit_of(action, by, via, approval=approval.name, comment=comment, using=how)
+    hand_back(store, claim, now, event, audit=audit)
     return decision
 
 
@@ -151,7 +156,14 @@ def check_escalation(store: Store, run_id: str) -> None:
 
 
 def decide_with_token(
-    store: Store, token: str, *, approved: bool, by: str, now: datetime, comment: str | None
+    store: Store,
+    token: str,
+    *,
+    approved: bool,
+    by: str,
+    via: Via,
+    now: datetime,
+    comment: str | None,
 ) -> Decision:
     """Decide the approval a token was made for (approve or reject; once)."""
     run_id, position, secret = parse_token(token)
@@ -161,6 +173,7 @@ def decide_with_token(
         "",
         approved=approved,
         by=by,
+        via=via,
         now=now,
         comment=comment,
         secret=secret,

@@ -9,6 +9,8 @@ still read runs and act on them; only starting a run needs it.
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import json
 import threading
 import uuid
@@ -37,6 +39,7 @@ from durably.codec.encoding import (
 )
 from durably.codec.parameters import NO_HINT
 from durably.core.approvals import ESCALATION
+from durably.core.audit import Action, Via, audit_of
 from durably.core.control import CONTROL_KINDS
 from durably.core.names import check_name
 from durably.core.payloads import Decision
@@ -78,7 +81,8 @@ class Client(RunReader):
     `store` is a Store, or a call that returns one (App's: it opens the store on first use
     and reopens it after close). `registry` knows the app's workflows and steps; `clock`
     stamps what the client writes (default: the system's). `by` names who acts in the
-    audit trail of every action whose own `by=` names nobody (an App's client: "app")."""
+    audit trail of every action whose own `by=` names nobody (an App's client: "app");
+    `via` says how they reach durably (the library, the CLI, the API, the dashboard)."""
 
     def __init__(
         self,
@@ -88,9 +92,11 @@ class Client(RunReader):
         clock: Clock | None = None,
         max_payload: int | None = None,
         by: str = "app",
+        via: Via = Via.LIBRARY,
     ) -> None:
         super().__init__(store, registry=registry, clock=clock)
         self.by = by  # who acts, in the audit trail, when an action names nobody (`by=`)
+        self.via = via  # how they reach durably, in the audit trail
         self.max_payload = max_payload  # bytes an input or a message may take as JSON
         self._listeners: list[Callable[[], None]] = []
         self._listeners_lock = threading.Lock()
@@ -99,6 +105,13 @@ class Client(RunReader):
             lambda runs: self.store.create_runs(runs, now=self.clock.now()),
             lambda run: self.store.create_run(run, now=self.clock.now()),
         )
+
+    def through(self, via: Via) -> Client:
+        """This client as reached through `via` (the server's API and dashboard share their
+        app's client): the same store, app, clock and local workers."""
+        reached = copy.copy(self)
+        reached.via = via
+        return reached
 
     # -- starting -----------------------------------------------------------------------
 
@@ -111,6 +124,7 @@ class Client(RunReader):
         id: str | None = None,
         priority: int | None = None,
         correlation_id: str | None = None,
+        by: str | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
@@ -119,8 +133,11 @@ class Client(RunReader):
         another workflow or with another input. `priority`: 0 to 1,000 (default: the
         workflow's, else 0); a start that finds its run keeps the run's priority.
         `correlation_id`: recorded with the run (and its children), shown everywhere and
-        searched by; default: the caller's OpenTelemetry trace id, if it has one."""
-        new = self._run_of(Start(workflow, args, kwargs, id, priority, correlation_id))
+        searched by; default: the caller's OpenTelemetry trace id, if it has one.
+        `by`: the person who starts it, recorded in the audit trail (a start through the CLI,
+        the API or the dashboard is recorded as its caller's; the app's own starts are its
+        work, not a person's action, and are not)."""
+        new = self._run_of(Start(workflow, args, kwargs, id, priority, correlation_id), by)
         return self._create(new)
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
@@ -129,7 +146,7 @@ class Client(RunReader):
         Every input is checked before anything is written (PayloadError: nothing started).
         RunConflict if an id is taken by a run of another workflow or with another input:
         the other runs of the batch are started all the same (starting them again is safe)."""
-        new = [self._run_of(item) for item in starts]
+        new = [self._run_of(item, None) for item in starts]
         outcomes = self.store.create_runs(new, now=self.clock.now()) if new else []
         if any(created for _, created in outcomes):
             self.notify()
@@ -153,10 +170,11 @@ class Client(RunReader):
         id: str | None = None,
         priority: int | None = None,
         correlation_id: str | None = None,
+        by: str | None = None,
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread (in the caller's
         context, so its trace id is the default correlation id there too)."""
-        start = partial(self.start, id=id, priority=priority, correlation_id=correlation_id)
+        start = partial(self.start, id=id, priority=priority, correlation_id=correlation_id, by=by)
         return await asyncio.to_thread(start, workflow, args, kwargs)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
@@ -171,6 +189,7 @@ class Client(RunReader):
         id: str | None = None,
         priority: int | None = None,
         correlation_id: str | None = None,
+        by: str | None = None,
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -179,16 +198,18 @@ class Client(RunReader):
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
         start = Start(definition, args, kwargs, id, priority, correlation_id)
-        return self._create(self._run_of(start))
+        return self._create(self._run_of(start, by))
 
     # -- a person's actions on parked runs ----------------------------------------------
-    # Each is recorded in the run's history with who did it (`by`), and wakes local workers.
+    # Each is recorded in the run's history with who did it (`by`), and in the audit trail
+    # in the same transaction, and wakes local workers.
 
     def retry(self, run_id: str, *, by: str | None = None, from_step: int | None = None) -> None:
         """Fresh attempts for a parked run, with the same idempotency keys (or every step
         from `from_step`, none of which may have completed)."""
         by = self._who(by)
-        dead_letters.retry(self.store, run_id, now=self.clock.now(), by=by, from_step=from_step)
+        now, via = self.clock.now(), self.via
+        dead_letters.retry(self.store, run_id, now=now, by=by, via=via, from_step=from_step)
         self.notify()
 
     def skip_step(self, run_id: str, *, by: str | None = None, result: Any = None) -> None:
@@ -215,15 +236,26 @@ class Client(RunReader):
     ) -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
         by = self._who(by)
-        dead_letters.fail(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        now, via = self.clock.now(), self.via
+        dead_letters.fail(self.store, run_id, now=now, by=by, via=via, reason=reason)
         self.notify()
 
-    def release(self, run_id: str) -> Released:
+    def release(self, run_id: str, *, by: str | None = None) -> Released:
         """The run's worker is dead: end the leases it holds, this run's and its others', so
-        that the next worker to poll takes them over now."""
-        worker, count = dead_letters.release(self.store, run_id, now=self.clock.now())
+        that the next worker to poll takes them over now. Recorded in the audit trail."""
+        by = self._who(by)
+        now = self.clock.now()
+        worker, count = dead_letters.release(self.store, run_id, now=now)
+        entry = audit_of(Action.RELEASE, by, self.via, worker=worker, leases=count)
+        self.store.record_audit(entry, now=now, run_id=run_id)
         self.notify()
         return Released(worker, count)
+
+    def record(self, action: Action, *, by: str | None = None) -> None:
+        """Record in the audit trail an action that is no write of the store's (a dashboard
+        login or logout)."""
+        entry = audit_of(action, self._who(by), self.via)
+        self.store.record_audit(entry, now=self.clock.now())
 
     # -- steering a run: cancel, pause, resume --------------------------------------------
 
@@ -233,7 +265,8 @@ class Client(RunReader):
         ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
         that has finished otherwise."""
         by = self._who(by)
-        steered = control.cancel(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        now, via = self.clock.now(), self.via
+        steered = control.cancel(self.store, run_id, now=now, by=by, reason=reason, via=via)
         self.notify()
         return steered
 
@@ -241,14 +274,15 @@ class Client(RunReader):
         """Pause a pending or running run: it starts no new step or undo (one in flight
         finishes and is recorded), and timers that come due wait, until it is resumed."""
         by = self._who(by)
-        steered = control.pause(self.store, run_id, now=self.clock.now(), by=by, reason=reason)
+        now, via = self.clock.now(), self.via
+        steered = control.pause(self.store, run_id, now=now, by=by, reason=reason, via=via)
         self.notify()
         return steered
 
     def resume(self, run_id: str, *, by: str | None = None) -> Steered:
         """Resume a paused run from where it stopped."""
         by = self._who(by)
-        steered = control.resume(self.store, run_id, now=self.clock.now(), by=by)
+        steered = control.resume(self.store, run_id, now=self.clock.now(), by=by, via=self.via)
         self.notify()
         return steered
 
@@ -266,8 +300,9 @@ class Client(RunReader):
         runs for real from there, with fresh idempotency keys. Both histories link to each
         other."""
         by = self._who(by)
+        now, via = self.clock.now(), self.via
         run = restarts.restart(
-            self.store, run_id, from_step=from_step, now=self.clock.now(), by=by, new_id=id
+            self.store, run_id, from_step=from_step, now=now, by=by, via=via, new_id=id
         )
         self.notify()
         return run
@@ -288,7 +323,8 @@ class Client(RunReader):
         by = self._who(by)
         if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
             approvals.check_escalation(self.store, run_id)
-            self._skip(run_id, json.dumps(approved), by)
+            action = Action.APPROVE if approved else Action.REJECT
+            self._skip(run_id, json.dumps(approved), by, action=action)
             return Decision(approved, by, self.clock.now(), comment)
         decision = approvals.decide(
             self.store,
@@ -296,6 +332,7 @@ class Client(RunReader):
             name,
             approved=approved,
             by=by,
+            via=self.via,
             now=self.clock.now(),
             comment=comment,
         )
@@ -308,7 +345,13 @@ class Client(RunReader):
         """Approve or reject the approval `token` was made for: once, whoever holds it."""
         by = self._who(by)
         decision = approvals.decide_with_token(
-            self.store, token, approved=approved, by=by, now=self.clock.now(), comment=comment
+            self.store,
+            token,
+            approved=approved,
+            by=by,
+            via=self.via,
+            now=self.clock.now(),
+            comment=comment,
         )
         self.notify()
         return decision
@@ -343,7 +386,12 @@ class Client(RunReader):
         encoded = None if data is None else encode(data, what=what, limit=self.max_payload)
         # Always a key: a send tried again after its answer was lost is then found, not doubled.
         key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
-        message = Message(run_id, kind, by, name, encoded, key)
+        # In the trail: the signal's name (or the message's kind and name), never its data.
+        if kind == SIGNAL_KIND:
+            audit = audit_of(Action.SIGNAL, by, self.via, signal=name)
+        else:
+            audit = audit_of(Action.MESSAGE, by, self.via, kind=kind, name=name)
+        message = Message(run_id, kind, by, name, encoded, key, audit=audit)
         sent = self.store.send(message, now=self.clock.now())
         if sent.outcome is SentOutcome.NO_RUN:
             raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
@@ -449,8 +497,14 @@ class Client(RunReader):
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _run_of(self, item: Start) -> NewRun:
-        return new_run(item, self.registry, max_payload=self.max_payload)
+    def _run_of(self, item: Start, by: str | None) -> NewRun:
+        """The run to create; a person's start (`by` given, or a client the CLI, the API or
+        the dashboard acts through) carries its audit entry."""
+        run = new_run(item, self.registry, max_payload=self.max_payload)
+        if by is None and self.via is Via.LIBRARY:
+            return run
+        audit = audit_of(Action.START, self._who(by), self.via)
+        return dataclasses.replace(run, audit=audit)
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)
@@ -460,9 +514,17 @@ class Client(RunReader):
             self.notify()
         return Started(record, created)
 
-    def _skip(self, run_id: str, result_json: str, by: str) -> None:
+    def _skip(
+        self, run_id: str, result_json: str, by: str, *, action: Action = Action.SKIP
+    ) -> None:
         dead_letters.skip_step(
-            self.store, run_id, now=self.clock.now(), by=by, result_json=result_json
+            self.store,
+            run_id,
+            now=self.clock.now(),
+            by=by,
+            via=self.via,
+            result_json=result_json,
+            recorded_as=action,
         )
         self.notify()
 

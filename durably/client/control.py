@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.client import dead_letters
+from durably.core.audit import Action, Via, audit_of
 from durably.core.control import CANCEL, CANCEL_KEY, PAUSE, RESUME, fold_control, reason_data
 from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
@@ -43,8 +44,11 @@ class Steered:
     note: str
 
 
-def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | None) -> Steered:
-    """Cancel the run: the body stops, completed steps are compensated, it ends `cancelled`."""
+def cancel(
+    store: Store, run_id: str, *, now: datetime, by: str, reason: str | None, via: Via
+) -> Steered:
+    """Cancel the run: the body stops, completed steps are compensated, it ends `cancelled`.
+    Recorded in the audit trail with the message that carries it, when that is stored."""
     run = _run(store, run_id)
     if run.status is RunStatus.CANCELLED:
         return Steered(run_id, CANCEL, False, run.status, "it is cancelled already")
@@ -67,7 +71,8 @@ def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | N
         if run.status is RunStatus.PAUSED:
             note += " (it is paused: resume it to let the undo go on)"
         return Steered(run_id, CANCEL, False, run.status, note)
-    message = Message(run_id, CANCEL, by, None, reason_data(reason), CANCEL_KEY)
+    audit = audit_of(Action.CANCEL, by, via, reason=reason)
+    message = Message(run_id, CANCEL, by, None, reason_data(reason), CANCEL_KEY, audit=audit)
     sent = store.send(message, now=now)
     if sent.outcome is SentOutcome.DUPLICATE:
         return Steered(run_id, CANCEL, False, run.status, _cancelled_already(None))
@@ -79,7 +84,9 @@ def cancel(store: Store, run_id: str, *, now: datetime, by: str, reason: str | N
     return Steered(run_id, CANCEL, True, status, _CANCEL_NOTES.get(status, _CANCEL_NOTE))
 
 
-def pause(store: Store, run_id: str, *, now: datetime, by: str, reason: str | None) -> Steered:
+def pause(
+    store: Store, run_id: str, *, now: datetime, by: str, reason: str | None, via: Via
+) -> Steered:
     """Pause the run: it starts no new step or undo (one in flight finishes) until resumed."""
     run = _run(store, run_id)
     _refuse_finished(run, "pause")
@@ -90,7 +97,8 @@ def pause(store: Store, run_id: str, *, now: datetime, by: str, reason: str | No
             f"cannot pause run {run_id!r}: it is {run.status}, so nothing runs until a person "
             "acts on it (durably dlq, durably approvals); a pause is for a pending or running run"
         )
-    message = Message(run_id, PAUSE, by, None, reason_data(reason), _once())
+    audit = audit_of(Action.PAUSE, by, via, reason=reason)
+    message = Message(run_id, PAUSE, by, None, reason_data(reason), _once(), audit=audit)
     status = _sent(store.send(message, now=now).outcome, run.status, run_id, "pause")
     note = (
         "its step in flight finishes; it stops before its next step"
@@ -100,7 +108,7 @@ def pause(store: Store, run_id: str, *, now: datetime, by: str, reason: str | No
     return Steered(run_id, PAUSE, True, status, note)
 
 
-def resume(store: Store, run_id: str, *, now: datetime, by: str) -> Steered:
+def resume(store: Store, run_id: str, *, now: datetime, by: str, via: Via) -> Steered:
     """Resume a paused run (or withdraw a pause that has not reached it yet)."""
     run = _run(store, run_id)
     _refuse_finished(run, "resume")
@@ -110,8 +118,10 @@ def resume(store: Store, run_id: str, *, now: datetime, by: str) -> Steered:
     )
     if run.status is not RunStatus.PAUSED and not on_its_way:
         return Steered(run_id, RESUME, False, run.status, f"it is not paused (it is {run.status})")
+    audit = audit_of(Action.RESUME, by, via)
+    message = Message(run_id, RESUME, by, dedupe_key=_once(), audit=audit)
     status = _sent(
-        store.send(Message(run_id, RESUME, by, dedupe_key=_once()), now=now).outcome,
+        store.send(message, now=now).outcome,
         run.status,
         run_id,
         "resume",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
+from durably.core.audit import Action, Audit, Via, audit_of
 from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import ErrorInfo, Event, EventKind, error_class_name
 from durably.core.payloads import (
@@ -75,11 +76,18 @@ def dead_letters(store: Store, *, limit: int = 100) -> list[DeadLetter]:
 
 
 def retry(
-    store: Store, run_id: str, *, now: datetime, by: str, from_step: int | None = None
+    store: Store,
+    run_id: str,
+    *,
+    now: datetime,
+    by: str,
+    via: Via,
+    from_step: int | None = None,
 ) -> None:
     """Fresh attempts for a parked run: its failed step runs again with the same idempotency
     key (or every step from `from_step`, which must not have completed); a failed
-    compensation is tried again."""
+    compensation is tried again. Each action here is recorded in the audit trail with the
+    commit that hands the run back."""
     if from_step is not None:
         _check_reopenable(store, run_id, from_step)
     if awaiting_approval(store.history(run_id)):
@@ -99,13 +107,22 @@ def retry(
         claim,
         now,
         Event(_next(claim), EventKind.RUN_RETRIED, now, position, None, None, data),
+        audit=audit_of(Action.RETRY, by, via, from_step=from_step),
     )
 
 
 def skip_step(
-    store: Store, run_id: str, *, now: datetime, by: str, result_json: str = "null"
+    store: Store,
+    run_id: str,
+    *,
+    now: datetime,
+    by: str,
+    via: Via,
+    result_json: str = "null",
+    recorded_as: Action = Action.SKIP,
 ) -> None:
-    """Give the failed step (or an escalation) a result by hand; the workflow goes on with it."""
+    """Give the failed step (or an escalation) a result by hand; the workflow goes on with it.
+    `recorded_as`: the action in the audit trail (an escalation's answer: approve, reject)."""
     try:
         json.loads(result_json)
     except ValueError as exc:
@@ -113,7 +130,7 @@ def skip_step(
     action, statuses = "skip a step of", {RunStatus.NEEDS_ATTENTION, RunStatus.COMPENSATION_FAILED}
     _check_status(store, run_id, action, statuses)  # checked before the run is touched
     if failed_undo(store.history(run_id)) is not None:
-        _skip_undo(store, run_id, now=now, by=by, result_json=result_json)
+        _skip_undo(store, run_id, now=now, by=by, via=via, result_json=result_json)
         return
     if last_failed_step(store.history(run_id)) is None:
         raise DurablyError(f"run {run_id!r} has no failed step to skip; retry or fail it instead")
@@ -124,10 +141,12 @@ def skip_step(
         raise DurablyError(f"run {run_id!r} changed while acting on it; look again and retry")
     data = encode_payload(Result(result_json))
     event = Event(_next(claim), EventKind.STEP_SKIPPED, now, step.position, step.name, None, data)
-    hand_back(store, claim, now, event)
+    hand_back(store, claim, now, event, audit=audit_of(recorded_as, by, via, step=step.name))
 
 
-def _skip_undo(store: Store, run_id: str, *, now: datetime, by: str, result_json: str) -> None:
+def _skip_undo(
+    store: Store, run_id: str, *, now: datetime, by: str, via: Via, result_json: str
+) -> None:
     """A person did the failed undo by hand: record that, and let the rest be undone."""
     if json.loads(result_json) is not None:
         raise DurablyError(
@@ -143,7 +162,7 @@ def _skip_undo(store: Store, run_id: str, *, now: datetime, by: str, result_json
     position, name = undo
     data = encode_payload(Command(by))
     event = Event(_next(claim), EventKind.COMPENSATION_SKIPPED, now, position, name, None, data)
-    hand_back(store, claim, now, event)
+    hand_back(store, claim, now, event, audit=audit_of(Action.SKIP, by, via, undo=name))
 
 
 _UNDO_FAILED = {RunStatus.COMPENSATION_FAILED}
@@ -171,22 +190,25 @@ def failed_step(store: Store, run_id: str) -> str | None:
     return None if step is None else step.name
 
 
-def fail(store: Store, run_id: str, *, now: datetime, by: str, reason: str) -> None:
+def fail(store: Store, run_id: str, *, now: datetime, by: str, via: Via, reason: str) -> None:
     """Give up on a parked run, or one whose worker died (its lease expired): compensate its
     completed steps, then end it `failed`."""
     claim = take(store, run_id, now=now, by=by, action="fail", statuses=_FAILABLE)
     phase = fold_run(claim.events)
     error = ErrorInfo("durably.FailedByPerson", f"{reason} (by {by})")
+    audit = audit_of(Action.FAIL, by, via, reason=reason)
     if phase.compensating is not None:  # its compensation already failed: end it as is
         data = encode_payload(RunFailed(error))
         event = Event(_next(claim), EventKind.RUN_FAILED, now, None, None, None, data)
         notice = parent_notice(run_id, claim.events, RunStatus.FAILED, error=error)
-        _commit(store, claim, now, event, status=RunStatus.FAILED, error=error, messages=notice)
+        status = RunStatus.FAILED
+        _commit(store, claim, now, event, status=status, error=error, messages=notice, audit=audit)
         return
     data = encode_payload(Compensating(error, RunStatus.FAILED))
     event = Event(_next(claim), EventKind.COMPENSATING, now, None, None, None, data)
     why = f"its parent run was failed by {by}: {reason}"
-    hand_back(store, claim, now, event, messages=cancel_children(run_id, claim.events, why))
+    children = cancel_children(run_id, claim.events, why)
+    hand_back(store, claim, now, event, messages=children, audit=audit)
 
 
 _FAILABLE = PARKED | {RunStatus.RUNNING}  # running: only with its lease expired (Store.take)
@@ -254,10 +276,11 @@ def hand_back(
     *events: Event,
     consumed: tuple[int, ...] = (),
     messages: tuple[Message, ...] = (),
+    audit: Audit | None = None,
 ) -> None:
     """Hand a run leased for a person's action back to the workers, due now, with `events`
-    appended (and the inbox messages they fold in, `consumed`, taken out of the inbox; and
-    `messages` sent to other runs, in the same transaction)."""
+    appended (and the inbox messages they fold in, `consumed`, taken out of the inbox;
+    `messages` sent to other runs; and the action's `audit` entry, in the same transaction)."""
     _commit(
         store,
         claim,
@@ -267,6 +290,7 @@ def hand_back(
         available_at=now,
         consumed=consumed,
         messages=messages,
+        audit=audit,
     )
 
 
@@ -280,6 +304,7 @@ def _commit(
     available_at: datetime | None = None,
     consumed: tuple[int, ...] = (),
     messages: tuple[Message, ...] = (),
+    audit: Audit | None = None,
 ) -> None:
     check_transition(RunStatus.RUNNING, status)  # the person's action holds the run's lease
     checkpoint = Checkpoint(
@@ -292,6 +317,7 @@ def _commit(
         available_at,
         consumed,
         messages=messages,
+        audit=audit,
     )
     if not store.commit([checkpoint], now=now)[0]:
         raise DurablyError(f"run {claim.run_id!r} changed while acting on it; look again and retry")

@@ -11,6 +11,7 @@ from typing import Any
 
 from durably.client import approvals, dead_letters, exports, pages
 from durably.client.approvals import PendingApproval
+from durably.client.audit import AuditPage, audit_page
 from durably.client.dead_letters import DeadLetter
 from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 from durably.client.pages import RunPage
@@ -167,6 +168,24 @@ class RunReader:
     def approvals(self, *, limit: int = 100) -> list[PendingApproval]:
         """Approvals and escalations waiting for a person, oldest request first."""
         return approvals.pending_approvals(self.store, limit=limit)
+
+    def audit(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str | None = None,
+        run_id: str | None = None,
+    ) -> AuditPage:
+        """The audit trail, newest first, a page at a time (`cursor`: the previous page's
+        next_cursor): every action people and tokens took, across runs. `since`, `until`:
+        only entries recorded at or after, before, these times (with their time zone);
+        `by`: only those of who acted so; `run_id`: only those on that run."""
+        return audit_page(
+            self.store, limit=limit, cursor=cursor, since=since, until=until, by=by, run_id=run_id
+        )
 
     def gates(self) -> dict[str, GateState]:
         """Each dependency's breaker and limits (durably.resilience.gates), by name: what

@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from durably.client.correlation import trace_parent
+from durably.core.audit import Action, Via, audit_of
 from durably.core.children import CHILD
 from durably.core.event_data import encode_payload, payload_of, read_payload
 from durably.core.history import Event, EventKind
@@ -39,6 +40,7 @@ def restart(
     from_step: int | str | None,
     now: datetime,
     by: str,
+    via: Via,
     new_id: str | None = None,
 ) -> RunRecord:
     """Start the new run (pending, due now); return it. `from_step` None: from where the run
@@ -85,7 +87,8 @@ def restart(
         version=source.version,
         correlation_id=source.correlation_id,
     )
-    if store.fork(run, history, source=run_id, note=note, now=now):
+    audit = audit_of(Action.RESTART, by, via, restarted_as=new_id, from_step=position)
+    if store.fork(run, history, source=run_id, note=note, now=now, audit=audit):
         forked = store.get_run(new_id)
         assert forked is not None
         return forked

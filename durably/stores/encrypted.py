@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durably.codec.encryption import PREFIX, Keyring, sealed_key
+from durably.core.audit import Audit, AuditEntry
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
@@ -226,11 +227,19 @@ class EncryptedStore:
     # -- the operator's side ------------------------------------------------------------
 
     def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+        self,
+        run: NewRun,
+        events: Sequence[Event],
+        *,
+        source: str,
+        note: Event,
+        now: datetime,
+        audit: Audit | None = None,
     ) -> bool:
         sealed = [self._seal_event(event) for event in events]
+        note = self._seal_event(note)
         return self.inner.fork(
-            self._seal_run(run), sealed, source=source, note=self._seal_event(note), now=now
+            self._seal_run(run), sealed, source=source, note=note, now=now, audit=audit
         )
 
     def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:
@@ -298,6 +307,12 @@ class EncryptedStore:
 
     def forget_worker(self, name: str) -> None:
         self.inner.forget_worker(name)
+
+    def record_audit(self, entry: Audit, *, now: datetime, run_id: str | None = None) -> None:
+        self.inner.record_audit(entry, now=now, run_id=run_id)  # an entry holds no payload
+
+    def audit_trail(self, **filters: Any) -> list[AuditEntry]:
+        return self.inner.audit_trail(**filters)
 
     def workers(self) -> Any:
         return self.inner.workers()

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
+from durably.core.audit import Audit, AuditEntry
 from durably.core.history import ErrorInfo, Event
 from durably.core.payloads import MessageReceived
 from durably.core.status import RunStatus
@@ -57,6 +58,8 @@ class NewRun:
     priority: int = 0  # claimed ahead of lower runs due up to this many minutes before it
     version: str | None = None  # of its workflow: only workers that serve it claim the run
     correlation_id: str | None = None  # the caller's, to find the run by (children inherit)
+    # A person's start: recorded in the audit trail if create_run or create_runs creates it.
+    audit: Audit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,7 @@ class Message:
     # Sent by the run's parent (a cancel when the parent ends): stored only if the run is a
     # child of that run; a paused or parked child is made pending, due now, to fold it.
     from_parent: str | None = None
+    audit: Audit | None = None  # a person's action: recorded in the trail if it is stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,9 @@ class Checkpoint:
     # and its events before this checkpoint's first are deleted.
     input: str | None = None
     version: str | None = None  # with `input`: the new generation's workflow version
+    # A person's action (a leased parked run's retry, skip, fail, decision): recorded in the
+    # audit trail if the checkpoint is fenced in (not again when a retried commit finds it in).
+    audit: Audit | None = None
 
 
 class EngineStore(Protocol):
@@ -354,12 +361,41 @@ class OperatorStore(Protocol):
     url: str
 
     def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+        self,
+        run: NewRun,
+        events: Sequence[Event],
+        *,
+        source: str,
+        note: Event,
+        now: datetime,
+        audit: Audit | None = None,
     ) -> bool:
         """Restart the ended run `source` as `run`: create it, pending and due now, with
         `events` as its whole history (seq from 1, its run_started first), and append `note`
-        to `source`'s history after its last event (`note.seq` is not used), in one
-        transaction. False, writing nothing, if `source` has not ended or `run.id` is taken."""
+        to `source`'s history after its last event (`note.seq` is not used), and `audit` to
+        the audit trail as an action on `source`, in one transaction. False, writing nothing,
+        if `source` has not ended or `run.id` is taken."""
+        ...
+
+    def record_audit(self, entry: Audit, *, now: datetime, run_id: str | None = None) -> None:
+        """Append `entry` to the audit trail, on its own: an action that is no single write of
+        the store (a dashboard login or logout, the release of a dead worker's leases). With
+        `run_id`, the entry names that run and its workflow."""
+        ...
+
+    def audit_trail(
+        self,
+        *,
+        limit: int,
+        before: tuple[datetime, int] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str | None = None,
+        run_id: str | None = None,
+    ) -> list[AuditEntry]:
+        """Up to `limit` entries of the audit trail, newest first (ties by id, descending):
+        recorded at or after `since` and before `until`, by `by`, on `run_id`. `before`: the
+        (at, id) of the last entry of the previous page; only those after it in that order."""
         ...
 
     def import_run(self, run: NewRun, events: Sequence[Event], *, now: datetime) -> bool:

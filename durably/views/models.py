@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from durably.client.approvals import PendingApproval
+from durably.client.audit import AuditPage
 from durably.client.control import Steered
 from durably.client.correlation import MAX_LENGTH
 from durably.client.dead_letters import DeadLetter
@@ -29,6 +30,8 @@ from durably.views.timeline import timeline
 __all__ = [
     "ActionOut",
     "ApprovalOut",
+    "AuditEntryOut",
+    "AuditPageOut",
     "BreakerOut",
     "DeadLetterOut",
     "DecideIn",
@@ -475,4 +478,43 @@ class UpgradeOut(BaseModel):
             to_version=upgraded.to_version,
             outcome=str(upgraded.outcome),
             why=upgraded.why,
+        )
+
+
+class AuditEntryOut(BaseModel):
+    """An action a person or a token took (durably.core.audit): never a payload's value."""
+
+    id: int = Field(description="The order entries were recorded in")
+    at: datetime
+    by: str = Field(description="Who acted: a token's name (API, dashboard), a user (CLI)")
+    action: str = Field(description="start, cancel, pause, resume, retry, skip, fail, ...")
+    via: str = Field(description="api, dashboard, cli or library")
+    run: str | None = None
+    workflow: str | None = None
+    detail: dict[str, Any] = Field(
+        default_factory=dict, description="A reason, a step's or signal's name; no payload"
+    )
+
+
+class AuditPageOut(BaseModel):
+    entries: list[AuditEntryOut]
+    next_cursor: str | None = Field(description="Pass it as `cursor` for the next page")
+
+    @classmethod
+    def of(cls, page: AuditPage) -> AuditPageOut:
+        return cls(
+            entries=[
+                AuditEntryOut(
+                    id=entry.id,
+                    at=entry.at,
+                    by=entry.by,
+                    action=entry.action,
+                    via=entry.via,
+                    run=entry.run_id,
+                    workflow=entry.workflow,
+                    detail=json.loads(entry.detail) if entry.detail else {},
+                )
+                for entry in page.entries
+            ],
+            next_cursor=page.next_cursor,
         )

@@ -12,11 +12,12 @@ from fastapi import Depends, HTTPException, Request
 
 from durably.app import App
 from durably.client.client import Client
+from durably.core.audit import Via
 from durably.stores.encrypted import EncryptedStore
 from durably.web.auth import ENV, Identity, Tokens
 from durably.web.sessions import Sessions
 
-__all__ = ["PayloadsFor", "Reader", "Served", "Writer", "served"]
+__all__ = ["Auditor", "PayloadsFor", "Reader", "Served", "Writer", "served"]
 
 _ANONYMOUS = Identity("anonymous", "read")
 
@@ -40,6 +41,16 @@ class Served:
     @property
     def client(self) -> Client:
         return self.app.client
+
+    @property
+    def api(self) -> Client:
+        """The app's client as the API acts through it (so recorded in the audit trail)."""
+        return self.app.client.through(Via.API)
+
+    @property
+    def dashboard(self) -> Client:
+        """The app's client as the dashboard acts through it."""
+        return self.app.client.through(Via.DASHBOARD)
 
     def client_for(self, who: Identity | None) -> Client:
         """The client whose reads `who` sees: the app's, which opens encrypted payloads, if
@@ -96,6 +107,15 @@ def reader(request: Request, state: Annotated[Served, Depends(served)]) -> Ident
     raise _unauthorized(_MISSING)
 
 
+def auditor(request: Request, state: Annotated[Served, Depends(served)]) -> Identity:
+    """Who reads the audit trail: a known token of either role, even when the server opened
+    its reads (the trail says who did what, when: not for anybody who can reach the server)."""
+    identity = _bearer(request, state)
+    if identity is None:
+        raise _unauthorized(_MISSING)
+    return identity
+
+
 def writer(request: Request, state: Annotated[Served, Depends(served)]) -> Identity:
     """Who acts: a token with the write role (its name is recorded as who did it)."""
     identity = _bearer(request, state)
@@ -119,4 +139,5 @@ _MISSING = (
 )
 
 Reader = Annotated[Identity, Depends(reader)]
+Auditor = Annotated[Identity, Depends(auditor)]
 Writer = Annotated[Identity, Depends(writer)]

@@ -25,6 +25,7 @@ from durably.views.breakers import breakers
 from durably.views.models import (
     ActionOut,
     ApprovalOut,
+    AuditPageOut,
     BreakerOut,
     DeadLetterOut,
     DecideIn,
@@ -47,7 +48,7 @@ from durably.views.models import (
     UpgradeOut,
     WorkerOut,
 )
-from durably.web.access import Reader, Served, Writer, served
+from durably.web.access import Auditor, Reader, Served, Writer, served
 from durably.web.auth import Identity
 from durably.web.errors import ERROR_RESPONSES
 
@@ -98,12 +99,13 @@ def ready(state: State) -> StatusOut:
 def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOut:
     """Start a run, idempotent on `id`: the same id with the same input answers the existing
     run (200); with a different workflow or input, 409."""
-    started = state.client.start_json(
+    started = state.api.start_json(
         body.workflow,
         json.dumps(body.input),
         id=body.id,
         priority=body.priority,
         correlation_id=body.correlation_id,
+        by=who.name,
     )
     if not started.created:
         response.status_code = 200
@@ -200,7 +202,7 @@ def signal(
     """Send the signal `name`: the run's durably.wait_for_signal(name) takes it (signals of
     one name queue up in the order they were sent)."""
     body = body or SignalIn()
-    sent = state.client.signal(run_id, name, body.data, by=who.name, dedupe_key=body.dedupe_key)
+    sent = state.api.signal(run_id, name, body.data, by=who.name, dedupe_key=body.dedupe_key)
     return SignalOut(run=run_id, signal=name, message=sent.message_id, stored=sent.stored)
 
 
@@ -224,7 +226,7 @@ def _decide(
     state: Served, run_id: str, name: str, who: Identity, body: DecideIn | None, *, approved: bool
 ) -> ActionOut:
     comment = None if body is None else body.comment
-    state.client.decide(run_id, name, approved=approved, by=who.name, comment=comment)
+    state.api.decide(run_id, name, approved=approved, by=who.name, comment=comment)
     return ActionOut(run=run_id, action="approve" if approved else "reject")
 
 
@@ -232,26 +234,26 @@ def _decide(
 def cancel(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = None) -> ActionOut:
     """Cancel the run: its completed steps are compensated, then it ends cancelled."""
     reason = None if body is None else body.reason
-    return ActionOut.of(state.client.cancel(run_id, by=who.name, reason=reason))
+    return ActionOut.of(state.api.cancel(run_id, by=who.name, reason=reason))
 
 
 @router.post("/runs/{run_id}/pause", tags=["steer"])
 def pause(run_id: RunId, state: State, who: Writer, body: Body[ReasonIn] = None) -> ActionOut:
     """Pause the run before its next step (one in flight finishes)."""
     reason = None if body is None else body.reason
-    return ActionOut.of(state.client.pause(run_id, by=who.name, reason=reason))
+    return ActionOut.of(state.api.pause(run_id, by=who.name, reason=reason))
 
 
 @router.post("/runs/{run_id}/resume", tags=["steer"])
 def resume(run_id: RunId, state: State, who: Writer) -> ActionOut:
     """Resume the paused run from where it stopped."""
-    return ActionOut.of(state.client.resume(run_id, by=who.name))
+    return ActionOut.of(state.api.resume(run_id, by=who.name))
 
 
 @router.post("/runs/{run_id}/retry", tags=["dead letters"])
 def retry(run_id: RunId, state: State, who: Writer, body: Body[RetryIn] = None) -> ActionOut:
     """Fresh attempts for a parked run (from `from_step`: every step from there again)."""
-    state.client.retry(run_id, by=who.name, from_step=None if body is None else body.from_step)
+    state.api.retry(run_id, by=who.name, from_step=None if body is None else body.from_step)
     return ActionOut(run=run_id, action="retry")
 
 
@@ -260,14 +262,14 @@ def skip(run_id: RunId, state: State, who: Writer, body: Body[SkipIn] = None) ->
     """Record `result` for the parked run's failed step (checked against its return type;
     none: null)."""
     result = None if body is None else body.result
-    state.client.skip_step_json(run_id, json.dumps(result), by=who.name)
+    state.api.skip_step_json(run_id, json.dumps(result), by=who.name)
     return ActionOut(run=run_id, action="skip")
 
 
 @router.post("/runs/{run_id}/fail", tags=["dead letters"])
 def fail(run_id: RunId, body: FailIn, state: State, who: Writer) -> ActionOut:
     """Give up on a parked (or stranded) run: compensate its completed steps, then fail it."""
-    state.client.fail(run_id, by=who.name, reason=body.reason)
+    state.api.fail(run_id, by=who.name, reason=body.reason)
     return ActionOut(run=run_id, action="fail")
 
 
@@ -276,14 +278,14 @@ def restart(run_id: RunId, state: State, who: Writer, body: Body[RestartIn] = No
     """Restart an ended run from a step, as a new run that reuses the outcomes before it
     (no body: from the first step that failed, was cancelled or undone)."""
     asked = body or RestartIn()
-    restarted = state.client.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
+    restarted = state.api.restart(run_id, from_step=asked.from_step, by=who.name, id=asked.id)
     return _shown(state, who, restarted)
 
 
 @router.post("/runs/{run_id}/release", tags=["steer"])
 def release(run_id: RunId, state: State, who: Writer) -> ReleaseOut:
     """The run's worker is dead: end the leases it holds now, for others to take them over."""
-    released = state.client.release(run_id)
+    released = state.api.release(run_id, by=who.name)
     return ReleaseOut(run=run_id, worker=released.worker, released=released.count)
 
 
@@ -300,6 +302,35 @@ def dead_letters(state: State, who: Reader, limit: Limit = 100) -> list[DeadLett
 def approvals(state: State, who: Reader, limit: Limit = 100) -> list[ApprovalOut]:
     """Approvals and escalations waiting for a person, oldest first."""
     return [ApprovalOut.of(approval) for approval in state.client_for(who).approvals(limit=limit)]
+
+
+@router.get("/audit", tags=["audit"])
+def audit(
+    state: State,
+    who: Auditor,
+    since: Annotated[
+        datetime | None, Query(description="Only actions at or after it (ISO 8601, with zone)")
+    ] = None,
+    until: Annotated[
+        datetime | None, Query(description="Only actions before it (ISO 8601, with zone)")
+    ] = None,
+    by: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, description="Only this one's")
+    ] = None,
+    run: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, description="Only those on it")
+    ] = None,
+    limit: Limit = 100,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
+) -> AuditPageOut:
+    """The audit trail: every action people and tokens took (start, cancel, pause, resume,
+    retry, skip, fail, restart, approve, reject, signal, release, dashboard logins), newest
+    first, a page at a time (pass `next_cursor` back). Never a payload's value. Needs a
+    token, even on a server whose reads are open."""
+    page = state.client.audit(
+        limit=limit, cursor=cursor, since=since, until=until, by=by, run_id=run
+    )
+    return AuditPageOut.of(page)
 
 
 @router.get("/schedules", tags=["schedules"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -22,7 +22,9 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from durably.core.approvals import fold_approvals
+from durably.core.audit import Action
 from durably.core.status import FINAL, PARKED, RunStatus
+from durably.durations import parse_duration
 from durably.errors import DurablyError, PayloadError, RunNotFound
 from durably.stores.protocol import Happened
 from durably.views.actions import allowed
@@ -130,6 +132,7 @@ def login(
             {"next": _local(next), "refused": "that token is not one this server knows"}
         )
         return RedirectResponse(f"/login?{said}", status_code=303)
+    state.dashboard.record(Action.LOGIN, by=identity.name)  # before the session is given
     response = RedirectResponse(_local(next), status_code=303)
     secure = request.url.scheme == "https"  # behind a TLS proxy that says so (proxy headers)
     response.set_cookie(
@@ -146,7 +149,10 @@ def logout(request: Request, state: State, csrf: Annotated[str, Form()] = "") ->
     if not state.sessions.check_csrf(cookie, csrf):
         refused = "the form's CSRF token is missing or stale: reload the page and try again"
         return _back("/runs", refused=refused)
+    who = person(request, state)
     state.sessions.end(cookie)
+    if who is not None:
+        state.dashboard.record(Action.LOGOUT, by=who.name)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response
@@ -316,6 +322,53 @@ def schedules_page(request: Request, state: State, who: Viewer) -> Response:
     return _page(request, state, who, "schedules.html", schedules=state.app.schedules.all())
 
 
+@router.get("/audit", response_class=HTMLResponse)
+def audit_page(
+    request: Request,
+    state: State,
+    who: Viewer,
+    by: Annotated[str | None, Query()] = None,
+    run: Annotated[str | None, Query()] = None,
+    since: Annotated[str | None, Query(description="A duration back from now, or a time")] = None,
+    cursor: Annotated[str | None, Query()] = None,
+) -> Response:
+    """The audit trail: for a person logged in, even on a server whose reads are open."""
+    if who is None:
+        return RedirectResponse(f"/login?next={quote('/audit')}", status_code=303)
+    client = state.client
+    entries, next_cursor, refused = [], None, None
+    try:
+        page = client.audit(
+            limit=100,
+            cursor=cursor or None,
+            since=_since(since, client.clock.now()) if since else None,
+            by=by or None,
+            run_id=run or None,
+        )
+        entries = [(e, json.loads(e.detail) if e.detail else {}) for e in page.entries]
+        next_cursor = page.next_cursor
+    except DurablyError as exc:
+        refused = str(exc)
+    context = {"by": by or "", "run": run or "", "since": since or "", "list_refused": refused}
+    return _page(
+        request, state, who, "audit.html", entries=entries, next_cursor=next_cursor, **context
+    )
+
+
+def _since(given: str, now: datetime) -> datetime:
+    """A duration back from `now` (1h), or a time (UTC unless it says otherwise)."""
+    with contextlib.suppress(ValueError, DurablyError):
+        return now - parse_duration(given.strip(), what="since")
+    try:
+        moment = datetime.fromisoformat(given.strip())
+    except ValueError:
+        raise PayloadError(
+            f"since {given!r} is neither a duration back from now (30m, 1h, 7d) nor a time "
+            "(2026-11-27, 2026-11-27T10:00)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 # -- actions ------------------------------------------------------------------------------
 
 Act = Callable[[Served, str, Identity, dict[str, str]], str]
@@ -361,46 +414,46 @@ def _json(form: dict[str, str], field: str) -> str:
 
 
 def _retry(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    state.client.retry(run_id, by=who.name)
+    state.dashboard.retry(run_id, by=who.name)
     return f"run {run_id} is pending again: a worker retries it"
 
 
 def _skip(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    state.client.skip_step_json(run_id, _json(form, "result"), by=who.name)
+    state.dashboard.skip_step_json(run_id, _json(form, "result"), by=who.name)
     return f"run {run_id} goes on with that result"
 
 
 def _fail(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
     reason = form.get("reason", "").strip() or "failed by a person"
-    state.client.fail(run_id, by=who.name, reason=reason)
+    state.dashboard.fail(run_id, by=who.name, reason=reason)
     return f"run {run_id} will be compensated and failed"
 
 
 def _cancel(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    return state.client.cancel(run_id, by=who.name, reason=form.get("reason") or None).note or (
+    return state.dashboard.cancel(run_id, by=who.name, reason=form.get("reason") or None).note or (
         f"run {run_id} is being cancelled"
     )
 
 
 def _pause(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    return state.client.pause(run_id, by=who.name, reason=form.get("reason") or None).note or (
+    return state.dashboard.pause(run_id, by=who.name, reason=form.get("reason") or None).note or (
         f"run {run_id} pauses before its next step"
     )
 
 
 def _resume(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    return state.client.resume(run_id, by=who.name).note or f"run {run_id} goes on"
+    return state.dashboard.resume(run_id, by=who.name).note or f"run {run_id} goes on"
 
 
 def _release(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
-    released = state.client.release(run_id)
+    released = state.dashboard.release(run_id, by=who.name)
     took = f"released {released.count} run(s) of worker {released.worker}"
     return f"{took}: the next worker to poll takes them over"
 
 
 def _signal(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
     name = form.get("name", "").strip()
-    state.client.signal_json(run_id, name, _json(form, "data"), by=who.name)
+    state.dashboard.signal_json(run_id, name, _json(form, "data"), by=who.name)
     return f"signal {name!r} sent to run {run_id}"
 
 
@@ -408,7 +461,7 @@ def _decide(approved: bool) -> Act:
     def act(state: Served, run_id: str, who: Identity, form: dict[str, str]) -> str:
         name = form.get("name", "")
         comment = form.get("comment") or None
-        state.client.decide(run_id, name, approved=approved, by=who.name, comment=comment)
+        state.dashboard.decide(run_id, name, approved=approved, by=who.name, comment=comment)
         return f"{'approved' if approved else 'rejected'} {name!r} of run {run_id}"
 
     return act

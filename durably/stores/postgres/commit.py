@@ -13,7 +13,7 @@ import psycopg
 
 from durably.core.status import RunStatus
 from durably.stores.protocol import Checkpoint
-from durably.stores.sql import effects, reads
+from durably.stores.sql import audit, effects, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, ts
 
 __all__ = ["EVENT_ARRAYS", "WAKE_CHANNEL", "Batch", "commit_sql"]
@@ -150,7 +150,11 @@ class Batch:
             "ends": any(c.status not in (None, RunStatus.PENDING) for c in checkpoints),
         }
         self._now = now
-        self._acting = [c for c in checkpoints if c.starts or c.messages or c.input is not None]
+        self._acting = [
+            c
+            for c in checkpoints
+            if c.starts or c.messages or c.input is not None or c.audit is not None
+        ]
         self.many = bool(self._acting)  # more than one statement: in one transaction
 
     def apply(self, db: psycopg.Connection[Any], *, again: bool = False) -> set[str]:
@@ -158,8 +162,13 @@ class Batch:
         fenced_now = {row[0] for row in rows if row[1]}
         woken = False  # effects on other runs of what this statement fenced in
         for checkpoint in self._acting:
-            if checkpoint.run_id in fenced_now:
+            if checkpoint.run_id not in fenced_now:
+                continue
+            if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
                 woken |= effects.apply(db, reads.POSTGRES, checkpoint, now=self._now)
+            if checkpoint.audit is not None:  # a person's action, fenced in now: once
+                run_id = checkpoint.run_id
+                audit.record(db, reads.POSTGRES, checkpoint.audit, now=self._now, run_id=run_id)
         if woken:
             db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))  # sent at commit
         return {row[0] for row in rows}

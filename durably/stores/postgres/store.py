@@ -41,6 +41,7 @@ from durably.stores.protocol import (
     Serves,
 )
 from durably.stores.sql import (
+    audit,
     inbox,
     reads,
     transactions,
@@ -165,10 +166,18 @@ class PostgresStore(SqlStore):
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
+        del params["audit"]
+
+        def create(db: psycopg.Connection[Any]) -> bool:
+            row = db.execute(_CREATE, params).fetchone()
+            created = row is not None and row[0] == 1
+            if created and run.audit is not None:  # in the create's transaction
+                audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
+            return created
+
         # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
         # connection is found on the second try as an existing run: (run, False).
-        row = self._db.run(lambda db: db.execute(_CREATE, params).fetchone())
-        if row is not None and row[0] == 1:
+        if self._db.run(create, transaction=run.audit is not None):
             return created_record(run, now), True
         existing = self.get_run(run.id)
         assert existing is not None
@@ -188,8 +197,17 @@ class PostgresStore(SqlStore):
             "at": ts(now),
             "kind": str(EventKind.RUN_STARTED),
         }
+        firsts = {run.id: run for run in reversed(runs)}  # an id given twice: its first
+        audited = {run_id: run.audit for run_id, run in firsts.items() if run.audit is not None}
+
+        def create(db: psycopg.Connection[Any]) -> set[str]:
+            made = {row[0] for row in db.execute(_CREATE_MANY, params)}
+            for run_id in made & audited.keys():
+                audit.record(db, reads.POSTGRES, audited[run_id], now=now, run_id=run_id)
+            return made
+
         # Safe to repeat, like create_run: a second try finds the first's runs as existing.
-        made = self._db.run(lambda db: {row[0] for row in db.execute(_CREATE_MANY, params)})
+        made = self._db.run(create, transaction=bool(audited))
         others = list(dict.fromkeys(run.id for run in runs if run.id not in made))
         existing: dict[str, RunRecord] = {}
         if others:  # read after the insert: a run another transaction created is visible now

@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from durably.core.audit import Audit
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.stores.protocol import NewRun
+from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event, insert_run
 from durably.stores.sql.reads import Connection, Dialect
 
@@ -26,10 +28,12 @@ def fork(
     source: str,
     note: Event,
     now: datetime,
+    audit: Audit | None = None,
 ) -> bool:
     """Inside the caller's write transaction: create `run`, pending and due now, with
-    `events` as its history, and append `note` to the history of `source` after its last
-    event. False, writing nothing, if `source` has not ended or `run.id` is taken."""
+    `events` as its history, append `note` to the history of `source` after its last event,
+    and `audit` to the trail (an action on `source`). False, writing nothing, if `source` has
+    not ended or `run.id` is taken."""
     mark = dialect.mark
     lock = " FOR UPDATE" if dialect.arrays else ""  # SQLite: the writer holds the file's lock
     row = db.execute(f"SELECT status FROM durably_runs WHERE id = {mark}{lock}", (source,))
@@ -42,4 +46,6 @@ def fork(
     seq = last.fetchone()[0] + 1
     insert_event(db, dialect, source, replace(note, seq=seq))
     db.execute(f"UPDATE durably_runs SET event_count = {mark} WHERE id = {mark}", (seq, source))
+    if audit is not None:
+        trail.record(db, dialect, audit, now=now, run_id=source)
     return True

@@ -15,7 +15,7 @@ from typing import Any
 
 from durably.core.status import FINAL, RunStatus
 from durably.stores.protocol import Claim, Delivery, Message, Sent, SentOutcome
-from durably.stores.sql import reads
+from durably.stores.sql import audit, reads
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 
@@ -80,6 +80,8 @@ def send(db: Connection, dialect: Dialect, message: Message, *, now: datetime) -
             (at, message.run_id),
         )
         status = RunStatus.PENDING
+    if message.audit is not None:  # a person's action: in the trail exactly when it is stored
+        audit.record(db, dialect, message.audit, now=now, run_id=message.run_id)
     return Sent(SentOutcome.STORED, stored[0], status)
 
 

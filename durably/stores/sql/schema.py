@@ -135,7 +135,26 @@ _V7 = [
     " WHERE correlation_id IS NOT NULL",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+_V8 = [
+    # The audit trail (durably.core.audit): who did what to which run, how and when, written
+    # in the transaction of the write that does it, and only ever appended to (pruning runs
+    # keeps it). Read newest first, by time, by who acted, or by run.
+    """CREATE TABLE durably_audit (
+        id {identity},
+        at {real} NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        via TEXT NOT NULL,
+        run_id TEXT,
+        workflow TEXT,
+        detail TEXT
+    )""",
+    "CREATE INDEX durably_audit_by_time ON durably_audit (at, id)",
+    "CREATE INDEX durably_audit_by_actor ON durably_audit (actor, at, id)",
+    "CREATE INDEX durably_audit_by_run ON durably_audit (run_id, at, id) WHERE run_id IS NOT NULL",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

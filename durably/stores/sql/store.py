@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from durably.core.audit import Audit, AuditEntry
 from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
@@ -31,6 +32,7 @@ from durably.stores.protocol import (
     WorkerBeat,
 )
 from durably.stores.sql import (
+    audit,
     effects,
     forking,
     inbox,
@@ -102,10 +104,19 @@ class SqlStore(ABC):
         return self._writing_waking(lambda db: inbox.send(db, self.dialect, message, now=now), woke)
 
     def fork(
-        self, run: NewRun, events: Sequence[Event], *, source: str, note: Event, now: datetime
+        self,
+        run: NewRun,
+        events: Sequence[Event],
+        *,
+        source: str,
+        note: Event,
+        now: datetime,
+        audit: Audit | None = None,
     ) -> bool:
         def fork(db: Any) -> bool:
-            return forking.fork(db, self.dialect, run, events, source=source, note=note, now=now)
+            return forking.fork(
+                db, self.dialect, run, events, source=source, note=note, now=now, audit=audit
+            )
 
         return self._writing_waking(fork, bool)
 
@@ -219,6 +230,30 @@ class SqlStore(ABC):
     def workers(self) -> list[WorkerBeat]:
         return self._reading(workers.listed)
 
+    def audit_trail(
+        self,
+        *,
+        limit: int,
+        before: tuple[datetime, int] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str | None = None,
+        run_id: str | None = None,
+    ) -> list[AuditEntry]:
+        def page(db: Any) -> list[AuditEntry]:
+            return audit.trail(
+                db,
+                self.dialect,
+                limit=limit,
+                before=before,
+                since=since,
+                until=until,
+                by=by,
+                run_id=run_id,
+            )
+
+        return self._reading(page)
+
     # -- the operator's writes (each safe to repeat) ------------------------------------
 
     def prune(self, before: datetime, *, limit: int) -> int:
@@ -250,3 +285,8 @@ class SqlStore(ABC):
 
     def forget_worker(self, name: str) -> None:
         self._writing(lambda db: workers.forget(db, self.dialect, name))
+
+    def record_audit(self, entry: Audit, *, now: datetime, run_id: str | None = None) -> None:
+        # Repeated on PostgreSQL after a lost connection, like the other writes here: an entry
+        # of an action that is no store write (a login) may then show twice, never none.
+        self._writing(lambda db: audit.record(db, self.dialect, entry, now=now, run_id=run_id))

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from durably.stores.protocol import Checkpoint
-from durably.stores.sql import effects, inbox, reads
+from durably.stores.sql import audit, effects, inbox, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, from_ts
 
 __all__ = ["apply"]
@@ -69,6 +69,10 @@ def apply(
             if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
                 woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
                 due_now |= woken
+            if checkpoint.audit is not None:  # a person's action, fenced in now: once
+                audit.record(
+                    db, reads.SQLITE, checkpoint.audit, now=from_ts(at), run_id=checkpoint.run_id
+                )
         else:  # refused: a stale epoch, or applied by an earlier try of this commit
             fenced_in = _applied(db, checkpoint)
         results.append(fenced_in)

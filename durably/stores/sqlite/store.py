@@ -29,6 +29,7 @@ from durably.stores.protocol import (
     Serves,
 )
 from durably.stores.sql import (
+    audit,
     inbox,
     reads,
     transactions,
@@ -108,6 +109,8 @@ class SQLiteStore(SqlStore):
             created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
             if created:
                 db.execute(_INSERT_EVENT, _started_row(run, at))
+                if run.audit is not None:
+                    audit.record(db, reads.SQLITE, run.audit, now=now, run_id=run.id)
             row = db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
             ).fetchone()
@@ -124,6 +127,8 @@ class SQLiteStore(SqlStore):
                 made = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
                 if made:
                     db.execute(_INSERT_EVENT, _started_row(run, at))
+                    if run.audit is not None:
+                        audit.record(db, reads.SQLITE, run.audit, now=now, run_id=run.id)
                 created.append(made)
             ids = list(dict.fromkeys(run.id for run in runs))
             for first in range(0, len(ids), _IDS_PER_READ):
