@@ -27,7 +27,7 @@ from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
 from durably.runtime.upgrades import Upgrade, upgrade
 from durably.runtime.worker import Worker
-from durably.stores import Store, open_store, resolve_url
+from durably.stores import Store, may_migrate, open_store, resolve_url
 from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
 from durably.workflow.registry import Registry
 
@@ -440,7 +440,8 @@ class App:
             with self._open_lock:
                 if self._store is None:
                     assert self._url is not None
-                    self._store = open_store(self._url)
+                    # $DURABLY_MIGRATE=never: check the schema, never change it
+                    self._store = open_store(self._url, create=may_migrate())
         return self._store
 
     def close(self) -> None:

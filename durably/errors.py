@@ -4,7 +4,8 @@ DurablyError
 ├── ConfigError                 a definition or setting is wrong
 ├── StoreError
 │   ├── StoreUnavailable        the store cannot be reached (retryable)
-│   └── SchemaTooNew            the database was migrated by a newer durably
+│   ├── SchemaTooNew            the database was migrated by a newer durably
+│   └── SchemaTooOld            the database needs `durably migrate` before this durably uses it
 ├── PayloadError                a value would not come back from JSON unchanged (refused, with
 │                               its path and the fix), or a stored one cannot be read
 ├── RunConflict                 an id is reused with another workflow or input
@@ -57,6 +58,7 @@ __all__ = [
     "RunConflict",
     "RunNotFound",
     "SchemaTooNew",
+    "SchemaTooOld",
     "SignalTimeout",
     "StepFailed",
     "StepTimeout",
@@ -91,6 +93,12 @@ class StoreUnavailable(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database schema is newer than this version of durably understands."""
+
+
+class SchemaTooOld(StoreError):
+    """The database schema is older than this version of durably uses, and this opener does not
+    migrate it (a command that only reads, `$DURABLY_MIGRATE=never`, or a role that may not
+    change the schema): `durably migrate` brings it up to date."""
 
 
 class PayloadError(DurablyError):

@@ -7,6 +7,7 @@ from durably.cli import (  # noqa: F401  (each registers its commands)
     evolve,
     keys,
     schedules,
+    schema,
     serve,
     steer,
 )

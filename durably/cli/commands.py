@@ -35,6 +35,7 @@ from durably.cli.output import AS_JSON, Column, echo_json, echo_table, echo_trac
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
 from durably.runtime.upgrades import Outcome
+from durably.stores import may_migrate
 from durably.stores.protocol import Happened
 from durably.views.deploys import summary
 from durably.views.models import (
@@ -176,8 +177,9 @@ def start(
     by: str,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
-    # A store may be created here: starting a run before any worker ran is fine.
-    with client_for(app_target, store_url, create=True) as client:
+    # A store may be created here (starting a run before any worker ran is fine), unless
+    # $DURABLY_MIGRATE is never.
+    with client_for(app_target, store_url, create=may_migrate()) as client:
         started = client.start_json(
             workflow,
             input_json,

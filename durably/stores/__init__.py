@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from durably.codec.encryption import Keyring
@@ -21,6 +23,11 @@ from durably.stores.protocol import (
     SentOutcome,
     Store,
 )
+from durably.stores.sql.schema import LATEST_VERSION
+
+if TYPE_CHECKING:
+    from durably.stores.postgres.store import PostgresStore
+    from durably.stores.sqlite.store import SQLiteStore
 
 __all__ = [
     "DEFAULT_URL",
@@ -29,16 +36,30 @@ __all__ = [
     "Delivery",
     "Lease",
     "Message",
+    "Migration",
     "NewRun",
     "RunRecord",
     "Sent",
     "SentOutcome",
     "Store",
+    "may_migrate",
+    "migrate_store",
     "open_store",
     "resolve_url",
 ]
 
 DEFAULT_URL = "sqlite:///durably.db"
+_MIGRATE_SETTINGS = ("auto", "never")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """What `migrate_store` found and left: the schema's versions before (0: there was none)
+    and after."""
+
+    url: str  # safe to print: the password is redacted
+    found: int
+    now: int
 
 
 def resolve_url(url: str | None) -> str:
@@ -56,18 +77,45 @@ def open_store(
     bare file path, or postgresql://user:password@host:port/database.
 
     `create=False` opens only a durably store that exists, as it is: a SQLite file that does
-    not exist, or a database without durably's tables, is a ConfigError naming it, and nothing
-    is created or migrated. The CLI opens stores so, except to start a run.
+    not exist, or a database without durably's tables, is a ConfigError naming it, a schema an
+    older durably left is SchemaTooOld (naming `durably migrate`), and nothing is created or
+    migrated. The CLI opens stores so, except to start a run. A current schema is opened
+    without DDL either way.
 
     Payloads are encrypted at rest with `keys`, or with the keys DURABLY_KEYS or
     DURABLY_KEYS_FILE give (durably.codec.encryption); with neither, they are stored as JSON.
     """
     keys = keys if keys is not None else Keyring.from_environment()
-    store = _open(resolve_url(url), create=create)
+    store = _open(url, create=create)
     return store if keys is None else EncryptedStore(store, keys)
 
 
-def _open(url: str, *, create: bool) -> Store:
+def migrate_store(url: str | None = None) -> Migration:
+    """Create or migrate the schema of the store a URL names, whatever $DURABLY_MIGRATE says:
+    what `durably migrate` does, as a role that may change the schema."""
+    store = _open(url, create=True)
+    try:
+        return Migration(store.url, found=store.schema_found, now=LATEST_VERSION)
+    finally:
+        store.close()
+
+
+def may_migrate() -> bool:
+    """Whether the workers, the server and `durably start` create and migrate the schema they
+    open: yes, unless $DURABLY_MIGRATE is `never` (their role may only read and write rows;
+    `durably migrate` changes the schema, as its owner)."""
+    setting = os.environ.get("DURABLY_MIGRATE", "").strip().lower() or "auto"
+    if setting not in _MIGRATE_SETTINGS:
+        raise ConfigError(
+            f"$DURABLY_MIGRATE is {setting!r}: use auto (the default: the workers, the server "
+            "and `durably start` create and migrate the schema) or never (they only check it, "
+            "and `durably migrate` changes it)"
+        )
+    return setting == "auto"
+
+
+def _open(url: str | None, *, create: bool) -> PostgresStore | SQLiteStore:
+    url = resolve_url(url)
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme in ("postgres", "postgresql"):
         from durably.stores.postgres.store import PostgresStore
@@ -81,7 +129,7 @@ def _open(url: str, *, create: bool) -> Store:
     )
 
 
-def _open_sqlite(url: str, *, create: bool) -> Store:
+def _open_sqlite(url: str, *, create: bool) -> SQLiteStore:
     from durably.stores.sqlite.store import SQLiteStore
 
     if "://" not in url:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import Checkpoint, Claim, NewRun, Store
+from durably.stores.sql.schema import CREATE_META, migrations
 from durably.testing import FakeClock
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "execute_sql",
     "in_threads",
     "new_run",
+    "older_schema",
     "step_events",
 ]
 
@@ -104,6 +106,16 @@ def execute_sql(url: str, sql: str, params: Sequence[object] = ()) -> list[tuple
     with psycopg.connect(url, autocommit=True) as db:
         cursor = db.execute(sql.replace("?", "%s"), tuple(params))  # type: ignore[arg-type]
         return cursor.fetchall() if cursor.description else []
+
+
+def older_schema(url: str, version: int) -> None:
+    """Make, in the empty database behind `url`, the schema an older durably left: its
+    migrations up to `version`, and that version recorded."""
+    dialect = "sqlite" if url.startswith("sqlite") else "postgres"
+    statements = [s for v, group in migrations(dialect, 0) if v <= version for s in group]
+    for statement in [CREATE_META, *statements]:
+        execute_sql(url, statement)
+    execute_sql(url, "INSERT INTO durably_meta VALUES ('schema_version', ?)", [str(version)])
 
 
 def in_threads(

@@ -1,6 +1,7 @@
 """The Store contract for opening a store that must exist (open_store(create=False), what
-the CLI does): it reads and writes one that exists, and refuses, changing nothing, a missing
-SQLite file, a database without durably's tables, or a schema from a newer durably."""
+the CLI does, and every opener under $DURABLY_MIGRATE=never): it reads and writes one that
+exists, and refuses, changing nothing, a missing SQLite file, a database without durably's
+tables, or a schema from a newer or an older durably (which `durably migrate` updates)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from durably.errors import ConfigError, SchemaTooNew
-from durably.stores import Store, open_store
+import durably
+from durably.errors import ConfigError, SchemaTooNew, SchemaTooOld
+from durably.stores import Store, migrate_store, open_store
 from durably.stores.sql.schema import LATEST_VERSION
 from durably.testing import FakeClock
 
-from .support import execute_sql, new_run
+from .support import execute_sql, new_run, older_schema
 
 _TABLES = {
     "sqlite": "SELECT name FROM sqlite_master"
@@ -21,6 +23,7 @@ _TABLES = {
     "postgres": "SELECT tablename FROM pg_tables WHERE substr(tablename, 1, 8) = 'durably_'"
     " AND schemaname = current_schema()",
 }
+_VERSION = "SELECT value FROM durably_meta WHERE key = 'schema_version'"
 
 
 def _tables(url: str) -> list[str]:
@@ -84,3 +87,66 @@ def test_a_schema_from_a_newer_durably_is_refused_unchanged(store: Store, store_
 
     with pytest.raises(SchemaTooNew, match="upgrade"):
         open_store(store_url, create=False)
+
+
+def test_a_schema_from_an_older_durably_is_refused_unchanged_naming_durably_migrate(
+    store_url: str,
+) -> None:
+    older_schema(store_url, 6)
+
+    with pytest.raises(SchemaTooOld) as raised:
+        open_store(store_url, create=False)
+
+    message = str(raised.value)
+    assert f"is at version 6, but this durably needs version {LATEST_VERSION}" in message
+    assert "run `durably migrate --store " in message
+    assert execute_sql(store_url, _VERSION) == [("6",)]  # left as it was
+
+
+def test_durably_migrate_brings_an_older_schema_up_to_date_and_says_from_what(
+    store_url: str, clock: FakeClock
+) -> None:
+    older_schema(store_url, 6)
+
+    assert migrate_store(store_url).found == 6
+    assert migrate_store(store_url).found == LATEST_VERSION  # again: nothing to do
+
+    opened = open_store(store_url, create=False)
+    try:
+        assert opened.create_run(new_run("r1"), now=clock.now())[1] is True
+    finally:
+        opened.close()
+    assert execute_sql(store_url, _VERSION) == [(str(LATEST_VERSION),)]
+
+
+def test_durably_migrate_never_makes_apps_check_the_schema_and_not_change_it(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$DURABLY_MIGRATE=never: what the workers, the server and `durably start` open (an
+    App's store) is refused, older or missing, instead of migrated or created."""
+    monkeypatch.setenv("DURABLY_MIGRATE", "never")
+    with pytest.raises(ConfigError, match=r"(is not a|there is no) durably store"):
+        _ = durably.App(store_url).store
+    assert _tables(store_url) == []
+
+    older_schema(store_url, 6)
+    with pytest.raises(SchemaTooOld, match="is at version 6"):
+        _ = durably.App(store_url).store
+    assert execute_sql(store_url, _VERSION) == [("6",)]
+
+    migrate_store(store_url)  # what `durably migrate` does, whatever $DURABLY_MIGRATE says
+    app = durably.App(store_url)
+    try:
+        assert app.store.runs() == []
+    finally:
+        app.close()
+
+
+def test_an_unknown_durably_migrate_setting_is_refused_naming_the_settings(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLY_MIGRATE", "sometimes")
+
+    settings = r"\$DURABLY_MIGRATE is 'sometimes': use auto .* or never"
+    with pytest.raises(ConfigError, match=settings):
+        _ = durably.App(sqlite_url).store

@@ -13,7 +13,7 @@ import pytest
 from durably.core.history import Event, EventKind
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
-from durably.stores import Checkpoint, NewRun, Store, open_store
+from durably.stores import Checkpoint, NewRun, Store, migrate_store, open_store
 from durably.stores.sql.schema import migrations
 from durably.testing import FakeClock
 
@@ -122,13 +122,13 @@ def test_a_child_and_a_fork_are_created_with_the_priority_given(
     assert again.priority == 4
 
 
-@pytest.mark.parametrize("create", [True, False], ids=["by-a-worker", "by-a-command"])
+@pytest.mark.parametrize("create", [True, False], ids=["by-a-worker", "by-durably-migrate"])
 def test_a_store_made_before_priorities_migrates_its_runs_to_priority_zero(
     store_url: str, clock: FakeClock, create: bool
 ) -> None:
-    """A v4 store (no priority column) with a due run: opened by this durably (to work, or by
-    a command that only reads), the run is still there, priority 0, and claimed through the
-    new index."""
+    """A v4 store (no priority column) with a due run: migrated by this durably (opened to
+    work, or by `durably migrate` before a command that only reads opens it), the run is still
+    there, priority 0, and claimed through the new index."""
     dialect = "sqlite" if store_url.startswith("sqlite") else "postgres"
     older = [
         s for version, statements in migrations(dialect, 0) if version <= 4 for s in statements
@@ -155,6 +155,8 @@ def test_a_store_made_before_priorities_migrates_its_runs_to_priority_zero(
             for statement in setup:
                 db.execute(statement)  # type: ignore[call-overload]
 
+    if not create:
+        assert migrate_store(store_url).found == 4
     store = open_store(store_url, create=create)
     try:
         old = store.get_run("old")

@@ -48,7 +48,13 @@ from durably.stores.sql import (
     workers,
 )
 from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
-from durably.stores.sql.schema import check_schema, migrate
+from durably.stores.sql.schema import (
+    LATEST_VERSION,
+    check_schema,
+    migrate,
+    not_current,
+    schema_version,
+)
 from durably.stores.sql.store import SqlStore
 
 __all__ = ["PostgresStore", "redact"]
@@ -113,8 +119,8 @@ _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrat
 class PostgresStore(SqlStore):
     """A PostgreSQL database reached through a psycopg connection pool.
 
-    `create=False` opens only a durably store that exists: its tables are not created, nor
-    migrated."""
+    `create=False` opens only a durably store that exists, at this durably's schema version:
+    its tables are not created, nor migrated."""
 
     def __init__(
         self,
@@ -147,10 +153,7 @@ class PostgresStore(SqlStore):
             configure=self._configure,
         )
         try:
-            if not create:  # the CLI's commands: a wrong database is an error, not a new store
-                self._db.run(lambda db: check_schema(db, "postgres", self.url))
-            # an older store is brought up to date, so that this durably can read it
-            self._db.run(self._migrate, transaction=True)
+            self.schema_found = self._open_schema(create=create)
         except BaseException:
             self._db.close()  # nobody else can: the caller gets no store to close
             raise
@@ -430,10 +433,27 @@ class PostgresStore(SqlStore):
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _migrate(self, db: psycopg.Connection[Any]) -> None:
+    def _open_schema(self, *, create: bool) -> int:
+        """Check the schema, and bring an older one up to date if `create`; the version found.
+        A current schema costs one read, without a lock or DDL: a role that may only read and
+        write rows opens it (docs/how-to/least-privilege.md)."""
+        found = self._db.run(lambda db: schema_version(db, "postgres"))
+        if found == LATEST_VERSION:
+            return found
+        if not create:  # the CLI's commands: a wrong database is an error, not a new store
+            self._db.run(lambda db: check_schema(db, "postgres", self.url))
+            return LATEST_VERSION  # migrated meanwhile by another process
+        try:
+            return self._db.run(self._migrate, transaction=True)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            refused = exc.diag.message_primary or str(exc).splitlines()[0]
+            why = f", and this role may not change the schema ({refused})"
+            raise not_current(found, self.url, why) from None
+
+    def _migrate(self, db: psycopg.Connection[Any]) -> int:
         """In one transaction, under a lock: safe to repeat, it reads the version first."""
         db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        migrate(db, "postgres", self.url)
+        return migrate(db, "postgres", self.url)
 
 
 def _despite_deadlocks(work: Callable[[], T]) -> T:

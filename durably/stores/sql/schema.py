@@ -6,13 +6,23 @@ queries compare numbers the engine passed in, never the database's own clock.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Protocol
 
 from durably.core.priority import MAX_PRIORITY, PRIORITY_STEP_SECONDS
-from durably.errors import ConfigError
+from durably.errors import ConfigError, SchemaTooOld
 from durably.stores.sql.rows import check_version
 
-__all__ = ["CLAIM_RANK", "CREATE_META", "LATEST_VERSION", "check_schema", "migrate", "migrations"]
+__all__ = [
+    "CLAIM_RANK",
+    "CREATE_META",
+    "LATEST_VERSION",
+    "check_schema",
+    "migrate",
+    "migrations",
+    "not_current",
+    "schema_version",
+]
 
 CREATE_META = "CREATE TABLE IF NOT EXISTS durably_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
@@ -158,9 +168,12 @@ _VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).
+# On PostgreSQL, read from pg_class: to_regclass may answer from a cache that has not yet
+# heard of a table another opener made while this one waited for the migration lock.
 _HAS_META = {
     "sqlite": "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'durably_meta'",
-    "postgres": "SELECT count(*) WHERE to_regclass('durably_meta') IS NOT NULL",
+    "postgres": "SELECT count(*) FROM pg_catalog.pg_class"
+    " WHERE relname = 'durably_meta' AND pg_catalog.pg_table_is_visible(oid)",
 }
 
 _DIALECTS = {
@@ -193,14 +206,16 @@ class _Connection(Protocol):
     def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
 
 
-def migrate(db: _Connection, dialect: str, url: str) -> None:
+def migrate(db: _Connection, dialect: str, url: str) -> int:
     """Bring the schema up to date, inside the caller's transaction: read the version, refuse
-    one newer than this durably knows, apply the migrations it lacks and record the version."""
+    one newer than this durably knows, apply the migrations it lacks and record the version.
+    Returns the version it found (0: none). A current schema is only read, never changed: a
+    role that may read and write rows, and not change the schema, opens it."""
     mark = "?" if dialect == "sqlite" else "%s"
-    db.execute(CREATE_META)
-    row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
-    current = int(row[0]) if row else 0
+    current = schema_version(db, dialect)
     check_version(current, LATEST_VERSION, url)
+    if current == 0:
+        db.execute(CREATE_META)
     for version, statements in migrations(dialect, current):
         for statement in statements:
             db.execute(statement)
@@ -209,19 +224,41 @@ def migrate(db: _Connection, dialect: str, url: str) -> None:
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (str(version),),
         )
+    return current
+
+
+def schema_version(db: _Connection, dialect: str) -> int:
+    """The version of the durably schema in the database (0: it holds none), read without
+    changing anything."""
+    if not db.execute(_HAS_META[dialect]).fetchone()[0]:
+        return 0
+    row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
 
 
 def check_schema(db: _Connection, dialect: str, url: str) -> None:
-    """Refuse, without changing anything, a database that holds no durably store or one that a
-    newer durably migrated. (An older one is migrated by its opener: this durably reads the
-    columns of its own version.)"""
-    current = 0
-    if db.execute(_HAS_META[dialect]).fetchone()[0]:
-        row = db.execute("SELECT value FROM durably_meta WHERE key = 'schema_version'").fetchone()
-        current = int(row[0]) if row else 0
-    if current == 0:
-        raise ConfigError(
-            f"{url} is not a durably store: it has no durably tables. Check the URL; a worker "
-            "or a started run creates them"
-        )
+    """Refuse, without changing anything, a database that holds no durably store, one that a
+    newer durably migrated, or one that an older durably left behind (this durably reads and
+    writes the columns of its own version: `durably migrate` brings it up to date)."""
+    current = schema_version(db, dialect)
+    if current < LATEST_VERSION:
+        raise not_current(current, url)
     check_version(current, LATEST_VERSION, url)
+
+
+def not_current(found: int, url: str, why: str = "") -> ConfigError | SchemaTooOld:
+    """The error for a schema at version `found`, older than this durably's, that its opener
+    does not bring up to date (`why`: what kept it from doing so, if it tried): what it is, and
+    the command that migrates it."""
+    command = f"durably migrate --store {shlex.quote(url)}"
+    if found == 0:
+        return ConfigError(
+            f"{url} is not a durably store: it has no durably tables{why}. Check the URL; "
+            f"`{command}` creates them (so do a worker and `durably start`, unless "
+            "$DURABLY_MIGRATE is never)"
+        )
+    owner = " as the database's owner" if url.startswith("postgres") else ""
+    return SchemaTooOld(
+        f"the durably schema in {url} is at version {found}, but this durably needs version "
+        f"{LATEST_VERSION}{why}: run `{command}`{owner}, then try again"
+    )

@@ -57,6 +57,7 @@ class SqlStore(ABC):
 
     url: str
     dialect: Dialect
+    schema_found: int  # the schema version opening found: 0 if it created it, less if it migrated
 
     @abstractmethod
     def _reading(self, read: Callable[[Any], R]) -> R:

@@ -41,7 +41,7 @@ from durably.stores.sql.rows import (
     run_of,
     ts,
 )
-from durably.stores.sql.schema import CLAIM_RANK, check_schema, migrate
+from durably.stores.sql.schema import CLAIM_RANK, LATEST_VERSION, check_schema, migrate
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
 from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
@@ -68,9 +68,9 @@ _CREATE = (
 class SQLiteStore(SqlStore):
     """A SQLite file; each thread gets its own connection.
 
-    `create=False` opens only a durably store that exists: the file is not created, nor the
-    schema migrated (what the CLI's commands do, so that a wrong path is an error rather
-    than a new, empty store)."""
+    `create=False` opens only a durably store that exists, at this durably's schema version:
+    the file is not created, nor the schema migrated (what the CLI's commands do, so that a
+    wrong path is an error rather than a new, empty store)."""
 
     def __init__(
         self,
@@ -96,10 +96,10 @@ class SQLiteStore(SqlStore):
         self._wakeups = LocalWakeups(self.path)
         self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
         if create:
-            self._migrate()
+            self.schema_found = self._migrate()
         else:
-            self._check_schema()  # a durably store, not newer than this durably:
-            self._migrate()  # brought up to date, as any version of durably can read it
+            self._check_schema()  # a durably store at this durably's version, opened as it is
+            self.schema_found = LATEST_VERSION
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -405,9 +405,9 @@ class SQLiteStore(SqlStore):
                 ) from exc
             raise
 
-    def _migrate(self) -> None:
+    def _migrate(self) -> int:
         with self._write() as db:
-            migrate(db, "sqlite", self.url)
+            return migrate(db, "sqlite", self.url)
 
     def _check_schema(self) -> None:
         with self._read() as db:
