@@ -19,6 +19,7 @@ from durably.web.access import Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
 from durably.web.guard import DEFAULT_MAX_BODY, Guard
+from durably.web.lockouts import Lockouts
 from durably.web.sessions import Sessions
 
 __all__ = ["create_app", "serve"]
@@ -35,10 +36,13 @@ def create_app(
     metrics: bool = True,
     sample_every: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
+    lockouts: Lockouts | None = None,
 ) -> FastAPI:
     """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
     often the dashboard's charts read the store's counts (one query each time). `max_body`:
-    the most bytes a request's body may take (413 beyond, before it is read)."""
+    the most bytes a request's body may take (413 beyond, before it is read). `lockouts`: how
+    many unknown tokens an address may try within a window (by default 10 a minute) before
+    its attempts are answered 429, on `app`'s clock."""
     web = FastAPI(
         title="durably",
         summary="Start, inspect and steer durable workflow runs.",
@@ -48,7 +52,9 @@ def create_app(
         redoc_url=None,
     )
     sampler = Sampler(lambda: app.store, app.clock, every=sample_every)
-    web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads)
+    web.state.durably = Served(
+        app, tokens, sessions or Sessions(), open_reads, lockouts or Lockouts()
+    )
     web.state.sampler = sampler
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
@@ -92,8 +98,17 @@ def _mount_metrics(web: FastAPI, app: App) -> None:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def serve(web: FastAPI, *, host: str, port: int) -> None:
-    """Serve until SIGTERM or Ctrl-C."""
+def serve(web: FastAPI, *, host: str, port: int, forwarded_allow_ips: str | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C. `forwarded_allow_ips`: the proxies whose X-Forwarded-For
+    and X-Forwarded-Proto are believed (uvicorn's; by default $FORWARDED_ALLOW_IPS, else
+    127.0.0.1): the client's address they give is the one locked out for guessing tokens."""
     import uvicorn
 
-    uvicorn.run(web, host=host, port=port, log_level="info", access_log=False)
+    uvicorn.run(
+        web,
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )
