@@ -3,12 +3,13 @@ an app; `durably token new`: a token for them."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from durably.cli.base import VERBOSE, cli, load_app
+from durably.cli.base import DURATION, VERBOSE, cli, load_app
 from durably.errors import DurablyError
 
 if TYPE_CHECKING:  # the web extra may be missing: the server says so when it starts
@@ -26,14 +27,22 @@ def _server(
     open_reads: bool,
     max_body: int,
     payloads_for: PayloadsFor,
+    lockout_failures: int,
+    lockout_window: timedelta,
+    forwarded_allow_ips: str | None,
 ) -> None:
     try:
         from durably.web.auth import Tokens
+        from durably.web.lockouts import Lockouts
         from durably.web.server import create_app, serve
     except ImportError as exc:
         raise click.ClickException(
             f"the server needs the web extra ({exc}): pip install 'durably[web]'"
         ) from None
+    try:
+        lockouts = Lockouts(failures=lockout_failures, window=lockout_window)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lockout-window") from None
     app = load_app(target)
     if store_url:
         app.use_store(store_url)
@@ -45,9 +54,14 @@ def _server(
         f"schema /api/openapi.json, metrics /metrics), store {app.store.url}"
     )
     web = create_app(
-        app, tokens=tokens, open_reads=open_reads, max_body=max_body, payloads_for=payloads_for
+        app,
+        tokens=tokens,
+        open_reads=open_reads,
+        max_body=max_body,
+        payloads_for=payloads_for,
+        lockouts=lockouts,
     )
-    serve(web, host=host, port=port)
+    serve(web, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
 
 
 _NO_TOKENS = (
@@ -98,6 +112,32 @@ def _options(command: click.Command) -> click.Command:
                 show_default=True,
                 help="Who sees payloads encrypted at rest ($DURABLY_KEYS): tokens of the write "
                 "role, of either role, or nobody; the others see `encrypted (key k2)`.",
+            ),
+            click.option(
+                "--lockout-failures",
+                default=10,
+                show_default=True,
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="Unknown tokens (dashboard logins, API requests) an address may try "
+                "within --lockout-window; past them its attempts are answered 429 until the "
+                "oldest is that old.",
+            ),
+            click.option(
+                "--lockout-window",
+                default="1m",
+                show_default=True,
+                type=DURATION,
+                metavar="DURATION",
+                help="The sliding window of --lockout-failures (e.g. 1m, 90s, 1h).",
+            ),
+            click.option(
+                "--forwarded-allow-ips",
+                default=None,
+                metavar="ADDRESSES",
+                help="The proxies (comma-separated addresses, or *) whose X-Forwarded-For and "
+                "X-Forwarded-Proto the server believes: the client address they give is the "
+                "one locked out. Default: $FORWARDED_ALLOW_IPS, else 127.0.0.1.",
             ),
             VERBOSE,
         ]

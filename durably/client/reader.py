@@ -20,6 +20,7 @@ from durably.clock import Clock, SystemClock
 from durably.codec.encoding import decode
 from durably.codec.parameters import NO_HINT
 from durably.core.history import Event
+from durably.core.names import check_name
 from durably.core.status import RunStatus
 from durably.durations import Duration
 from durably.errors import DurablyError, RunNotFound, UnknownWorkflow, WorkflowFailed
@@ -51,6 +52,8 @@ class RunReader:
 
     def get(self, run_id: str) -> RunRecord:
         """The run's current state; RunNotFound if no run has this id."""
+        if "\x00" in run_id:  # no run can have it (PostgreSQL would refuse the query itself)
+            raise RunNotFound(f"no run has the id {run_id!r}: a run's id holds no NUL byte")
         record = self.store.get_run(run_id)
         if record is None:
             raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
@@ -81,6 +84,13 @@ class RunReader:
         after, before, these times (with their time zone)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
+        for name, given in (
+            ("workflow", workflow),
+            ("patch", patch),
+            ("correlation_id", correlation_id),
+        ):
+            if given is not None:
+                check_name(given, f"the {name} to look for")
         wanted = None if status is None else pages.status_of(status)
         after = None if cursor is None else pages.after(cursor)
         # One more than asked: whether there is a next page, without a last empty one.

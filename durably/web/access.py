@@ -5,7 +5,9 @@ people log in with a token once and carry a signed session cookie (durably.web.s
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import logging
+import math
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from fastapi import Depends, HTTPException, Request
@@ -15,9 +17,23 @@ from durably.client.client import Client
 from durably.core.audit import Via
 from durably.stores.encrypted import EncryptedStore
 from durably.web.auth import ENV, Identity, Tokens
+from durably.web.lockouts import Lockouts
 from durably.web.sessions import Sessions
 
-__all__ = ["Auditor", "PayloadsFor", "Reader", "Served", "Writer", "served"]
+__all__ = [
+    "Auditor",
+    "PayloadsFor",
+    "Reader",
+    "Served",
+    "Writer",
+    "client_address",
+    "count_failure",
+    "locked_out",
+    "lockout_message",
+    "served",
+]
+
+log = logging.getLogger("durably.server")
 
 _ANONYMOUS = Identity("anonymous", "read")
 
@@ -29,14 +45,16 @@ PayloadsFor = Literal["write", "read", "none"]
 
 @dataclass(frozen=True)
 class Served:
-    """The server's state: the app, the tokens it accepts, whether reads need none, and who
-    may see payloads that are encrypted at rest."""
+    """The server's state: the app, the tokens it accepts, whether reads need none, who may
+    see payloads that are encrypted at rest, and the addresses locked out for guessing
+    tokens."""
 
     app: App
     tokens: Tokens
     sessions: Sessions
     open_reads: bool = False
     payloads_for: PayloadsFor = "write"
+    lockouts: Lockouts = field(default_factory=Lockouts)
 
     @property
     def client(self) -> Client:
@@ -78,19 +96,58 @@ def served(request: Request) -> Served:
     return state
 
 
+def client_address(request: Request) -> str:
+    """Who is on the other end: the connection's address, or the one a trusted proxy gave
+    in X-Forwarded-For (uvicorn's proxy headers, trusted from --forwarded-allow-ips)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def locked_out(request: Request, state: Served) -> int | None:
+    """The seconds the request's address must wait before it may try a token again (None:
+    it may now). Asked before any token is looked at."""
+    wait = state.lockouts.locked(client_address(request), state.app.clock.now())
+    return None if wait is None else max(1, math.ceil(wait.total_seconds()))
+
+
+def count_failure(request: Request, state: Served) -> None:
+    """A token the server does not know, counted against the request's address; the attempt
+    that locks the address out is logged (once per lockout)."""
+    address = client_address(request)
+    if state.lockouts.failed(address, state.app.clock.now()):
+        log.warning(
+            "%s is locked out: %d attempts with unknown tokens within %s; its attempts are "
+            "refused (429) until the oldest is that old",
+            address,
+            state.lockouts.failures,
+            state.lockouts.window,
+        )
+
+
 def _bearer(request: Request, state: Served) -> Identity | None:
     """The identity of the request's bearer token (None: it sent none); 401 for a token the
-    server does not know."""
+    server does not know, 429 (without looking at the token) from an address locked out."""
     header = request.headers.get("authorization")
     if header is None:
         return None
+    wait = locked_out(request, state)
+    if wait is not None:
+        raise HTTPException(429, lockout_message(wait), headers={"Retry-After": str(wait)})
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _unauthorized("the Authorization header must be `Bearer TOKEN`")
     identity = state.tokens.identify(token.strip())
     if identity is None:
+        count_failure(request, state)
         raise _unauthorized(_UNKNOWN)
     return identity
+
+
+def lockout_message(wait: int) -> str:
+    """Why an address is refused, and when it may try again."""
+    return (
+        f"too many attempts with unknown tokens from this address: try again in {wait} "
+        "seconds, with a token the server knows"
+    )
 
 
 def _unauthorized(message: str) -> HTTPException:

@@ -117,8 +117,12 @@ def list_runs(
     state: State,
     who: Reader,
     status: Annotated[RunStatus | None, Query()] = None,
-    workflow: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
-    correlation_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    workflow: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    ] = None,
+    correlation_id: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)
+    ] = None,
     limit: Limit = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
     happened: Annotated[

@@ -34,7 +34,7 @@ from durably.views.details import short
 from durably.views.explaining import explain, root_cause
 from durably.views.gantt import gantt, span_seconds
 from durably.views.timeline import describe_run, timeline
-from durably.web.access import Served, served
+from durably.web.access import Served, count_failure, locked_out, lockout_message, served
 from durably.web.auth import Identity
 from durably.web.charts import chart, per_minute
 from durably.web.sessions import COOKIE
@@ -126,8 +126,18 @@ def login(
     token: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/runs",
 ) -> Response:
+    wait = locked_out(request, state)  # before the token is looked at
+    if wait is not None:
+        return templates.TemplateResponse(
+            request,
+            "login.html",
+            {"next": _local(next), "refused": lockout_message(wait), "who": None},
+            status_code=429,
+            headers={"Retry-After": str(wait)},
+        )
     identity = state.tokens.identify(token.strip()) if token.strip() else None
     if identity is None:
+        count_failure(request, state)
         said = urlencode(
             {"next": _local(next), "refused": "that token is not one this server knows"}
         )

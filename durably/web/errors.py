@@ -1,7 +1,8 @@
 """Every error the API gives is JSON, `{"error": kind, "message": ...}`, with a message that
 names what is wrong and what to do: 422 for a body or query that does not fit (naming the
 field), 404 for an unknown run or workflow, 409 for an action the run's state refuses or a
-start that conflicts, 401/403 for a missing or weak token, 503 while the store is down."""
+start that conflicts, 401/403 for a missing or weak token, 429 (with Retry-After) from an
+address locked out for guessing tokens, 503 while the store is down."""
 
 from __future__ import annotations
 
@@ -38,7 +39,13 @@ _BY_CLASS: Sequence[tuple[type[DurablyError], int, str]] = (
     (StoreUnavailable, 503, "store_unavailable"),
     (DurablyError, 409, "refused"),  # the run's state does not allow it
 )
-_KIND = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+_KIND = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    429: "locked_out",
+}
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"description": what, "model": ErrorOut}
@@ -48,6 +55,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "No such run, workflow or schedule"),
         (409, "The run's state refuses the action, or the id is taken by another start"),
         (422, "The body or query does not fit: the message names the field"),
+        (429, "Too many unknown tokens from this address: wait the seconds of Retry-After"),
         (503, "The store cannot be reached; try again"),
     )
 }

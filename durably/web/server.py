@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
@@ -19,6 +19,7 @@ from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
 from durably.web.guard import DEFAULT_MAX_BODY, Guard
+from durably.web.lockouts import Lockouts
 from durably.web.sessions import Sessions
 
 __all__ = ["create_app", "serve"]
@@ -36,33 +37,56 @@ def create_app(
     sample_every: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
     payloads_for: PayloadsFor = "write",
+    lockouts: Lockouts | None = None,
 ) -> FastAPI:
     """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
     often the dashboard's charts read the store's counts (one query each time). `max_body`:
     the most bytes a request's body may take (413 beyond, before it is read). `payloads_for`:
-    which role sees payloads encrypted at rest (durably.web.access.Served.client_for)."""
+    which role sees payloads encrypted at rest (durably.web.access.Served.client_for).
+    `lockouts`: how many unknown tokens an address may try within a window (by default 10 a
+    minute) before its attempts are answered 429, on `app`'s clock."""
     web = FastAPI(
         title="durably",
         summary="Start, inspect and steer durable workflow runs.",
         version="1",
         openapi_url="/api/openapi.json",
-        docs_url="/api/docs",
+        docs_url=None,  # served below, with Swagger UI's assets from /static
         redoc_url=None,
     )
     sampler = Sampler(lambda: app.store, app.clock, every=sample_every)
-    web.state.durably = Served(app, tokens, sessions or Sessions(), open_reads, payloads_for)
+    web.state.durably = Served(
+        app,
+        tokens,
+        sessions or Sessions(),
+        open_reads,
+        payloads_for=payloads_for,
+        lockouts=lockouts or Lockouts(),
+    )
     web.state.sampler = sampler
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
     web.include_router(api.router)
     web.include_router(dashboard.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
+    _mount_docs(web)
     web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound
     if metrics:
         _mount_metrics(web, app)
     web.router.on_startup.append(sampler.start)
     web.router.on_shutdown.append(sampler.stop)
     return web
+
+
+def _mount_docs(web: FastAPI) -> None:
+    """/api/docs: Swagger UI over the API's schema, its script, stylesheet and start-up all
+    served from /static (no CDN, no inline script), so the page carries the same content
+    security policy as every other."""
+
+    @web.get("/api/docs", include_in_schema=False)
+    def docs(request: Request) -> Response:
+        return dashboard.templates.TemplateResponse(
+            request, "api_docs.html", {"schema": web.openapi_url}
+        )
 
 
 def _mount_metrics(web: FastAPI, app: App) -> None:
@@ -81,8 +105,17 @@ def _mount_metrics(web: FastAPI, app: App) -> None:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def serve(web: FastAPI, *, host: str, port: int) -> None:
-    """Serve until SIGTERM or Ctrl-C."""
+def serve(web: FastAPI, *, host: str, port: int, forwarded_allow_ips: str | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C. `forwarded_allow_ips`: the proxies whose X-Forwarded-For
+    and X-Forwarded-Proto are believed (uvicorn's; by default $FORWARDED_ALLOW_IPS, else
+    127.0.0.1): the client's address they give is the one locked out for guessing tokens."""
     import uvicorn
 
-    uvicorn.run(web, host=host, port=port, log_level="info", access_log=False)
+    uvicorn.run(
+        web,
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        forwarded_allow_ips=forwarded_allow_ips,
+    )

@@ -157,6 +157,11 @@ def test_the_server_serves_the_dashboard_and_the_api(installed: Installed) -> No
         assert css.headers["content-type"].startswith("text/css")
         assert css.content == (REPO / "durably" / "web" / "static" / "durably.css").read_bytes()
 
+        docs = web.get("/api/docs")  # Swagger UI from the package, not from a CDN
+        assert docs.status_code == 200
+        assert '<script src="/static/swagger-ui-bundle.js">' in docs.text
+        assert web.get("/static/swagger-ui-bundle.js").status_code == 200
+
         assert web.get("/api/runs/order-A-17").status_code == 401
         headers = {"Authorization": f"Bearer {token.group(1)}"}
         api = web.get("/api/runs/order-A-17", headers=headers)

@@ -9,8 +9,8 @@ The schema comes from the server's own app (durably.web.server.create_app), buil
 serving and without opening a store. Two things are not in the schema and are derived here:
 who may call a route, from its dependencies (durably.web.access.reader / writer); and which of
 the errors the schema declares (the router declares them all on every route) a route can
-answer: 401 only with a token to check, 403 only for writers, 503 only where it uses the store,
-404, 409 and 422 only where it also takes a parameter or a body.
+answer: 401 and 429 only with a token to check, 403 only for writers, 503 only where it uses
+the store, 404, 409 and 422 only where it also takes a parameter or a body.
 """
 
 from __future__ import annotations
@@ -187,6 +187,7 @@ def _errors(operation: dict[str, Any], auth: Auth, uses_store: bool) -> list[str
         "404": uses_store and takes_input,
         "409": uses_store and takes_input,
         "422": takes_input,
+        "429": auth != "none",  # an address locked out for guessing tokens
         "503": uses_store,
     }
     return [code for code in sorted(operation["responses"]) if can.get(code, False)]

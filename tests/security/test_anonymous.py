@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from durably.testing import FakeClock
+from tests.web.shop import Payments, make_shop
 
 from .conftest import Keys, Live, serving
-from .shop import Payments, make_shop
 
 PAGES = ["/runs", "/runs/o-1", "/dead-letters", "/approvals", "/breakers", "/queues", "/workers"]
 READS = ["/api/runs", "/api/runs/o-1", "/api/runs/o-1/history", "/api/dead-letters"]

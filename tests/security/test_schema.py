@@ -1,6 +1,9 @@
 """Property tests of the HTTP API against its own published OpenAPI schema (schemathesis):
 for every operation, requests generated from the schema (fitting it, and not) are sent to the
-real server with a write token; none may make it fail (5xx) or answer outside the schema."""
+real server with a write token; none may make it fail (5xx) or answer outside the schema.
+
+A few examples per operation in the default run (about 10 s a store); many more in the slow
+run (`make slow`), which is where a new 500 is likelier to be found."""
 
 from __future__ import annotations
 
@@ -13,23 +16,26 @@ from .conftest import Live
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-_EXAMPLES = 30  # per operation: about 30 operations, on each store
+QUICK, DEEP = 8, 100  # examples per operation: about 30 operations, on each store
 
 
-def test_no_generated_request_makes_the_server_fail(live: Live) -> None:
+@pytest.mark.parametrize(
+    "examples", [QUICK, pytest.param(DEEP, marks=[pytest.mark.slow, pytest.mark.timeout(900)])]
+)
+def test_no_generated_request_makes_the_server_fail(live: Live, examples: int) -> None:
     live.app.start("checkout", "o-1", 1, id="o-1")  # a run for the routes that take one
     schema = schemathesis.openapi.from_url(f"{live.url}/api/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 25
     for operation in operations:
-        _exercise(live, operation.as_strategy())
+        _exercise(live, operation.as_strategy(), examples)
 
 
-def _exercise(live: Live, strategy: st.SearchStrategy[schemathesis.Case]) -> None:
+def _exercise(live: Live, strategy: st.SearchStrategy[schemathesis.Case], examples: int) -> None:
     """Generated requests of one operation, each checked."""
 
     @settings(
-        max_examples=_EXAMPLES,
+        max_examples=examples,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),

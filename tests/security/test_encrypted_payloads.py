@@ -15,9 +15,8 @@ import durably
 from durably.codec.encryption import new_key
 from durably.testing import FakeClock
 from durably.web.access import PayloadsFor
-
-from .conftest import Keys, Live, serving, settle
-from .shop import Payments, make_shop
+from tests.web.conftest import Keys, Live, serving, settle
+from tests.web.shop import Payments, make_shop
 
 SECRET = "o-SECRET-4111"
 _ROUTES = (f"/api/runs/{SECRET}", f"/api/runs/{SECRET}/history", f"/api/runs/{SECRET}/export")

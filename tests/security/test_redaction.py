@@ -20,8 +20,7 @@ import durably
 from durably import Retry, Secret
 from durably.observability.logs import JsonFormatter, RunContext, TextFormatter
 from durably.testing import FakeClock
-
-from .conftest import Keys, serving, settle
+from tests.web.conftest import Keys, serving, settle
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="the otel extra is not installed")
 
