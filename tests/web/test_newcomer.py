@@ -131,7 +131,10 @@ def test_the_first_hour_a_bug_a_dead_worker_and_a_deploy_explain_themselves(
     clock.advance("4s")
     cli = runs_show(f"sqlite:///{tmp_path / 'real.db'}", "held")
     for said in (cli, run_page(live, "held")):
-        assert re.search(r"held by worker worker-9, silent for [45] s and presumed dead", said)
+        # four seconds and more: the command's own start takes real time, longer under load
+        silent = re.search(r"held by worker worker-9, silent for (\d+) s and presumed dead", said)
+        assert silent is not None, said
+        assert int(silent.group(1)) >= 4
         assert "(durably runs release held)" in said
 
     old = upgrade_app.build(durably.App(store_url, clock=clock), "first")
