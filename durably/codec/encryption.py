@@ -64,7 +64,10 @@ class Keyring:
     """The keys a process holds: the first seals, any of them opens what it sealed."""
 
     def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
+        from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._refused = (InvalidTag, binascii.Error, ValueError)  # a value that does not open
 
         if not keys:
             raise ConfigError(f"{KEYS_ENV} names no key: give at least one `id:base64key`")
@@ -109,13 +112,11 @@ class Keyring:
                 f"not hold (it holds {', '.join(self._ciphers)}): add it to {KEYS_ENV} or "
                 f"{KEYS_FILE_ENV} (keep old keys until `durably keys rotate` has run)"
             )
-        from cryptography.exceptions import InvalidTag
-
         head = f"{PREFIX}{key_id}:"
         try:
             raw = base64.urlsafe_b64decode(text[len(head) :])
             return str(cipher.decrypt(raw[:_NONCE], raw[_NONCE:], head.encode()).decode())
-        except (InvalidTag, binascii.Error, ValueError):
+        except self._refused:
             raise PayloadError(
                 f"a stored value encrypted with the key {key_id!r} does not open with it: the "
                 "value was changed in the database, or the key is not the one that sealed it"

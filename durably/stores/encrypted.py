@@ -72,6 +72,10 @@ def change_event_data(kind: str, data: str | None, change: PayloadChange) -> str
     field = SEALED_FIELDS.get(kind)  # type: ignore[call-overload]
     if field is None:
         return data
+    if kind == EventKind.STEP_STARTED:
+        changed = _change_step_input(data, change)
+        if changed is not None:
+            return changed
     fields = json.loads(data)
     value = fields.get(field)
     if value is None:
@@ -85,6 +89,28 @@ def change_event_data(kind: str, data: str | None, change: PayloadChange) -> str
     return json.dumps(fields)
 
 
+# How the engine writes a step's start (durably.core.event_data.step_started_data): the key
+# as JSON, then the input. The key's JSON escapes every quote in it, so the first `, "input": `
+# is where the input begins; a sealed input is a JSON string of base64url text and colons.
+_KEY_HEAD, _INPUT_HEAD, _UNDO_TAIL = '{"key": ', ', "input": ', ', "undo": true}'
+
+
+def _change_step_input(data: str, change: PayloadChange) -> str | None:
+    """`step_started` data with its input changed, cut out of the text as the engine wrote it
+    (a step starts on every attempt: parsing and writing the JSON again cost more than the
+    sealing); None for data in another form (the caller parses it)."""
+    cut = data.find(_INPUT_HEAD)
+    if not data.startswith(_KEY_HEAD) or cut < 0:
+        return None
+    tail = _UNDO_TAIL if data.endswith(_UNDO_TAIL) else "}"
+    head, given = data[: cut + len(_INPUT_HEAD)], data[cut + len(_INPUT_HEAD) : -len(tail)]
+    sealed = given.startswith('"' + PREFIX)
+    changed = change(given[1:-1] if sealed else given)
+    if sealed_key(changed) is not None:
+        return f'{head}"{changed}"{tail}'
+    return head + changed + tail
+
+
 class EncryptedStore:
     """`inner`, with every payload sealed by `keys` on its way in and opened on its way out."""
 
@@ -92,6 +118,7 @@ class EncryptedStore:
         self.inner = inner
         self.keys = keys
         self.url = inner.url
+        self._held = frozenset(keys.ids)
 
     def __getattr__(self, name: str) -> Any:  # what is no store method: path, dialect, ...
         return getattr(self.inner, name)
@@ -107,7 +134,7 @@ class EncryptedStore:
 
     def _seal_event(self, event: Event) -> Event:
         data = change_event_data(event.kind, event.data, self._seal)
-        return event if data is event.data else dataclasses.replace(event, data=data)
+        return event if data is event.data else _with_data(event, data)
 
     def _seal_message(self, message: Message) -> Message:
         if message.data is None:
@@ -131,7 +158,7 @@ class EncryptedStore:
         """`text` opened if this keyring holds its key; as stored if not (views show
         `encrypted (key k2)`, and decoding it is refused, naming the key)."""
         key = sealed_key(text)
-        if key is None or key not in self.keys.ids:
+        if key is None or key not in self._held:
             return text
         return self.keys.open(text)
 
@@ -143,7 +170,7 @@ class EncryptedStore:
         if event.data is None or PREFIX not in event.data:  # the common case: one scan
             return event
         data = change_event_data(event.kind, event.data, self._open)
-        return event if data is event.data else dataclasses.replace(event, data=data)
+        return event if data is event.data else _with_data(event, data)
 
     def _open_events(self, events: Sequence[Event]) -> list[Event]:
         return [self._open_event(event) for event in events]
@@ -341,3 +368,8 @@ class EncryptedStore:
         if not isinstance(self.inner, SqlStore):
             raise TypeError(f"{type(self.inner).__name__} cannot count its payloads")
         return self.inner.payload_rows([str(kind) for kind in (*SEALED_WHOLE, *SEALED_FIELDS)])
+
+
+def _with_data(event: Event, data: str | None) -> Event:
+    """`event` with another `data` (dataclasses.replace, which costs more, would do the same)."""
+    return Event(event.seq, event.kind, event.at, event.position, event.name, event.attempt, data)
