@@ -15,6 +15,7 @@ from durably.client.handles import RunHandle
 from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
+from durably.core.audit import Via
 from durably.core.priority import check_priority
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
@@ -390,11 +391,18 @@ class App:
         )
 
     def upgrade(
-        self, *, workflow: str | None = None, dry_run: bool = False, by: str = "app"
+        self,
+        *,
+        workflow: str | None = None,
+        dry_run: bool = False,
+        by: str = "app",
+        via: Via | None = None,
     ) -> list[Upgrade]:
         """Move the runs in flight on a version no live worker serves to this code's version,
         each only if this code replays its history (no step runs); the others stay, with
-        where they part (durably.runtime.upgrades). `dry_run`: only say what would move."""
+        where they part (durably.runtime.upgrades). `dry_run`: only say what would move.
+        `via`: how a person asked (the CLI, the API, the dashboard): each move is then in the
+        audit trail, by `by`."""
         upgrades = upgrade(
             self.store,
             self.registry,
@@ -402,6 +410,7 @@ class App:
             by=by,
             workflow=workflow,
             dry_run=dry_run,
+            via=via,
         )
         self.client.notify()
         return upgrades

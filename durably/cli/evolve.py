@@ -13,6 +13,7 @@ import click
 from durably.cli.base import BY, PRECEDENCE, cli, client_for, load_app, where
 from durably.cli.commands import runs
 from durably.cli.output import AS_JSON, Column, echo_json, echo_table
+from durably.core.audit import Via
 from durably.durations import parse_duration
 from durably.runtime.upgrades import Outcome
 from durably.views.breakers import breakers as read_breakers
@@ -96,7 +97,7 @@ def upgrade(
     if store_url:
         app.use_store(store_url)
     try:
-        upgrades = app.upgrade(workflow=workflow, dry_run=dry_run, by=by)
+        upgrades = app.upgrade(workflow=workflow, dry_run=dry_run, by=by, via=Via.CLI)
     finally:
         app.close()
     if as_json:

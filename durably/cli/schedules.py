@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import click
 
 from durably.app import App
-from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.cli.base import BY, PRECEDENCE, cli, client_for, where
 from durably.cli.output import AS_JSON, Column, echo_json, echo_table
+from durably.core.audit import Via
 from durably.runtime.schedules import Schedules
 from durably.views.models import ScheduleOut
 
@@ -67,9 +68,10 @@ def _switcher(paused: bool, doc: str) -> click.Command:
 
     @where
     @click.argument("name")
-    def switch(app_target: str | None, store_url: str | None, name: str) -> None:
+    @BY
+    def switch(app_target: str | None, store_url: str | None, name: str, by: str) -> None:
         with _acting(app_target, store_url) as acting:
-            (acting.pause if paused else acting.resume)(name)
+            (acting.pause if paused else acting.resume)(name, by=by, via=Via.CLI)
         click.echo(f"schedule {name} {'paused' if paused else 'resumed'}")
 
     switch.__doc__ = doc
@@ -85,10 +87,11 @@ schedules_resume = _switcher(False, "Start NAME's ticks again, from now on.")
 @schedules.command("trigger", epilog=PRECEDENCE)
 @where
 @click.argument("name")
-def schedules_trigger(app_target: str | None, store_url: str | None, name: str) -> None:
+@BY
+def schedules_trigger(app_target: str | None, store_url: str | None, name: str, by: str) -> None:
     """Start a run of NAME now, outside its ticks (needs --app: the run's input)."""
     with _acting(app_target, store_url) as acting:
-        run_id = acting.trigger(name)
+        run_id = acting.trigger(name, by=by, via=Via.CLI)
     click.echo(f"started run {run_id}")
 
 
@@ -97,13 +100,15 @@ def schedules_trigger(app_target: str | None, store_url: str | None, name: str) 
 @click.argument("name")
 @click.option("--from", "start", required=True, metavar="TIME", help="ISO 8601; UTC if no zone.")
 @click.option("--to", "end", required=True, metavar="TIME", help="ISO 8601; UTC if no zone.")
+@BY
 def schedules_backfill(
-    app_target: str | None, store_url: str | None, name: str, start: str, end: str
+    app_target: str | None, store_url: str | None, name: str, start: str, end: str, by: str
 ) -> None:
     """Start a run for every tick of NAME from --from to --to (both included); ticks started
     already are found, not started again (needs --app: the runs' input)."""
     with _acting(app_target, store_url) as acting:
-        started = acting.backfill(name, _time(start, "--from"), _time(end, "--to"))
+        span = _time(start, "--from"), _time(end, "--to")
+        started = acting.backfill(name, *span, by=by, via=Via.CLI)
     click.echo(
         f"{len(started)} tick(s) of {name} have their run: {', '.join(started[:3])}"
         + (" ..." if len(started) > 3 else "")

@@ -38,6 +38,11 @@ class Action(StrEnum):
     RELEASE = "release"  # ended a dead worker's leases
     LOGIN = "login"  # to the dashboard, with a token
     LOGOUT = "logout"
+    UPGRADE = "upgrade"  # moved a stranded run to the deployed version (durably upgrade)
+    PAUSE_SCHEDULE = "pause_schedule"
+    RESUME_SCHEDULE = "resume_schedule"
+    TRIGGER_SCHEDULE = "trigger_schedule"  # started a run of it now (the entry names the run)
+    BACKFILL_SCHEDULE = "backfill_schedule"  # started its missed ticks' runs
 
 
 class Via(StrEnum):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
+from durably.core.audit import Action, Via, audit_of
 from durably.core.schedules import Plan, State, plan, run_id, ticks
 from durably.core.status import FINAL
 from durably.errors import DurablyError, UnknownSchedule
@@ -134,25 +135,40 @@ class Schedules:
             states.setdefault(name, State(schedule.spec, since=now))
         return [_info(name, states[name], name in defined) for name in sorted(states)]
 
-    def pause(self, name: str) -> None:
+    # A person's action (`by`, reaching durably `via` the CLI, the API, the dashboard) is
+    # recorded in the audit trail; code's own calls, without `by`, are not.
+
+    def pause(self, name: str, *, by: str | None = None, via: Via = Via.LIBRARY) -> None:
         """No tick of it starts until it is resumed (ticks meanwhile are not caught up)."""
         self._change(name, lambda state: replace(state, paused=True))
+        self._record(Action.PAUSE_SCHEDULE, by, via, schedule=name)
 
-    def resume(self, name: str) -> None:
+    def resume(self, name: str, *, by: str | None = None, via: Via = Via.LIBRARY) -> None:
         """Its ticks from now on start again (and a tick held before the pause, for its
         previous run's end with overlap="queue", still starts once that run ends)."""
         now = self._clock.now()
         self._change(name, lambda state: replace(state, paused=False, since=now))
+        self._record(Action.RESUME_SCHEDULE, by, via, schedule=name)
 
-    def trigger(self, name: str) -> str:
+    def trigger(self, name: str, *, by: str | None = None, via: Via = Via.LIBRARY) -> str:
         """Start a run of the schedule now, outside its ticks (its policies do not apply); its
         run's id."""
         schedule, now = self._defined(name), self._clock.now()
         run = _new_run(schedule, now)
+        if by is not None:  # recorded with the run's start, if it starts
+            run = replace(run, audit=audit_of(Action.TRIGGER_SCHEDULE, by, via, schedule=name))
         self._store.create_runs([run], now=now)
         return run.id
 
-    def backfill(self, name: str, start: datetime, end: datetime) -> list[str]:
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        by: str | None = None,
+        via: Via = Via.LIBRARY,
+    ) -> list[str]:
         """Start a run for every tick from `start` to `end` (both included), as if they had
         come; ticks already started are found, not started again. The runs' ids, in order."""
         schedule = self._defined(name)
@@ -170,7 +186,13 @@ class Schedules:
             )
         runs = [_new_run(schedule, tick) for tick in due]
         self._store.create_runs(runs, now=self._clock.now())
+        span = {"schedule": name, "start": start.isoformat(), "end": end.isoformat()}
+        self._record(Action.BACKFILL_SCHEDULE, by, via, runs=len(runs), **span)
         return [run.id for run in runs]
+
+    def _record(self, action: Action, by: str | None, via: Via, **detail: str | int) -> None:
+        if by is not None:
+            self._store.record_audit(audit_of(action, by, via, **detail), now=self._clock.now())
 
     def _defined(self, name: str) -> Schedule:
         schedules = {} if self._registry is None else self._registry.schedules

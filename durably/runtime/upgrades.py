@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from durably.core.audit import Action, Via, audit_of
 from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
 from durably.core.payloads import Upgraded
@@ -62,10 +63,12 @@ def upgrade(
     by: str,
     workflow: str | None = None,
     dry_run: bool = False,
+    via: Via | None = None,
 ) -> list[Upgrade]:
     """Rehearse every stranded run (of `workflow`, or of every workflow `registry` defines)
     against `registry`'s code and move each that it follows to its version (with `dry_run`,
-    only say which would move). One Upgrade a stranded run, in the order found."""
+    only say which would move). One Upgrade a stranded run, in the order found. `via`: how a
+    person asked for it (each move is then in the audit trail, by `by`)."""
     if workflow is not None:
         registry.workflow_named(workflow)  # UnknownWorkflow, naming the known ones
     done: list[Upgrade] = []
@@ -87,7 +90,7 @@ def upgrade(
             elif dry_run:
                 done.append(said)
             else:
-                done.append(_move(store, said, history, by=by, now=now))
+                done.append(_move(store, said, history, by=by, via=via, now=now))
     return done
 
 
@@ -130,7 +133,13 @@ def _pages(runs: Iterator[RunRecord]) -> Iterator[list[RunRecord]]:
 
 
 def _move(
-    store: Store, said: Upgrade, history: Sequence[Event], *, by: str, now: datetime
+    store: Store,
+    said: Upgrade,
+    history: Sequence[Event],
+    *,
+    by: str,
+    via: Via | None,
+    now: datetime,
 ) -> Upgrade:
     note = Event(
         0,
@@ -139,6 +148,8 @@ def _move(
         data=encode_payload(Upgraded(said.from_version, said.to_version, by)),
     )
     seen = history[-1].seq
+    versions = {"from": said.from_version, "to": said.to_version}
+    audit = None if via is None else audit_of(Action.UPGRADE, by, via, **versions)
     if store.move_version(
         said.run_id,
         from_version=said.from_version,
@@ -146,6 +157,7 @@ def _move(
         seen=seen,
         note=note,
         now=now,
+        audit=audit,
     ):
         return _with(said, Outcome.MOVED)
     run = store.get_run(said.run_id)

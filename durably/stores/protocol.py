@@ -413,12 +413,13 @@ class OperatorStore(Protocol):
         seen: int,
         note: Event,
         now: datetime,
+        audit: Audit | None = None,
     ) -> bool:
-        """Move the run to `to_version` (durably upgrade: its code replays the run's history)
-        and append `note` after its last event (`note.seq` is not used), in one transaction,
-        if it is still on `from_version` with `seen` events, has not ended, and no lease
-        holds it (none, or an expired one). False, writing nothing, otherwise. A run made
-        due by it wakes the workers."""
+        """Move the run to `to_version` (durably upgrade: its code replays the run's history),
+        append `note` after its last event (`note.seq` is not used) and `audit` to the audit
+        trail (a person asked for it), in one transaction, if it is still on `from_version`
+        with `seen` events, has not ended, and no lease holds it (none, or an expired one).
+        False, writing nothing, otherwise. A run made due by it wakes the workers."""
         ...
 
     def take(

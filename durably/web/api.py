@@ -17,6 +17,7 @@ from fastapi import Body as FastBody
 
 from durably.client.client import Client
 from durably.client.exports import redacted
+from durably.core.audit import Via
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
@@ -346,21 +347,22 @@ def schedules(state: State, who: Reader) -> list[ScheduleOut]:
 @router.post("/schedules/{name}/pause", tags=["schedules"])
 def pause_schedule(name: Name, state: State, who: Writer) -> ActionOut:
     """Pause the schedule: no tick starts a run until it is resumed."""
-    state.app.schedules.pause(name)
+    state.app.schedules.pause(name, by=who.name, via=Via.API)
     return ActionOut(run="", action="pause schedule", note=name)
 
 
 @router.post("/schedules/{name}/resume", tags=["schedules"])
 def resume_schedule(name: Name, state: State, who: Writer) -> ActionOut:
     """Resume the paused schedule from its next tick."""
-    state.app.schedules.resume(name)
+    state.app.schedules.resume(name, by=who.name, via=Via.API)
     return ActionOut(run="", action="resume schedule", note=name)
 
 
 @router.post("/schedules/{name}/trigger", tags=["schedules"])
 def trigger_schedule(name: Name, state: State, who: Writer) -> ActionOut:
     """Start the schedule's workflow now, once, outside its ticks."""
-    return ActionOut(run=state.app.schedules.trigger(name), action="trigger schedule", note=name)
+    run = state.app.schedules.trigger(name, by=who.name, via=Via.API)
+    return ActionOut(run=run, action="trigger schedule", note=name)
 
 
 @router.get("/breakers", tags=["operations"])
@@ -383,7 +385,9 @@ def upgrade(state: State, who: Writer, body: Body[UpgradeIn] = None) -> list[Upg
     only if that code replays its history (no step runs); the others stay, with where code
     and history part (`why`). `dry_run`: only say what would move."""
     asked = body or UpgradeIn()
-    upgrades = state.app.upgrade(workflow=asked.workflow, dry_run=asked.dry_run, by=who.name)
+    upgrades = state.app.upgrade(
+        workflow=asked.workflow, dry_run=asked.dry_run, by=who.name, via=Via.API
+    )
     return [UpgradeOut.of(upgraded) for upgraded in upgrades]
 
 

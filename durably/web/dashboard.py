@@ -22,7 +22,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from durably.core.approvals import fold_approvals
-from durably.core.audit import Action
+from durably.core.audit import Action, Via
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.durations import parse_duration
 from durably.errors import DurablyError, PayloadError, RunNotFound
@@ -498,10 +498,10 @@ for _name, _act in _RUN_ACTIONS.items():
 
 def _schedule(verb: str) -> Act:
     def act(state: Served, name: str, who: Identity, form: dict[str, str]) -> str:
-        schedules = state.app.schedules
+        schedules, by, via = state.app.schedules, who.name, Via.DASHBOARD
         if verb == "trigger":
-            return f"schedule {name!r} started run {schedules.trigger(name)}"
-        (schedules.pause if verb == "pause" else schedules.resume)(name)
+            return f"schedule {name!r} started run {schedules.trigger(name, by=by, via=via)}"
+        (schedules.pause if verb == "pause" else schedules.resume)(name, by=by, via=via)
         return f"schedule {name!r} is {'paused' if verb == 'pause' else 'running again'}"
 
     return act
@@ -510,7 +510,7 @@ def _schedule(verb: str) -> Act:
 def _upgrade(state: Served, moving: str, who: Identity, form: dict[str, str]) -> str:
     """Move stranded runs to the server's code (`moving` "move"), or say which would move."""
     dry_run = moving != "move"
-    upgrades = state.app.upgrade(dry_run=dry_run, by=who.name)
+    upgrades = state.app.upgrade(dry_run=dry_run, by=who.name, via=Via.DASHBOARD)
     stays = [f"{u.run_id}: {u.why}" for u in upgrades if u.why]
     return "; ".join([summary(upgrades, dry_run=dry_run), *stays[:_STAYS_SHOWN]])
 

@@ -4,15 +4,20 @@ app's own starts are not a person's, and no payload's value ever reaches the tra
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import durably
 from durably import Retry, RunStatus
+from durably.core.audit import Via
+from durably.runtime.upgrades import Outcome
 from durably.testing import FakeClock
 from tests.contract.support import execute_sql
 
+from . import upgrade_app
 from .conftest import settle
 from .test_cli import durably_cli
 
@@ -156,3 +161,44 @@ def test_the_cli_records_its_user_and_lists_the_trail(
     wrong = durably_cli("audit", "--since", "yesterday", *store, cwd=tmp_path)
     assert wrong.returncode == 2
     assert "neither a duration back from now" in wrong.stderr
+
+
+def test_schedule_actions_and_upgrades_are_in_the_trail(
+    app: durably.App, other_app: durably.App, clock: FakeClock
+) -> None:
+    @app.schedule(every="1h")
+    @app.workflow
+    async def sweep() -> None:
+        pass
+
+    app.run_until_idle()  # the schedule is registered
+    schedules = app.schedules
+    schedules.pause("sweep", by="sam", via=Via.API)
+    schedules.resume("sweep", by="sam", via=Via.DASHBOARD)
+    triggered = schedules.trigger("sweep", by="erin", via=Via.CLI)
+    schedules.trigger("sweep")  # the code's own: not a person's
+    start = clock.now() - timedelta(hours=3)
+    backfilled = schedules.backfill("sweep", start, clock.now(), by="erin", via=Via.CLI)
+    assert len(backfilled) == 4  # both ends included
+
+    upgrade_app.build(other_app, "first")
+    other_app.start("order", "o-9", id="o-9")
+    other_app.run_until_idle()
+    clock.advance(timedelta(minutes=5))  # its worker gone: the run is stranded
+    edited = upgrade_app.build(durably.App(app.store, clock=clock), "edited")
+    [moved] = edited.upgrade(by="ada", via=Via.CLI)
+    assert moved.outcome is Outcome.MOVED
+    edited.upgrade(by="ada", via=Via.CLI)  # nothing stranded any more: no entry
+
+    assert entries(app) == [
+        ("pause_schedule", "sam", "api", None),
+        ("resume_schedule", "sam", "dashboard", None),
+        ("trigger_schedule", "erin", "cli", triggered),
+        ("backfill_schedule", "erin", "cli", None),
+        ("upgrade", "ada", "cli", "o-9"),
+    ]
+    [upgraded] = app.client.audit(limit=1, run_id="o-9").entries
+    assert json.loads(upgraded.detail or "{}") == {
+        "from": moved.from_version,
+        "to": moved.to_version,
+    }

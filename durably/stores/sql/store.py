@@ -136,6 +136,7 @@ class SqlStore(ABC):
         seen: int,
         note: Event,
         now: datetime,
+        audit: Audit | None = None,
     ) -> bool:
         def move(db: Any) -> bool:
             return versions.move(
@@ -147,6 +148,7 @@ class SqlStore(ABC):
                 seen=seen,
                 note=note,
                 now=now,
+                audit=audit,
             )
 
         return self._writing_waking(move, bool)

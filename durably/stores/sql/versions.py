@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from durably.core.audit import Audit
 from durably.core.history import Event
 from durably.core.status import FINAL
+from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import ts
@@ -28,11 +30,12 @@ def move(
     seen: int,
     note: Event,
     now: datetime,
+    audit: Audit | None = None,
 ) -> bool:
-    """Inside the caller's write transaction: move the run to `to_version` and append `note`
-    after its last event, if it is still on `from_version` with `seen` events, has not ended,
-    and no lease holds it (none, or one that expired: its worker is presumed dead). False,
-    writing nothing, otherwise."""
+    """Inside the caller's write transaction: move the run to `to_version`, append `note`
+    after its last event and `audit` to the trail (a person asked for the move), if it is
+    still on `from_version` with `seen` events, has not ended, and no lease holds it (none, or
+    one that expired: its worker is presumed dead). False, writing nothing, otherwise."""
     mark = dialect.mark
     moved = db.execute(
         f"UPDATE durably_runs SET version = {mark}, event_count = event_count + 1"
@@ -44,4 +47,6 @@ def move(
     if moved != 1:
         return False
     insert_event(db, dialect, run_id, replace(note, seq=seen + 1))
+    if audit is not None:
+        trail.record(db, dialect, audit, now=now, run_id=run_id)
     return True
