@@ -180,7 +180,7 @@ def secrets_in(value: Any) -> list[str]:
                 collect(item, secret)
         elif secret and part is not None and not isinstance(part, bool):
             text = part if isinstance(part, str) else json.dumps(part)
-            if len(text) >= _SHORTEST:
+            if len(text) >= _SHORTEST and REDACTED not in text:  # not one taken out already
                 found.append(text)
 
     collect(value, False)
