@@ -3,13 +3,10 @@ time, by who acted and by run, with the opaque cursor of the next page."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from durably.client.pages import moment_of
+from durably.client.pages import decode_cursor, encode_cursor, moment_of
 from durably.core.audit import AuditEntry
 from durably.core.names import check_name
 from durably.errors import PayloadError
@@ -18,6 +15,7 @@ from durably.stores.protocol import Store
 __all__ = ["AuditPage", "audit_page"]
 
 MAX_PAGE = 1000  # entries a page holds at most: the store's query is bounded by it
+_SOURCE = "the audit trail"  # what gives its cursors out, for the error about a bad one
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,33 +42,12 @@ def audit_page(
     # One more than asked: whether there is a next page, without a last empty one.
     found = store.audit_trail(
         limit=limit + 1,
-        before=None if cursor is None else _before(cursor),
+        before=None if cursor is None else decode_cursor(cursor, int, source=_SOURCE),
         since=None if since is None else moment_of(since, "since"),
         until=None if until is None else moment_of(until, "until"),
         by=None if by is None else check_name(by, "who acted (by)"),
         run_id=None if run_id is None else check_name(run_id, "a run's id"),
     )
     page = found[:limit]
-    return AuditPage(page, _cursor(page[-1]) if len(found) > limit else None)
-
-
-def _cursor(entry: AuditEntry) -> str:
-    """Where the next page starts, as an opaque string: the last entry's (at, id)."""
-    key = json.dumps([entry.at.isoformat(), entry.id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def _before(cursor: str) -> tuple[datetime, int]:
-    try:
-        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        moment, entry_id = json.loads(key)
-        at = datetime.fromisoformat(moment)
-        if at.tzinfo is None or not isinstance(entry_id, int) or isinstance(entry_id, bool):
-            raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error):
-        shown = cursor if len(cursor) <= 60 else cursor[:59] + "…"
-        raise PayloadError(
-            f"the cursor {shown!r} is not one the audit trail gave out: pass the next_cursor "
-            "of the previous page as it is (none for the first page)"
-        ) from None
-    return at, entry_id
+    last = page[-1] if len(found) > limit else None
+    return AuditPage(page, None if last is None else encode_cursor(last.at, last.id))

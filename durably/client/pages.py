@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from durably.core.status import RunStatus
 from durably.durations import Duration, parse_duration
@@ -16,7 +17,7 @@ from durably.errors import PayloadError
 from durably.stores import RunRecord
 from durably.stores.protocol import Happened
 
-__all__ = ["RunPage", "after", "cursor", "status_of"]
+__all__ = ["RunPage", "after", "cursor", "decode_cursor", "encode_cursor", "status_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,21 +66,34 @@ def duration_of(value: Duration, what: str) -> timedelta:
 
 def cursor(run: RunRecord) -> str:
     """Where the next page starts, as an opaque string: the last run's (updated_at, id)."""
-    key = json.dumps([run.updated_at.isoformat(), run.id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    return encode_cursor(run.updated_at, run.id)
 
 
 def after(cursor: str) -> tuple[datetime, str]:
+    at, run_id = decode_cursor(cursor, str, source="durably")
+    return at, str(run_id)
+
+
+def encode_cursor(at: datetime, key: str | int) -> str:
+    """A page's cursor, an opaque string: the time and the key (a run's id, an entry's id)
+    of the last row of the page, where the next page starts."""
+    text = json.dumps([at.isoformat(), key], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, key: type[str] | type[int], *, source: str) -> tuple[datetime, Any]:
+    """The (time, key) an `encode_cursor` cursor holds; PayloadError, naming `source` (which
+    gave cursors out), for one that is not such a cursor or whose key is not a `key`."""
     try:
-        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        moment, run_id = json.loads(key)
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        moment, found = json.loads(text)
         at = datetime.fromisoformat(moment)
-        if at.tzinfo is None or not isinstance(run_id, str):
+        if at.tzinfo is None or type(found) is not key:
             raise ValueError(cursor)
     except (ValueError, TypeError, binascii.Error):
         shown = cursor if len(cursor) <= 60 else cursor[:59] + "…"
         raise PayloadError(
-            f"the cursor {shown!r} is not one durably gave out: pass the next_cursor of the "
+            f"the cursor {shown!r} is not one {source} gave out: pass the next_cursor of the "
             "previous page as it is (none for the first page)"
         ) from None
-    return at, run_id
+    return at, found
