@@ -37,9 +37,10 @@ from durably.stores.protocol import (
     Serves,
     Store,
 )
+from durably.stores.sql.rekeying import TextChange
 from durably.stores.sql.store import SqlStore
 
-__all__ = ["SEALED_FIELDS", "SEALED_WHOLE", "EncryptedStore", "PayloadChange"]
+__all__ = ["SEALED_FIELDS", "SEALED_WHOLE", "EncryptedStore"]
 
 # Kinds whose whole data is a value of the workflow's
 SEALED_WHOLE = frozenset(
@@ -58,11 +59,8 @@ SEALED_FIELDS: dict[EventKind, str] = {
     EventKind.APPROVAL_REQUESTED: "details",
 }
 
-# How a stored payload text changes (seal, open, or open and seal again): text -> text
-PayloadChange = Callable[[str], str]
 
-
-def change_event_data(kind: str, data: str | None, change: PayloadChange) -> str | None:
+def change_event_data(kind: str, data: str | None, change: TextChange) -> str | None:
     """`data` of an event of `kind` with its value changed by `change` (sealed or opened);
     as it is for kinds that carry no value."""
     if data is None:
@@ -95,7 +93,7 @@ def change_event_data(kind: str, data: str | None, change: PayloadChange) -> str
 _KEY_HEAD, _INPUT_HEAD, _UNDO_TAIL = '{"key": ', ', "input": ', ', "undo": true}'
 
 
-def _change_step_input(data: str, change: PayloadChange) -> str | None:
+def _change_step_input(data: str, change: TextChange) -> str | None:
     """`step_started` data with its input changed, cut out of the text as the engine wrote it
     (a step starts on every attempt: parsing and writing the JSON again cost more than the
     sealing); None for data in another form (the caller parses it)."""

@@ -37,20 +37,23 @@ from durably.core.payloads import (
 from durably.core.secrets import redact, redact_text
 from durably.errors import PayloadError
 
-__all__ = ["detail", "moment", "short", "started_pairs"]
+__all__ = ["detail", "moment", "short", "shown", "started_pairs"]
 
 
 def moment(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+def shown(text: str) -> str:
+    """A stored value as a person may see it: one encrypted with a key this process does not
+    hold (durably.codec.encryption) as `encrypted (key k2)`, the secrets in JSON text
+    redacted (durably.core.secrets)."""
+    return masked(text) if sealed_key(text) is not None else redact_text(text)
+
+
 def short(text: str, limit: int) -> str:
-    """`text` as a person may see it, cut to `limit` characters: a value encrypted with a key
-    this process does not hold (durably.codec.encryption) as `encrypted (key k2)`, and the
-    secrets in JSON text redacted (durably.core.secrets)."""
-    if sealed_key(text) is not None:
-        return masked(text)
-    text = redact_text(text)
+    """`text` as a person may see it (`shown`), cut to `limit` characters."""
+    text = shown(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -19,11 +19,12 @@ from durably.codec.encryption import masked, sealed_key
 from durably.core.history import ErrorInfo, Event
 from durably.core.names import MAX_NAME, RUN_ID_PATTERN
 from durably.core.priority import MAX_PRIORITY
-from durably.core.secrets import redact, redact_text
+from durably.core.secrets import redact
 from durably.runtime.schedules import ScheduleInfo
 from durably.runtime.upgrades import Upgrade
 from durably.stores.protocol import RunRecord, RunStats, WorkerBeat
 from durably.views.breakers import BreakerInfo
+from durably.views.details import shown
 from durably.views.explaining import explain
 from durably.views.timeline import timeline
 
@@ -441,14 +442,8 @@ def _parsed(text: str) -> Any:
     except ValueError:
         return text
     if isinstance(value, dict):  # a JSON text in a field (a signal's data): its secrets too
-        value = {
-            key: _field(part) if isinstance(part, str) else part for key, part in value.items()
-        }
+        value = {key: shown(part) if isinstance(part, str) else part for key, part in value.items()}
     return redact(value)
-
-
-def _field(text: str) -> str:
-    return masked(text) if sealed_key(text) is not None else redact_text(text)
 
 
 class UpgradeIn(BaseModel):

@@ -13,7 +13,8 @@ from durably.stores.sql.reads import Connection, Dialect
 
 __all__ = ["count", "rewrite"]
 
-# A payload text -> its new text; (event kind, data) -> its new data
+# A payload text -> its new text (sealed, opened, or sealed again); (event kind, data) -> its
+# new data
 TextChange = Callable[[str], str]
 EventChange = Callable[[str, str | None, TextChange], str | None]
 Writing = Callable[[Callable[[Any], list[tuple[Any, ...]]]], list[tuple[Any, ...]]]
