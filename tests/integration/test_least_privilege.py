@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from tests.conftest import POSTGRES_URL, require_postgres
 from tests.contract.support import execute_sql, older_schema
 
 from .cli_app import make_app
-from .processes import REPO, start_worker
+from .processes import REPO, start_worker, wait_until
 from .test_cli import APP, durably_cli, refused
 
 httpx = pytest.importorskip("httpx")
@@ -218,11 +217,11 @@ def _wait_until_ready(
     web: httpx.Client, server: subprocess.Popen[bytes], log: Path, timeout: float = 60
 ) -> None:
     """Ask until the server answers /api/ready (it has opened the store as the app's role)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if web.get("/api/ready").status_code == 200:
-                return
+
+    def ready() -> bool:
         assert server.poll() is None, f"the server exited:\n{log.read_text()}"
-        time.sleep(0.05)
-    pytest.fail(f"the server did not answer within {timeout}s:\n{log.read_text()}")
+        with contextlib.suppress(httpx.TransportError):
+            return web.get("/api/ready").status_code == 200
+        return False
+
+    wait_until("the server answering /api/ready", ready, log, timeout)
