@@ -7,7 +7,7 @@ import inspect
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from durably.client.client import Client
@@ -16,7 +16,9 @@ from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
 from durably.core.audit import Via
+from durably.core.names import check_name
 from durably.core.priority import check_priority
+from durably.core.queues import DEFAULT_QUEUE, Queue, check_slots
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
 from durably.core.secrets import add_names as add_secret_names
@@ -94,6 +96,7 @@ class App:
         priority: int | None = None,
         version: str | None = None,
         versions: Collection[str] = (),
+        queue: str | None = None,
     ) -> Callable[[Callable[..., Any]], Workflow]: ...
 
     def workflow(
@@ -107,6 +110,7 @@ class App:
         priority: int | None = None,
         version: str | None = None,
         versions: Collection[str] = (),
+        queue: str | None = None,
     ) -> Workflow | Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow. Its name (default: the function's) is what runs record.
 
@@ -119,7 +123,8 @@ class App:
         `version`: what its runs are pinned to when they start (default: a hash of its code,
         durably.workflow.versions); a worker claims only runs of the versions its code serves: its
         own and the older ones listed in `versions` (changes made compatible with
-        durably.patched).
+        durably.patched). `queue`: the queue its runs go on when their start names none
+        (default: the default queue); declare it with `app.queue`.
         """
         limit = None if deadline is None else parse_duration(deadline, what="deadline")
         _check_recoveries(max_recoveries)
@@ -141,6 +146,7 @@ class App:
                 priority=priority,
                 version=version,
                 versions=versions,
+                queue=None if queue is None else check_name(queue, "a queue's name"),
             )
             return self.registry.add_workflow(definition)
 
@@ -297,6 +303,31 @@ class App:
         """The app's schedules in its store: list, pause, resume, trigger, backfill."""
         return Schedules(self.store, self.registry, self.clock)
 
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        concurrency_per_key: int | None = None,
+        fair: bool = True,
+    ) -> Queue:
+        """Declare a queue (durably.core.queues). Its runs go to the workers that serve it
+        (`durably worker --queues`); at most `concurrency` of them hold a worker at once, and
+        at most `concurrency_per_key` of one key (`start(..., key=)`), across every worker.
+        `fair`: claims go round-robin between keys, so one key's backlog delays no other."""
+        if name == DEFAULT_QUEUE:
+            raise ConfigError(
+                "the default queue cannot be declared or limited: declare a queue of your "
+                "own and put the runs to limit on it (@app.workflow(queue=...))"
+            )
+        declared = Queue(
+            check_name(name, "a queue's name"),
+            concurrency=check_slots(concurrency, "concurrency"),
+            concurrency_per_key=check_slots(concurrency_per_key, "concurrency_per_key"),
+            fair=bool(fair),
+        )
+        return self.registry.add_queue(declared)
+
     def dependency(self, name: str, policy: Dependency) -> None:
         """Protect calls to the service `name` (steps with dependency=name): a circuit
         breaker shared by all workers, and optional rate and concurrency limits."""
@@ -314,6 +345,9 @@ class App:
 
     def workflow_named(self, name: str) -> Workflow:
         return self.registry.workflow_named(name)
+
+    def queue_of(self, name: str | None, workflow: Workflow) -> str | None:
+        return self.registry.queue_of(name, workflow)
 
     def settings(self) -> Settings:
         """The settings a worker starting now runs with."""
@@ -337,14 +371,30 @@ class App:
         id: str | None = None,
         priority: int | None = None,
         correlation_id: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        start_at: datetime | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run, or return the existing one if a run with this `id` exists already.
         `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
         runs that became due up to that many minutes before it (durably.core.priority).
-        `correlation_id`: recorded with the run and its children (durably.client.correlation)."""
+        `correlation_id`: recorded with the run and its children (durably.client.correlation).
+        `queue`, `key`, `delay`, `start_at`: see `Client.start`. These words name options, not
+        the workflow's arguments: a workflow with a parameter of one of these names is started
+        with `app.client.start(workflow, args, kwargs, ...)`."""
         started = self.client.start(
-            workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
+            workflow,
+            args,
+            kwargs,
+            id=id,
+            priority=priority,
+            correlation_id=correlation_id,
+            queue=queue,
+            key=key,
+            delay=delay,
+            start_at=start_at,
         )
         return RunHandle(self.client, started.run.id)
 
@@ -363,11 +413,24 @@ class App:
         id: str | None = None,
         priority: int | None = None,
         correlation_id: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        start_at: datetime | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` from an event loop: the store call runs in a thread."""
         started = await self.client.start_async(
-            workflow, args, kwargs, id=id, priority=priority, correlation_id=correlation_id
+            workflow,
+            args,
+            kwargs,
+            id=id,
+            priority=priority,
+            correlation_id=correlation_id,
+            queue=queue,
+            key=key,
+            delay=delay,
+            start_at=start_at,
         )
         return RunHandle(self.client, started.run.id)
 

@@ -16,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -45,6 +46,7 @@ from durably.core.names import check_name
 from durably.core.payloads import Decision
 from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
+from durably.durations import Duration
 from durably.errors import (
     DurablyError,
     RunConflict,
@@ -125,6 +127,10 @@ class Client(RunReader):
         priority: int | None = None,
         correlation_id: str | None = None,
         by: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        start_at: datetime | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
@@ -136,9 +142,16 @@ class Client(RunReader):
         searched by; default: the caller's OpenTelemetry trace id, if it has one.
         `by`: the person who starts it, recorded in the audit trail (a start through the CLI,
         the API or the dashboard is recorded as its caller's; the app's own starts are its
-        work, not a person's action, and are not)."""
-        new = self._run_of(Start(workflow, args, kwargs, id, priority, correlation_id), by)
-        return self._create(new)
+        work, not a person's action, and are not).
+        `queue`: the queue the run goes on (default: the workflow's, else the default queue);
+        `key`: whose run it is (a customer, a tenant), for its queue's per-key limits and
+        fairness, and to find it by (durably.core.queues). `delay` or `start_at`: the run is
+        due that long after now, or at that time, not at once; it waits as a pending run,
+        costing nothing, and shows its due time."""
+        start = Start(
+            workflow, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
+        )
+        return self._create(self._run_of(start, by))
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
         """`start` for each, in one transaction; the answers in order.
@@ -171,10 +184,24 @@ class Client(RunReader):
         priority: int | None = None,
         correlation_id: str | None = None,
         by: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        start_at: datetime | None = None,
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread (in the caller's
         context, so its trace id is the default correlation id there too)."""
-        start = partial(self.start, id=id, priority=priority, correlation_id=correlation_id, by=by)
+        start = partial(
+            self.start,
+            id=id,
+            priority=priority,
+            correlation_id=correlation_id,
+            by=by,
+            queue=queue,
+            key=key,
+            delay=delay,
+            start_at=start_at,
+        )
         return await asyncio.to_thread(start, workflow, args, kwargs)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
@@ -190,6 +217,10 @@ class Client(RunReader):
         priority: int | None = None,
         correlation_id: str | None = None,
         by: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        delay: Duration | None = None,
+        start_at: datetime | None = None,
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -197,7 +228,9 @@ class Client(RunReader):
         definition = workflow_of(self.registry, workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
-        start = Start(definition, args, kwargs, id, priority, correlation_id)
+        start = Start(
+            definition, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
+        )
         return self._create(self._run_of(start, by))
 
     # -- a person's actions on parked runs ----------------------------------------------
@@ -500,7 +533,7 @@ class Client(RunReader):
     def _run_of(self, item: Start, by: str | None) -> NewRun:
         """The run to create; a person's start (`by` given, or a client the CLI, the API or
         the dashboard acts through) carries its audit entry."""
-        run = new_run(item, self.registry, max_payload=self.max_payload)
+        run = new_run(item, self.registry, max_payload=self.max_payload, now=self.clock.now())
         if by is None and self.via is Via.LIBRARY:
             return run
         audit = audit_of(Action.START, self._who(by), self.via)

@@ -86,6 +86,8 @@ def restart(
         priority=source.priority,
         version=source.version,
         correlation_id=source.correlation_id,
+        queue=source.queue,
+        key=source.key,
     )
     audit = audit_of(Action.RESTART, by, via, restarted_as=new_id, from_step=position)
     if store.fork(run, history, source=run_id, note=note, now=now, audit=audit):

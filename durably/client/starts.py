@@ -15,6 +15,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from durably.client.correlation import correlation_of, trace_parent
@@ -24,6 +25,8 @@ from durably.core.event_data import encode_payload
 from durably.core.names import check_run_id
 from durably.core.payloads import RunStarted
 from durably.core.priority import DEFAULT_PRIORITY, check_priority
+from durably.core.queues import check_key
+from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError, RunConflict
 from durably.stores import NewRun, RunRecord
 from durably.workflow.definitions import Step, Workflow
@@ -46,6 +49,8 @@ class Definitions(Protocol):
 
     def step_named(self, name: str) -> Step | None: ...
 
+    def queue_of(self, name: str | None, workflow: Workflow) -> str | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Start:
@@ -57,6 +62,10 @@ class Start:
     id: str | None = None
     priority: int | None = None  # None: the workflow's
     correlation_id: str | None = None  # None: the caller's trace id, if it has one
+    queue: str | None = None  # None: the workflow's (durably.core.queues)
+    key: str | None = None  # whose run: its queue's per-key limits and fairness
+    delay: Duration | None = None  # due this long after the start, not at once
+    start_at: datetime | None = None  # due at this time (timezone-aware), not at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +175,11 @@ def workflow_of(registry: Definitions | None, workflow: Workflow | str) -> Workf
     return registry.workflow_named(workflow if isinstance(workflow, str) else workflow.name)
 
 
-def new_run(item: Start, registry: Definitions | None, *, max_payload: int | None) -> NewRun:
-    """The run to create: the input checked and encoded for its workflow, its priority."""
+def new_run(
+    item: Start, registry: Definitions | None, *, max_payload: int | None, now: datetime
+) -> NewRun:
+    """The run to create: the input checked and encoded for its workflow, its priority, its
+    queue and key, and when it is due."""
     definition = workflow_of(registry, item.workflow)
     what = f"workflow {definition.name!r}"
     args, kwargs, limit = item.args, item.kwargs or {}, max_payload
@@ -177,6 +189,7 @@ def new_run(item: Start, registry: Definitions | None, *, max_payload: int | Non
     correlation, trace = correlation_of(item.correlation_id), trace_parent()
     started = RunStarted(correlation_id=correlation, trace_parent=trace)
     data = None if started == RunStarted() else encode_payload(started)
+    assert registry is not None  # workflow_of refused a start without it
     return NewRun(
         new_run_id() if item.id is None else check_run_id(item.id),
         definition.name,
@@ -185,4 +198,26 @@ def new_run(item: Start, registry: Definitions | None, *, max_payload: int | Non
         version=definition.version,
         correlation_id=correlation,
         started=data,
+        queue=registry.queue_of(item.queue, definition),
+        key=None if item.key is None else check_key(item.key),
+        due=due_time(item.delay, item.start_at, now=now),
     )
+
+
+def due_time(
+    delay: Duration | None, start_at: datetime | None, *, now: datetime
+) -> datetime | None:
+    """When a start's run is first due: `start_at`, or `delay` after `now`; None: at once."""
+    if delay is not None and start_at is not None:
+        raise ConfigError("give a start delay= or start_at=, not both")
+    if start_at is not None:
+        if not isinstance(start_at, datetime) or start_at.tzinfo is None:
+            raise ConfigError(
+                f"start_at must be a timezone-aware datetime (e.g. datetime.now(UTC) + ...), "
+                f"not {start_at!r}: a naive one could mean any time zone"
+            )
+        return start_at if start_at > now else None
+    if delay is None:
+        return None
+    wait = parse_duration(delay, what="delay")
+    return now + wait if wait > timedelta(0) else None

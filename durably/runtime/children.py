@@ -142,6 +142,7 @@ class Children:
             priority=next(given, self._run.priority),
             version=workflow.version,
             correlation_id=correlation,
+            queue=workflow.queue,
         )
         data = encode_payload(ChildStarted(child, workflow.name, detached))
         self._writer.append(

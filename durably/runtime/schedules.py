@@ -114,6 +114,7 @@ def _new_run(schedule: Schedule, tick: datetime) -> NewRun:
         schedule.input(tick),
         priority=workflow.priority or 0,
         version=workflow.version,
+        queue=workflow.queue,
     )
 
 

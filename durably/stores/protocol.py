@@ -58,6 +58,9 @@ class NewRun:
     priority: int = 0  # claimed ahead of lower runs due up to this many minutes before it
     version: str | None = None  # of its workflow: only workers that serve it claim the run
     correlation_id: str | None = None  # the caller's, to find the run by (children inherit)
+    queue: str | None = None  # durably.core.queues: None is the default queue
+    key: str | None = None  # whose run it is, for its queue's per-key limits and fairness
+    due: datetime | None = None  # when it may first be claimed (None: at once)
     # A person's start: recorded in the audit trail if create_run or create_runs creates it.
     audit: Audit | None = None
 
@@ -82,6 +85,8 @@ class RunRecord:
     priority: int = 0  # durably.core.priority
     version: str | None = None  # of its workflow, at its start (None: before versions existed)
     correlation_id: str | None = None  # given to start(), or the caller's trace id
+    queue: str | None = None  # durably.core.queues: None is the default queue
+    key: str | None = None  # given to start(): its queue's per-key limits and fairness
 
 
 @dataclass(frozen=True, slots=True)

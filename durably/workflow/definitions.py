@@ -33,6 +33,7 @@ class Workflow:
         priority: int | None = None,
         version: str | None = None,
         versions: Collection[str] = (),
+        queue: str | None = None,
     ) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
@@ -45,6 +46,7 @@ class Workflow:
         # its source, read now: the file may change on disk before the version is first used
         self._tokens = source_tokens(fn) if version is None else ()
         self.versions = tuple(versions)  # older versions this code runs too
+        self.queue = queue  # its runs' queue when their start names none (None: the default)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.return_hint = return_hint(fn)
 

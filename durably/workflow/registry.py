@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from durably.core.queues import DEFAULT_QUEUE, Queue
 from durably.errors import ConfigError, UnknownWorkflow
 from durably.resilience import Dependency
 from durably.workflow.definitions import Schedule, Step, Workflow
@@ -20,6 +21,7 @@ class Registry:
         self.steps: dict[str, Step] = {}
         self.dependencies: dict[str, Dependency] = {}
         self.schedules: dict[str, Schedule] = {}
+        self.queues: dict[str, Queue] = {}
 
     def add_workflow(self, definition: Workflow) -> Workflow:
         _check_free(definition.name, definition.fn, self.workflows, "workflow")
@@ -38,6 +40,28 @@ class Registry:
                 "with @app.schedule(name=...)"
             )
         self.schedules[schedule.name] = schedule
+
+    def add_queue(self, queue: Queue) -> Queue:
+        if self.queues.get(queue.name, queue) != queue:
+            raise ConfigError(
+                f"the queue {queue.name!r} is declared twice with different limits; declare it once"
+            )
+        self.queues[queue.name] = queue
+        return queue
+
+    def queue_of(self, name: str | None, workflow: Workflow) -> str | None:
+        """The queue a run of `workflow` goes on, as stored (None: the default queue): `name`,
+        else the workflow's. ConfigError for a queue this app did not declare."""
+        chosen = name if name is not None else workflow.queue
+        if chosen is None or chosen == DEFAULT_QUEUE:
+            return None
+        if chosen not in self.queues:
+            declared = ", ".join(sorted(self.queues)) or "none"
+            raise ConfigError(
+                f"no queue named {chosen!r} is declared by this app (declared: {declared}); "
+                f"declare it with app.queue({chosen!r}, ...) before starting runs on it"
+            )
+        return chosen
 
     def workflow_named(self, name: str) -> Workflow:
         try:

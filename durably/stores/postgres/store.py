@@ -72,9 +72,9 @@ _INSERT_EVENT = (
 _CREATE = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id)
-    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(at)s, 1, %(priority)s,
-        %(version)s, %(correlation_id)s)
+        event_count, priority, version, correlation_id, queue, queue_key)
+    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(due)s, 1, %(priority)s,
+        %(version)s, %(correlation_id)s, %(queue)s, %(key)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), started AS (
@@ -89,13 +89,14 @@ _CREATE_MANY = """
 WITH v AS (
     SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
         %(priority)s::int[], %(version)s::text[], %(correlation_id)s::text[],
-        %(started)s::text[])
-        WITH ORDINALITY AS v(id, workflow, input, priority, version, correlation_id, started, n)
+        %(started)s::text[], %(queue)s::text[], %(key)s::text[], %(due)s::float8[])
+        WITH ORDINALITY AS v(id, workflow, input, priority, version, correlation_id, started,
+            queue, key, due, n)
 ), created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id)
-    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, %(at)s, 1, priority, version,
-        correlation_id
+        event_count, priority, version, correlation_id, queue, queue_key)
+    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, coalesce(due, %(at)s), 1, priority,
+        version, correlation_id, queue, key
     FROM v ORDER BY n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, workflow
@@ -169,6 +170,7 @@ class PostgresStore(SqlStore):
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         at = ts(now)
         params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
+        params["due"] = at if run.due is None else ts(run.due)
         del params["audit"]
 
         def create(db: psycopg.Connection[Any]) -> bool:
@@ -197,6 +199,9 @@ class PostgresStore(SqlStore):
             "version": [run.version for run in runs],
             "correlation_id": [run.correlation_id for run in runs],
             "started": [run.started for run in runs],
+            "queue": [run.queue for run in runs],
+            "key": [run.key for run in runs],
+            "due": [None if run.due is None else ts(run.due) for run in runs],
             "at": ts(now),
             "kind": str(EventKind.RUN_STARTED),
         }

@@ -56,20 +56,23 @@ def insert_run(
     mark, at = dialect.mark, ts(now)
     created = db.execute(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count, parent, priority, version, correlation_id) VALUES ({mark},"
-        f" {mark}, 'pending', {', '.join([mark] * 9)}) ON CONFLICT (id) DO NOTHING RETURNING id",
+        f" available_at, event_count, parent, priority, version, correlation_id, queue, queue_key)"
+        f" VALUES ({mark}, {mark}, 'pending', {', '.join([mark] * 11)})"
+        " ON CONFLICT (id) DO NOTHING RETURNING id",
         (
             run.id,
             run.workflow,
             run.input,
             at,
             at,
-            at,
+            at if run.due is None else ts(run.due),
             len(events),
             run.parent,
             run.priority,
             run.version,
             run.correlation_id,
+            run.queue,
+            run.key,
         ),
     ).fetchone()
     if created is None:

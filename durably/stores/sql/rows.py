@@ -30,7 +30,7 @@ __all__ = [
 RUN_COLUMNS = (
     "id, workflow, status, input, result, error_class, error_message, created_at, "
     "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version, "
-    "correlation_id"
+    "correlation_id, queue, queue_key"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
 _EPOCH = datetime.fromtimestamp(0, UTC)  # the time of an event whose row cannot be read
@@ -63,6 +63,8 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         priority,
         version,
         correlation_id,
+        queue,
+        key,
     ) = row
     return RunRecord(
         id=id_,
@@ -81,6 +83,8 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         priority=priority,
         version=version,
         correlation_id=correlation_id,
+        queue=queue,
+        key=key,
     )
 
 
@@ -148,6 +152,7 @@ def checkpoint_params(checkpoint: Checkpoint, at: float) -> dict[str, object]:
 def created_record(run: NewRun, now: datetime) -> RunRecord:
     """The record of `run` as its create at `now` wrote it, without reading it back."""
     at = from_ts(ts(now))  # as it reads back
+    due = at if run.due is None else from_ts(ts(run.due))
     return RunRecord(
         id=run.id,
         workflow=run.workflow,
@@ -157,7 +162,7 @@ def created_record(run: NewRun, now: datetime) -> RunRecord:
         error=None,
         created_at=at,
         updated_at=at,
-        available_at=at,
+        available_at=due,
         lease_owner=None,
         lease_epoch=0,
         event_count=1,
@@ -165,4 +170,6 @@ def created_record(run: NewRun, now: datetime) -> RunRecord:
         priority=run.priority,
         version=run.version,
         correlation_id=run.correlation_id,
+        queue=run.queue,
+        key=run.key,
     )

@@ -164,7 +164,27 @@ _V8 = [
     "CREATE INDEX durably_audit_by_run ON durably_audit (run_id, at, id) WHERE run_id IS NOT NULL",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+_V9 = [
+    # Flow control (durably.core.queues). The queue a run is on (NULL: the default queue, so
+    # that its runs stay out of the two indexes below and cost nothing more to claim) and its
+    # key (a customer, a tenant), which a queue's per-key limits and fairness go by.
+    "ALTER TABLE durably_runs ADD COLUMN queue TEXT",
+    "ALTER TABLE durably_runs ADD COLUMN queue_key TEXT",
+    # A named queue's claimable runs, in claim order: a worker that serves it reads them
+    # without passing over the default queue's.
+    f"CREATE INDEX durably_runs_queued ON durably_runs (queue, {CLAIM_RANK})"
+    " WHERE available_at IS NOT NULL AND queue IS NOT NULL",
+    # A named queue's runs that hold a worker now, by key: the slots its limits count.
+    "CREATE INDEX durably_runs_busy ON durably_runs (queue, queue_key)"
+    " WHERE status = 'running' AND queue IS NOT NULL",
+    # Runs by key, newest first: `durably runs list --key` and bulk actions by key.
+    "CREATE INDEX durably_runs_by_key ON durably_runs (queue_key, updated_at)"
+    " WHERE queue_key IS NOT NULL",
+    # The queues each worker serves (JSON list; NULL: a worker of before queues, all of them).
+    "ALTER TABLE durably_workers ADD COLUMN queues TEXT",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

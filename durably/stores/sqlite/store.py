@@ -59,8 +59,8 @@ _INSERT_EVENT = (
 )
 _CREATE = (
     "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,"
-    " event_count, priority, version, correlation_id)"
-    " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?, ?)"
+    " event_count, priority, version, correlation_id, queue, queue_key)"
+    " VALUES (?, ?, 'pending', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)"
     " ON CONFLICT (id) DO NOTHING"
 )
 
@@ -450,10 +450,12 @@ def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
         run.input,
         at,
         at,
-        at,
+        at if run.due is None else ts(run.due),
         run.priority,
         run.version,
         run.correlation_id,
+        run.queue,
+        run.key,
     )
 
 

@@ -1,0 +1,86 @@
+"""Queues: which workers take a run, and how many runs of a queue, or of one key in it, run at
+once.
+
+Every run is on a queue: the one its start or its workflow names, else the default queue.
+A worker serves the queues it is given (`durably worker --queues emails,default`; all of its
+app's, by default) and claims runs of those only.
+
+A queue the app declares (`app.queue("emails", concurrency=10, concurrency_per_key=2)`) may
+limit how many of its runs hold a worker at once, in all, and per *key* (`start(..., key=
+"customer-42")`). A run holds a slot while a worker executes it: from its claim until it ends
+or waits (a timer, a signal, an approval, a retry's backoff), so a run that waits two days
+for a person blocks nobody. Claims count the slots in use in the store, in the transaction
+that leases, so the limits hold across every worker on every machine.
+
+A fair queue (the default for a declared queue) hands out its free slots round-robin
+between keys: each claim takes the first due run of each key before the second of any, and
+a key that already holds slots comes after the keys that hold fewer. So a customer with
+50,000 due runs and a customer with one both make progress: the second one's run is claimed
+by the next claim. Within a key, runs go by rank (durably.core.priority).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from durably.core.names import check_name
+from durably.errors import ConfigError
+
+__all__ = ["DEFAULT_QUEUE", "Queue", "check_key", "check_slots", "served_queues"]
+
+DEFAULT_QUEUE = "default"  # stored as no queue at all (NULL): the runs of every plain start
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A queue as an app declares it (`app.queue(...)`); the default queue has no limits."""
+
+    name: str
+    concurrency: int | None = None  # runs of the queue holding a worker at once, in all
+    concurrency_per_key: int | None = None  # ... of one key
+    fair: bool = True  # claims go round-robin between keys
+
+    @property
+    def limited(self) -> bool:
+        """Whether claims must count this queue's slots in use, or order it by key."""
+        return self.concurrency is not None or self.concurrency_per_key is not None or self.fair
+
+    @property
+    def stored(self) -> str | None:
+        """The name as runs record it: none for the default queue."""
+        return None if self.name == DEFAULT_QUEUE else self.name
+
+
+def check_slots(value: object, what: str) -> int | None:
+    """A concurrency limit: None (no limit) or a whole number of at least 1."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be a whole number of at least 1 (or None), not {value!r}")
+    return value
+
+
+def check_key(value: object) -> str:
+    """A run's key (a customer, a tenant, an account): a name."""
+    return check_name(value, "a run's key")
+
+
+def served_queues(declared: Mapping[str, Queue], wanted: Collection[str] | None) -> list[Queue]:
+    """The queues a worker serves: `wanted` by name (each declared, or the default), or every
+    declared queue and the default one. ConfigError names a queue nobody declared."""
+    if isinstance(wanted, str):
+        raise ConfigError(f"queues= is a list of queue names, not the string {wanted!r}")
+    every = {DEFAULT_QUEUE: Queue(DEFAULT_QUEUE, fair=False), **declared}
+    if wanted is None:
+        return list(every.values())
+    unknown = [name for name in wanted if name not in every]
+    if unknown:
+        known = ", ".join(sorted(every))
+        raise ConfigError(
+            f"no queue named {unknown[0]!r} is declared by this app (declared: {known}); "
+            "declare it with app.queue(...) or serve another"
+        )
+    if not wanted:
+        raise ConfigError("a worker serves at least one queue: name one (e.g. default)")
+    return [every[name] for name in dict.fromkeys(wanted)]
