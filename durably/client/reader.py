@@ -72,6 +72,8 @@ class RunReader:
         slower_than: Duration | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        key: str | None = None,
+        queue: str | None = None,
     ) -> RunPage:
         """A page of runs, most recently updated first (ties by id); `cursor` is the previous
         page's next_cursor. A run that stays put is listed exactly once; one updated between
@@ -81,13 +83,16 @@ class RunReader:
         `happened`: only the runs to which each of these happened (`"taken_over"`,
         `"retried"`, `"compensated"`). `slower_than`: only the runs whose last change came
         longer than this after their start. `since`, `until`: only the runs started at or
-        after, before, these times (with their time zone)."""
+        after, before, these times (with their time zone). `key`, `queue`: only the runs
+        started with this key, on this queue ("default": the default queue)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
         for name, given in (
             ("workflow", workflow),
             ("patch", patch),
             ("correlation_id", correlation_id),
+            ("key", key),
+            ("queue", queue),
         ):
             if given is not None:
                 check_name(given, f"the {name} to look for")
@@ -107,6 +112,8 @@ class RunReader:
             else pages.duration_of(slower_than, "slower_than"),
             since=None if since is None else pages.moment_of(since, "since"),
             until=None if until is None else pages.moment_of(until, "until"),
+            key=key,
+            queue=queue,
         )
         page = found[:limit]
         return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)

@@ -482,6 +482,8 @@ class OperatorStore(Protocol):
         slower_than: timedelta | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        key: str | None = None,
+        queue: str | None = None,
     ) -> list[RunRecord]:
         """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
         order. `after` is the (updated_at, id) of the last run of the previous page: only the
@@ -491,7 +493,9 @@ class OperatorStore(Protocol):
         side, or not met yet). `correlation_id`: only the runs started with it. `happened`:
         only the runs to which each of these happened. `slower_than`: only the runs whose
         last change came longer than this after their start. `since`, `until`: only the runs
-        started at or after, before, these times."""
+        started at or after, before, these times. `key`: only the runs started with this key.
+        `queue`: only the runs on this queue (durably.core.queues: "default" is the default
+        queue)."""
         ...
 
     def parked(

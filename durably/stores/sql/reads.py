@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from durably.core.approvals import AWAITING_APPROVAL_ERROR, ESCALATION
 from durably.core.history import Event, error_class_name
+from durably.core.queues import DEFAULT_QUEUE
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import StepFailed
 from durably.stores.protocol import Happened, RunRecord
@@ -92,6 +93,8 @@ def runs(
     slower_than: timedelta | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    key: str | None = None,
+    queue: str | None = None,
 ) -> list[RunRecord]:
     """Most recently updated first, ties by id (descending); only those after `after`.
 
@@ -109,6 +112,14 @@ def runs(
     if correlation_id is not None:
         where.append(f"correlation_id = {mark}")
         params.append(correlation_id)
+    if key is not None:
+        where.append(f"queue_key = {mark}")
+        params.append(key)
+    if queue == DEFAULT_QUEUE:
+        where.append("queue IS NULL")
+    elif queue is not None:
+        where.append(f"queue = {mark}")
+        params.append(queue)
     if patch is not None:
         ended, more = dialect.one_of("status", sorted(FINAL))
         where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")

@@ -181,6 +181,8 @@ class SqlStore(ABC):
         slower_than: timedelta | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        key: str | None = None,
+        queue: str | None = None,
     ) -> list[RunRecord]:
         def page(db: Any) -> list[RunRecord]:
             return reads.runs(
@@ -196,6 +198,8 @@ class SqlStore(ABC):
                 slower_than=slower_than,
                 since=since,
                 until=until,
+                key=key,
+                queue=queue,
             )
 
         return self._reading(page)
