@@ -13,9 +13,11 @@ import itertools
 import logging
 import signal
 from collections import deque
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from durably.clock import Clock
+from durably.core.queues import served_queues
 from durably.core.replay import WorkerDeaths, fold_deaths
 from durably.core.schedules import State
 from durably.durations import Duration, parse_duration
@@ -60,10 +62,13 @@ class Worker:
         poll: Duration = "200ms",
         stop_grace: Duration = "10s",
         name: str | None = None,
+        queues: Collection[str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.app = app
+        # The queues it takes runs from (durably.core.queues): these, or all its app's.
+        self.queues = served_queues(app.registry.queues, queues)
         self.concurrency = concurrency
         self.lease = parse_duration(lease, what="lease")
         if self.lease < timedelta(seconds=1):
@@ -226,7 +231,14 @@ class Worker:
             # The time is read when the claim runs, after the checkpoints queued before it are
             # committed: a run one of them made due (a child it started, a parent it woke) is
             # due by then, so a drain does not stop short of it.
-            return store.claim(self.name, serves, now=clock.now(), lease=self.lease, limit=free)
+            return store.claim(
+                self.name,
+                serves,
+                now=clock.now(),
+                lease=self.lease,
+                limit=free,
+                queues=self.queues,
+            )
 
         claims = await committer.call(claim_due)
         assert self._loop is not None
@@ -383,7 +395,10 @@ class Worker:
 
     async def _beat(self, committer: Committer) -> None:
         """Say this worker is alive, and what it serves (`durably workers`)."""
-        beat = WorkerBeat(self.name, self._started_at, self._clock.now(), self.beat, self._serves)
+        queues = tuple(queue.name for queue in self.queues)
+        beat = WorkerBeat(
+            self.name, self._started_at, self._clock.now(), self.beat, self._serves, queues
+        )
         await committer.call(functools.partial(self.app.store.beat, beat))
 
     async def _heartbeat(self, committer: Committer) -> None:

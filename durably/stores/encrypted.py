@@ -24,6 +24,7 @@ from typing import Any
 from durably.codec.encryption import PREFIX, Keyring, sealed_key
 from durably.core.audit import Audit, AuditEntry
 from durably.core.history import Event, EventKind
+from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
     Checkpoint,
@@ -197,9 +198,18 @@ class EncryptedStore:
         return [(self._open_run(record), created) for record, created in made]
 
     def claim(
-        self, owner: str, workflows: Serves, *, now: datetime, lease: timedelta, limit: int
+        self,
+        owner: str,
+        workflows: Serves,
+        *,
+        now: datetime,
+        lease: timedelta,
+        limit: int,
+        queues: Sequence[Queue] | None = None,
     ) -> list[Claim]:
-        claims = self.inner.claim(owner, workflows, now=now, lease=lease, limit=limit)
+        claims = self.inner.claim(
+            owner, workflows, now=now, lease=lease, limit=limit, queues=queues
+        )
         return [self._open_claim(claim) for claim in claims]
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:

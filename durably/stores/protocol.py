@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 from durably.core.audit import Audit, AuditEntry
 from durably.core.history import ErrorInfo, Event
 from durably.core.payloads import MessageReceived
+from durably.core.queues import Queue
 from durably.core.status import RunStatus
 
 __all__ = [
@@ -91,14 +92,15 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class WorkerBeat:
-    """A worker as it says it is alive: since when, when last, how often it says so, and the
-    versions of each workflow it serves."""
+    """A worker as it says it is alive: since when, when last, how often it says so, the
+    versions of each workflow it serves, and the queues it serves."""
 
     name: str
     started_at: datetime
     seen_at: datetime
     every: timedelta
     serves: Mapping[str, tuple[str, ...]]
+    queues: tuple[str, ...] | None = None  # the queues it serves (None: a worker of before)
 
     def alive(self, now: datetime) -> bool:
         """Whether it beat lately: three beats missed, it is presumed dead."""
@@ -265,11 +267,14 @@ class EngineStore(Protocol):
         now: datetime,
         lease: timedelta,
         limit: int,
+        queues: Sequence[Queue] | None = None,
     ) -> list[Claim]:
         """Lease up to `limit` due runs of these workflows (pending, or with an expired lease)
         whose version is served (or was never recorded), lowest rank first
         (durably.core.priority: the due time less a minute per level of priority); each claim
-        carries the run's undelivered messages."""
+        carries the run's undelivered messages. `queues`: only runs on these, within each
+        one's limits, handed out between keys as durably.core.queues says (None: runs of
+        every queue, limits aside: a tool's claim, not a worker's)."""
         ...
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:

@@ -4,18 +4,21 @@ answer was lost did. Run by the store (durably.stores.postgres.store) on its con
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 
 from durably.core.history import EventKind
+from durably.core.queues import Queue
 from durably.stores.postgres.connections import Connections
 from durably.stores.protocol import Claim
 from durably.stores.sql import inbox, reads
+from durably.stores.sql.queues import lock_queues, pick
 from durably.stores.sql.rows import claimed_data
 from durably.stores.sql.schema import CLAIM_RANK
 
-__all__ = ["PICK_DUE", "PICK_ONE", "lease_once"]
+__all__ = ["PICK_DUE", "PICK_ONE", "lease_limited", "lease_once", "queue_filter"]
 
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
@@ -24,8 +27,12 @@ _INSERT_EVENT = (
 PICK_DUE = f"""
     WHERE {CLAIM_RANK} <= %(now)s AND available_at <= %(now)s AND workflow = ANY(%(workflows)s)
         AND (%(pinned)s::text[] IS NULL OR version IS NULL
-            OR workflow || %(separator)s || version = ANY(%(pinned)s))
+            OR workflow || %(separator)s || version = ANY(%(pinned)s)){{queues}}
     ORDER BY {CLAIM_RANK} LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED"""
+# Runs a limited queue's pick chose (durably.stores.sql.queues), if still due when leased.
+_PICK_IDS = """
+    WHERE id = ANY(%(ids)s) AND available_at <= %(now)s
     FOR UPDATE SKIP LOCKED"""
 PICK_ONE = """
     WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
@@ -70,6 +77,49 @@ def lease_once(
 
     def settle(db: psycopg.Connection[Any]) -> list[Claim]:
         return _leased(db, which, params) or _lease(db, pick, params)
+
+    return connections.run(lease, transaction=True, after_loss=settle)
+
+
+def queue_filter(queues: Sequence[Queue] | None) -> tuple[str, list[str]]:
+    """PICK_DUE's condition on the queue, for queues without limits (none for None: every
+    queue), and the names for its %(queues)s."""
+    if queues is None:
+        return "", []
+    plain = [queue.stored for queue in queues if not queue.limited]
+    named = [name for name in plain if name is not None]
+    parts = ["queue IS NULL"] if None in plain else []
+    parts += ["queue = ANY(%(queues)s)"] if named else []
+    return f" AND ({' OR '.join(parts) or 'FALSE'})", named
+
+
+def lease_limited(
+    connections: Connections,
+    served: tuple[str, list[object]],
+    queues: Sequence[Queue],
+    params: dict[str, Any],
+) -> list[Claim]:
+    """Lease due runs from queues some of which have limits: under each limited queue's
+    advisory lock, pick its share and the others' (durably.stores.sql.queues), then lease
+    them. Settled after a lost connection as `lease_once` does."""
+
+    def lease(db: psycopg.Connection[Any]) -> list[Claim]:
+        lock_queues(db, queues)
+        picked = pick(
+            db,
+            reads.POSTGRES,
+            served,
+            queues,
+            now=params["now"],
+            limit=params["limit"],
+            lock=" FOR UPDATE SKIP LOCKED",
+        )
+        if not picked:
+            return []
+        return _lease(db, _PICK_IDS, {**params, "ids": [run_id for run_id, _, _ in picked]})
+
+    def settle(db: psycopg.Connection[Any]) -> list[Claim]:
+        return _leased(db, "r.workflow = ANY(%(workflows)s)", params) or lease(db)
 
     return connections.run(lease, transaction=True, after_loss=settle)
 

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from durably.core.history import EventKind
+from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres import claims
@@ -47,6 +48,7 @@ from durably.stores.sql import (
     transactions,
     workers,
 )
+from durably.stores.sql.queues import limited_of
 from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
 from durably.stores.sql.schema import (
     LATEST_VERSION,
@@ -238,9 +240,11 @@ class PostgresStore(SqlStore):
         now: datetime,
         lease: timedelta,
         limit: int,
+        queues: Sequence[Queue] | None = None,
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
+        on_queues, named = claims.queue_filter(queues)
         params = {
             "now": ts(now),
             "expires": ts(now + lease),
@@ -249,10 +253,13 @@ class PostgresStore(SqlStore):
             "separator": workers.SEPARATOR,
             "limit": limit,
             "owner": owner,
+            "queues": named,
         }
-        return claims.lease_once(
-            self._db, claims.PICK_DUE, "r.workflow = ANY(%(workflows)s)", params
-        )
+        if queues is not None and limited_of(queues):
+            served = workers.served(reads.POSTGRES, workflows)
+            return claims.lease_limited(self._db, served, queues, params)
+        pick = claims.PICK_DUE.format(queues=on_queues)
+        return claims.lease_once(self._db, pick, "r.workflow = ANY(%(workflows)s)", params)
 
     def take(
         self,

@@ -56,17 +56,19 @@ def unserved(
 def beat(db: Connection, dialect: Dialect, worker: WorkerBeat) -> None:
     mark = dialect.mark
     serves = json.dumps({name: list(versions) for name, versions in worker.serves.items()})
+    queues = None if worker.queues is None else json.dumps(list(worker.queues))
     db.execute(
-        "INSERT INTO durably_workers (name, started_at, seen_at, beat_seconds, serves)"
-        f" VALUES ({mark}, {mark}, {mark}, {mark}, {mark}) ON CONFLICT (name) DO UPDATE"
+        "INSERT INTO durably_workers (name, started_at, seen_at, beat_seconds, serves, queues)"
+        f" VALUES ({mark}, {mark}, {mark}, {mark}, {mark}, {mark}) ON CONFLICT (name) DO UPDATE"
         " SET seen_at = excluded.seen_at, beat_seconds = excluded.beat_seconds,"
-        " serves = excluded.serves, started_at = excluded.started_at",
+        " serves = excluded.serves, started_at = excluded.started_at, queues = excluded.queues",
         (
             worker.name,
             ts(worker.started_at),
             ts(worker.seen_at),
             worker.every.total_seconds(),
             serves,
+            queues,
         ),
     )
     db.execute(
@@ -81,7 +83,8 @@ def forget(db: Connection, dialect: Dialect, name: str) -> None:
 
 def listed(db: Connection) -> list[WorkerBeat]:
     rows = db.execute(
-        "SELECT name, started_at, seen_at, beat_seconds, serves FROM durably_workers ORDER BY name"
+        "SELECT name, started_at, seen_at, beat_seconds, serves, queues FROM durably_workers"
+        " ORDER BY name"
     ).fetchall()
     return [
         WorkerBeat(
@@ -90,6 +93,7 @@ def listed(db: Connection) -> list[WorkerBeat]:
             from_ts(seen),
             timedelta(seconds=every),
             {workflow: tuple(v) for workflow, v in json.loads(serves).items()},
+            None if queues is None else tuple(json.loads(queues)),
         )
-        for name, started, seen, every, serves in rows
+        for name, started, seen, every, serves, queues in rows
     ]

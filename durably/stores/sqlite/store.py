@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from durably.core.history import EventKind
+from durably.core.queues import Queue
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.protocol import (
@@ -35,13 +36,14 @@ from durably.stores.sql import (
     transactions,
     workers,
 )
+from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
     RUN_COLUMNS,
     claimed_data,
     run_of,
     ts,
 )
-from durably.stores.sql.schema import CLAIM_RANK, LATEST_VERSION, check_schema, migrate
+from durably.stores.sql.schema import LATEST_VERSION, check_schema, migrate
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
 from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
@@ -149,18 +151,14 @@ class SQLiteStore(SqlStore):
         now: datetime,
         lease: timedelta,
         limit: int,
+        queues: Sequence[Queue] | None = None,
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
         at, expires = ts(now), ts(now + lease)
-        which, params = workers.served(reads.SQLITE, workflows)
-        with self._write() as db:
-            picked = db.execute(
-                "SELECT id, status, lease_owner FROM durably_runs"
-                f" WHERE {CLAIM_RANK} <= ? AND available_at <= ? AND {which}"
-                f" ORDER BY {CLAIM_RANK} LIMIT ?",
-                (at, at, *params, limit),
-            ).fetchall()
+        served = workers.served(reads.SQLITE, workflows)
+        with self._write() as db:  # the write lock: what limited queues' counts need
+            picked = pick(db, reads.SQLITE, served, queues, now=at, limit=limit, lock="")
             taken = [
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
                 for run_id, previous_status, previous_owner in picked
