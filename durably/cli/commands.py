@@ -91,6 +91,13 @@ log = logging.getLogger("durably.worker")
     show_default=True,
     help="The address the metrics are served on (0.0.0.0: every interface).",
 )
+@click.option(
+    "--queues",
+    default=None,
+    metavar="NAME,...",
+    help="Take runs of these queues only (comma-separated; `default` is the default queue). "
+    "Default: every queue the app declares, and the default one.",
+)
 @VERBOSE
 @click.option(
     "--upgrade",
@@ -109,6 +116,7 @@ def worker(
     name: str | None,
     metrics_port: int | None,
     metrics_host: str,
+    queues: str | None,
     upgrading: bool,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
@@ -122,7 +130,12 @@ def worker(
         app.hooks.append(metrics)
         metrics.serve(metrics_port, metrics_host)
     running = app.worker(
-        concurrency=concurrency, lease=lease, poll=poll, stop_grace=stop_grace, name=name
+        concurrency=concurrency,
+        lease=lease,
+        poll=poll,
+        stop_grace=stop_grace,
+        name=name,
+        queues=None if queues is None else [q.strip() for q in queues.split(",") if q.strip()],
     )
     if upgrading:
         upgrades = app.upgrade(by=f"worker {running.name}")
@@ -165,6 +178,23 @@ def worker(
     help="0 (lowest) to 1000; each level is a minute's head start in the claim order. "
     "Default: the workflow's, else 0.",
 )
+@click.option(
+    "--queue", default=None, help="The queue the run goes on (default: the workflow's)."
+)
+@click.option(
+    "--key",
+    default=None,
+    help="Whose run it is (a customer, a tenant): its queue's per-key limits and fairness.",
+)
+@click.option(
+    "--delay", type=DURATION, default=None, help="Due this long from now, not at once (e.g. 24h)."
+)
+@click.option(
+    "--start-at",
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M%z"]),
+    default=None,
+    help="Due at this time, with its offset (2026-12-01T09:00+00:00), not at once.",
+)
 @BY
 def start(
     workflow: str,
@@ -174,6 +204,10 @@ def start(
     run_id: str | None,
     correlation_id: str | None,
     priority: int | None,
+    queue: str | None,
+    key: str | None,
+    delay: timedelta | None,
+    start_at: datetime | None,
     by: str,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
@@ -187,10 +221,16 @@ def start(
             priority=priority,
             correlation_id=correlation_id,
             by=by,
+            queue=queue,
+            key=key,
+            delay=delay,
+            start_at=start_at,
         )
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
+            if run.available_at is not None and run.available_at > run.created_at:
+                click.echo(f"due at {run.available_at.isoformat(timespec='seconds')}")
         else:
             click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
         worker_hint(app_target, client, "for it to run")

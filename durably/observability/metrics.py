@@ -27,11 +27,12 @@ except ImportError as missing:  # pragma: no cover - the message is the point
 
 from durably.clock import Clock, SystemClock
 from durably.core.history import Event
+from durably.core.queues import DEFAULT_QUEUE
 from durably.core.states import time_in_states
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.resilience.gates import GateState
 from durably.runtime.hooks import Hooks
-from durably.stores.protocol import Store
+from durably.stores.protocol import RunStats, Store, WorkerBeat
 from durably.views.explaining import root_error
 
 __all__ = ["Metrics", "store_registry"]
@@ -246,8 +247,9 @@ class _StoreCollector(Collector):
             "Running runs whose lease expired: their worker's heartbeat is missing",
             value=stats.lease_expired,
         )
-        live = sum(1 for worker in store.workers() if worker.alive(now))
-        yield GaugeMetricFamily("durably_workers_live", "Workers beating now", value=live)
+        workers = [worker for worker in store.workers() if worker.alive(now)]
+        yield GaugeMetricFamily("durably_workers_live", "Workers beating now", value=len(workers))
+        yield from _queues(stats, workers)
         yield _age(
             "durably_queue_oldest_due_age_seconds",
             "How long the longest-waiting due run has waited",
@@ -268,6 +270,33 @@ class _StoreCollector(Collector):
         for name, text in sorted(store.gates().items()):
             breakers.add_metric([name], 0.0 if GateState.load(text).breaker == "closed" else 1.0)
         yield breakers
+
+
+def _queues(stats: RunStats, live: Sequence[WorkerBeat]) -> Iterator[Metric]:
+    """Each queue's due runs and the slots its runs hold, and the due runs of a queue that no
+    live worker serves (durably.core.queues): they wait until one starts."""
+    due = dict(stats.queue_due)
+    due[DEFAULT_QUEUE] = max(0, stats.due - sum(due.values()))
+    depth = GaugeMetricFamily(
+        "durably_queue_due", "Due runs waiting for a worker, by queue", labels=["queue"]
+    )
+    running = GaugeMetricFamily(
+        "durably_queue_running",
+        "Runs of a named queue that hold a worker now (its concurrency slots in use)",
+        labels=["queue"],
+    )
+    unserved = GaugeMetricFamily(
+        "durably_queue_unserved",
+        "Due runs of a queue that no live worker serves (durably worker --queues)",
+        labels=["queue"],
+    )
+    for queue, count in sorted(due.items()):
+        depth.add_metric([queue], count)
+        served = any(w.queues is None or queue in w.queues for w in live)
+        unserved.add_metric([queue], 0 if served else count)
+    for queue, count in sorted(stats.queue_running.items()):
+        running.add_metric([queue], count)
+    yield from (depth, running, unserved)
 
 
 def _age(name: str, documentation: str, since: datetime | None, now: datetime) -> Metric:

@@ -7,7 +7,7 @@ run carries the lease epoch and is refused when the epoch is stale (fencing).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -116,6 +116,10 @@ class RunStats:
     due: int  # pending runs due by now: the queue's depth
     oldest_due: datetime | None  # when the longest-waiting due run became due
     lease_expired: int = 0  # running runs whose lease expired: their worker is presumed dead
+    # By named queue (durably.core.queues; the default queue's are the rest): due runs, and
+    # runs that hold one of its slots (leased, the lease not expired).
+    queue_due: Mapping[str, int] = field(default_factory=dict)
+    queue_running: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, order=True)

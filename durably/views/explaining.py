@@ -21,6 +21,7 @@ from durably.core.control import fold_control
 from durably.core.event_data import payload_of
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.payloads import AttemptFailed, StepFailed, StepWaiting
+from durably.core.queues import DEFAULT_QUEUE
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
@@ -232,8 +233,10 @@ def _pending(
     if waiting is not None and (run.available_at is None or now is None or run.available_at > now):
         return waiting
     due = "now" if run.available_at is None else f"since {_clock(run.available_at)}"
+    on = "" if run.queue is None else f" on queue {run.queue}"
+    key = "" if run.key is None else f" (key {run.key})"
     return Explanation(
-        f"queued: due {due}, waiting for a worker to claim it",
+        f"queued{on}{key}: due {due}, waiting for a worker to claim it",
         _taker(run, workers, now, when="a worker claims it at its next poll"),
     )
 
@@ -285,6 +288,12 @@ def _taker(
     live = runners(run, workers, now)
     if live:
         return f"{when} ({', '.join(sorted(w.name for w in live))})"
+    queue = run.queue or DEFAULT_QUEUE
+    if any(w.alive(now) and run.workflow in w.serves for w in workers):
+        return (
+            f"waiting for a worker on queue {queue}; none is live: start one "
+            f"(durably worker MODULE:ATTR --queues {shlex.quote(queue)})"
+        )
     return (
         f"no live worker runs workflow {run.workflow!r}"
         + ("" if run.version is None else f" at version {run.version}")
@@ -304,7 +313,7 @@ def _silence(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> fl
 def _left_behind(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> str | None:
     """When live workers run the workflow, but none at the run's version: a deploy left it
     behind, and only an upgrade (or a worker of its code) moves it on."""
-    if run.version is None or runners(run, workers, now):
+    if run.version is None or runners(run, workers, now, any_queue=True):
         return None
     if not any(w.alive(now) and run.workflow in w.serves for w in workers):
         return None  # no worker runs the workflow at all: said where it matters
@@ -315,9 +324,19 @@ def _left_behind(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -
     )
 
 
-def runners(run: RunRecord, workers: Sequence[WorkerBeat], now: datetime) -> list[WorkerBeat]:
-    """The live workers that can run `run`: they serve its workflow, at its version."""
-    live = [w for w in workers if w.alive(now) and run.workflow in w.serves]
+def runners(
+    run: RunRecord, workers: Sequence[WorkerBeat], now: datetime, *, any_queue: bool = False
+) -> list[WorkerBeat]:
+    """The live workers that can run `run`: they serve its workflow, at its version, and its
+    queue (unless `any_queue`)."""
+    queue = run.queue or DEFAULT_QUEUE
+    live = [
+        w
+        for w in workers
+        if w.alive(now)
+        and run.workflow in w.serves
+        and (any_queue or w.queues is None or queue in w.queues)
+    ]
     if run.version is not None:
         live = [w for w in live if run.version in w.serves[run.workflow]]
     return live

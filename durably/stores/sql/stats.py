@@ -29,12 +29,22 @@ def run_stats(db: Connection, dialect: Dialect, *, now: datetime) -> RunStats:
     due = sum(int(row[3] or 0) for row in rows)
     oldest = [row[4] for row in rows if row[4] is not None]
     expired = sum(int(row[5] or 0) for row in rows)
+    # The named queues' runs that are due or hold a slot, through their own index.
+    queues = db.execute(
+        "SELECT queue,"
+        f" sum(CASE WHEN status = 'pending' AND available_at <= {mark} THEN 1 ELSE 0 END),"
+        f" sum(CASE WHEN status = 'running' AND available_at > {mark} THEN 1 ELSE 0 END)"
+        " FROM durably_runs WHERE available_at IS NOT NULL AND queue IS NOT NULL GROUP BY queue",
+        (at, at),
+    ).fetchall()
     return RunStats(
         by_status,
         from_ts(min(open_since)) if open_since else None,
         due,
         from_ts(min(oldest)) if oldest else None,
         expired,
+        {str(queue): int(due or 0) for queue, due, _ in queues},
+        {str(queue): int(running or 0) for queue, _, running in queues},
     )
 
 
