@@ -18,7 +18,7 @@ from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
 from durably.core.audit import Via
 from durably.core.names import check_name
 from durably.core.priority import check_priority
-from durably.core.queues import DEFAULT_QUEUE, Queue, check_slots
+from durably.core.queues import DEFAULT_QUEUE, Queue, check_slots, parse_rate
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
 from durably.core.secrets import add_names as add_secret_names
@@ -310,11 +310,15 @@ class App:
         concurrency: int | None = None,
         concurrency_per_key: int | None = None,
         fair: bool = True,
+        rate: str | None = None,
+        rate_per_key: str | None = None,
     ) -> Queue:
         """Declare a queue (durably.core.queues). Its runs go to the workers that serve it
         (`durably worker --queues`); at most `concurrency` of them hold a worker at once, and
         at most `concurrency_per_key` of one key (`start(..., key=)`), across every worker.
-        `fair`: claims go round-robin between keys, so one key's backlog delays no other."""
+        `fair`: claims go round-robin between keys, so one key's backlog delays no other.
+        `rate`, `rate_per_key` ("100/minute", "10/s", "5/30s"): at most so many of its runs
+        (of one key) begin in any such window."""
         if name == DEFAULT_QUEUE:
             raise ConfigError(
                 "the default queue cannot be declared or limited: declare a queue of your "
@@ -325,6 +329,8 @@ class App:
             concurrency=check_slots(concurrency, "concurrency"),
             concurrency_per_key=check_slots(concurrency_per_key, "concurrency_per_key"),
             fair=bool(fair),
+            rate=parse_rate(rate, "rate"),
+            rate_per_key=parse_rate(rate_per_key, "rate_per_key"),
         )
         return self.registry.add_queue(declared)
 

@@ -178,9 +178,7 @@ def worker(
     help="0 (lowest) to 1000; each level is a minute's head start in the claim order. "
     "Default: the workflow's, else 0.",
 )
-@click.option(
-    "--queue", default=None, help="The queue the run goes on (default: the workflow's)."
-)
+@click.option("--queue", default=None, help="The queue the run goes on (default: the workflow's).")
 @click.option(
     "--key",
     default=None,

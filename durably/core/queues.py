@@ -12,6 +12,10 @@ or waits (a timer, a signal, an approval, a retry's backoff), so a run that wait
 for a person blocks nobody. Claims count the slots in use in the store, in the transaction
 that leases, so the limits hold across every worker on every machine.
 
+A queue may also limit how many of its runs *begin* (are claimed for the first time) in a
+sliding window, in all and per key: `rate="100/minute"`, `rate_per_key="10/minute"`. A run
+that already began (woken from a timer, a retry's backoff) is never held back by a rate.
+
 A fair queue (the default for a declared queue) hands out its free slots round-robin
 between keys: each claim takes the first due run of each key before the second of any, and
 a key that already holds slots comes after the keys that hold fewer. So a customer with
@@ -21,15 +25,69 @@ by the next claim. Within a key, runs go by rank (durably.core.priority).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from durably.core.names import check_name
+from durably.durations import parse_duration
 from durably.errors import ConfigError
 
-__all__ = ["DEFAULT_QUEUE", "Queue", "check_key", "check_slots", "served_queues"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "Queue",
+    "Rate",
+    "check_key",
+    "check_slots",
+    "parse_rate",
+    "served_queues",
+]
 
 DEFAULT_QUEUE = "default"  # stored as no queue at all (NULL): the runs of every plain start
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `count` runs begin in any window of length `per`."""
+
+    count: int
+    per: timedelta
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.per.total_seconds():g}s"
+
+
+# "100/minute", "10/s", "5/30s", "1000/1h": a count, and a period (a unit, or a duration)
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
+_PERIODS = {
+    "second": "1s",
+    "sec": "1s",
+    "minute": "1m",
+    "min": "1m",
+    "hour": "1h",
+    "day": "1d",
+}
+
+
+def parse_rate(value: object, what: str) -> Rate | None:
+    """A rate as written ("100/minute", "10/s", "5/30s"), or None for none."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else ""
+    found = _RATE.match(text)
+    unit = "" if found is None else found[2].lower()
+    period = _PERIODS.get(unit, unit if unit[:1].isdigit() else f"1{unit}")
+    try:
+        per = None if period is None else parse_duration(period, what=what)
+    except ValueError:
+        per = None
+    if found is None or per is None or int(found[1]) < 1 or per <= timedelta(0):
+        raise ConfigError(
+            f"{what} is a number of runs per period, like '100/minute', '10/s' or '5/30s', "
+            f"not {value!r}"
+        )
+    return Rate(int(found[1]), per)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +98,14 @@ class Queue:
     concurrency: int | None = None  # runs of the queue holding a worker at once, in all
     concurrency_per_key: int | None = None  # ... of one key
     fair: bool = True  # claims go round-robin between keys
+    rate: Rate | None = None  # runs that begin, in all, per window
+    rate_per_key: Rate | None = None  # ... of one key
 
     @property
     def limited(self) -> bool:
-        """Whether claims must count this queue's slots in use, or order it by key."""
-        return self.concurrency is not None or self.concurrency_per_key is not None or self.fair
+        """Whether claims must count this queue's slots or begins, or order it by key."""
+        limits = (self.concurrency, self.concurrency_per_key, self.rate, self.rate_per_key)
+        return self.fair or any(limit is not None for limit in limits)
 
     @property
     def stored(self) -> str | None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
-from durably.core.queues import DEFAULT_QUEUE, Queue
+from durably.core.queues import DEFAULT_QUEUE, Queue, parse_rate
 from durably.core.status import RunStatus
 from durably.stores import Claim, Store, open_store
 from durably.testing import FakeClock
@@ -166,3 +167,50 @@ def test_concurrent_claimers_never_exceed_a_keys_slots(
     assert max(per.values()) <= per_key
     running = [run for run in store.runs(status=RunStatus.RUNNING, limit=1000)]
     assert sorted(run.id for run in running) == sorted(claimed)
+
+
+def test_a_queues_rate_holds_back_runs_beginning_in_its_window(
+    store: Store, clock: FakeClock
+) -> None:
+    queue = Queue("calls", rate=parse_rate("2/minute", "rate"))
+    for n in range(5):
+        start(store, clock, f"c{n}", "calls", None)
+        clock.advance("1ms")
+
+    first = claim(store, clock, [queue])
+    assert ids(first) == ["c0", "c1"]
+    for claimed in first:
+        store.commit([checkpoint(claimed, status=RunStatus.COMPLETED, result="1")], now=clock.now())
+    clock.advance("59s")
+    assert claim(store, clock, [queue]) == []
+    clock.advance("2s")  # the first two began more than a minute ago
+    assert ids(claim(store, clock, [queue])) == ["c2", "c3"]
+
+
+def test_a_keys_rate_holds_back_its_own_runs_only(store: Store, clock: FakeClock) -> None:
+    queue = Queue("calls", rate_per_key=parse_rate("1/minute", "rate_per_key"))
+    for n in range(3):
+        start(store, clock, f"a{n}", "calls", "a")
+        start(store, clock, f"b{n}", "calls", "b")
+        clock.advance("1ms")
+
+    first = claim(store, clock, [queue])
+    assert ids(first) == ["a0", "b0"]
+    assert claim(store, clock, [queue]) == []
+    for claimed in first:
+        store.commit([checkpoint(claimed, status=RunStatus.COMPLETED, result="1")], now=clock.now())
+    clock.advance("61s")
+    assert ids(claim(store, clock, [queue])) == ["a1", "b1"]
+
+
+def test_a_run_that_began_is_not_held_back_by_a_rate(store: Store, clock: FakeClock) -> None:
+    queue = Queue("calls", rate=parse_rate("1/minute", "rate"))
+    start(store, clock, "c0", "calls", None)
+    start(store, clock, "c1", "calls", None)
+    [began] = claim(store, clock, [queue])
+    assert began.run_id == "c0"
+    # It sleeps a second: woken, it goes on although the rate is spent for the minute.
+    wake = clock.now() + timedelta(seconds=1)
+    store.commit([checkpoint(began, status=RunStatus.PENDING, available_at=wake)], now=clock.now())
+    clock.advance("2s")
+    assert ids(claim(store, clock, [queue])) == ["c0"]

@@ -45,7 +45,8 @@ WITH picked AS (
 )
 UPDATE durably_runs AS r SET
     status = 'running', lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
-    available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1
+    available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1,
+    began_at = coalesce(r.began_at, %(now)s)
 FROM picked WHERE r.id = picked.id
 RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
     picked.previous_status, picked.previous_owner, r.priority

@@ -111,22 +111,39 @@ def _pick_limited(
     now: float,
     limit: int,
 ) -> list[Picked]:
-    """One limited queue's share: no more than its free slots in all and per key, the keys
-    that hold the fewest slots first when the queue is fair (a key's n-th due run counts as
-    its n-th slot), else by rank."""
-    mark = dialect.mark
+    """One limited queue's share: no more than its free slots, in all and per key, nor more
+    runs beginning than its rates leave, in all and per key (a run that began already is
+    not held back by a rate); the keys that hold the fewest slots first when the queue is
+    fair (a key's n-th due run counts as its n-th slot), else by rank."""
+    mark, name = dialect.mark, queue.name
     if queue.concurrency is not None:
         (busy,) = db.execute(
             "SELECT count(*) FROM durably_runs"
             f" WHERE queue = {mark} AND status = 'running' AND available_at > {mark}",
-            (queue.name, now),
+            (name, now),
         ).fetchone()
         limit = min(limit, queue.concurrency - busy)
-        if limit <= 0:
-            return []
+    fresh_left: int | None = None  # runs that may begin, in all
+    if queue.rate is not None:
+        (began,) = db.execute(
+            f"SELECT count(*) FROM durably_runs WHERE queue = {mark} AND began_at > {mark}",
+            (name, now - queue.rate.per.total_seconds()),
+        ).fetchone()
+        fresh_left = queue.rate.count - began
+    if limit <= 0:
+        return []
     which, params = served
     place = "due.turn + coalesce(busy.n, 0)"
-    within = "" if queue.concurrency_per_key is None else f" WHERE {place} <= {mark}"
+    fresh = "due.began_at IS NULL"
+    kept: list[str] = []
+    more: list[object] = []
+    if queue.concurrency_per_key is not None:
+        kept.append(f"{place} <= {mark}")
+        more.append(queue.concurrency_per_key)
+    if queue.rate_per_key is not None:
+        kept.append(f"(NOT {fresh} OR due.fresh_turn + coalesce(begun.n, 0) <= {mark})")
+        more.append(queue.rate_per_key.count)
+    window = 0.0 if queue.rate_per_key is None else queue.rate_per_key.per.total_seconds()
     order = f"{place}, due.rank, due.id" if queue.fair else "due.rank, due.id"
     rows = db.execute(
         f"""
@@ -134,24 +151,41 @@ def _pick_limited(
             SELECT {_KEY} AS key, count(*) AS n FROM durably_runs
             WHERE queue = {mark} AND status = 'running' AND available_at > {mark}
             GROUP BY {_KEY}
+        ), begun AS (
+            SELECT {_KEY} AS key, count(*) AS n FROM durably_runs
+            WHERE queue = {mark} AND began_at > {mark} GROUP BY {_KEY}
         ), due AS (
-            SELECT id, status, lease_owner, {_KEY} AS key, {CLAIM_RANK} AS rank,
-                row_number() OVER (PARTITION BY {_KEY} ORDER BY {CLAIM_RANK}, id) AS turn
+            SELECT id, status, lease_owner, began_at, {_KEY} AS key, {CLAIM_RANK} AS rank,
+                row_number() OVER (PARTITION BY {_KEY} ORDER BY {CLAIM_RANK}, id) AS turn,
+                row_number() OVER (
+                    PARTITION BY {_KEY}, began_at IS NULL ORDER BY {CLAIM_RANK}, id
+                ) AS fresh_turn
             FROM durably_runs
             WHERE queue = {mark} AND {CLAIM_RANK} <= {mark} AND available_at <= {mark}
                 AND {which}
+        ), kept AS (
+            SELECT due.id, due.status, due.lease_owner, due.began_at, {place} AS place,
+                due.rank AS rank,
+                row_number() OVER (PARTITION BY {fresh} ORDER BY {order}) AS nth
+            FROM due LEFT JOIN busy ON busy.key = due.key
+            LEFT JOIN begun ON begun.key = due.key
+            {"WHERE " + " AND ".join(kept) if kept else ""}
         )
-        SELECT due.id, due.status, due.lease_owner FROM due
-        LEFT JOIN busy ON busy.key = due.key{within}
-        ORDER BY {order} LIMIT {mark}""",
+        SELECT id, status, lease_owner FROM kept
+        WHERE {mark} OR began_at IS NOT NULL OR nth <= {mark}
+        ORDER BY {"place, rank, id" if queue.fair else "rank, id"} LIMIT {mark}""",
         [
-            queue.name,
+            name,
             now,
-            queue.name,
+            name,
+            now - window,
+            name,
             now,
             now,
             *params,
-            *([] if queue.concurrency_per_key is None else [queue.concurrency_per_key]),
+            *more,
+            fresh_left is None,
+            fresh_left or 0,
             limit,
         ],
     ).fetchall()

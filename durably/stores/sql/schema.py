@@ -180,6 +180,11 @@ _V9 = [
     # Runs by key, newest first: `durably runs list --key` and bulk actions by key.
     "CREATE INDEX durably_runs_by_key ON durably_runs (queue_key, updated_at)"
     " WHERE queue_key IS NOT NULL",
+    # When a run was first claimed (NULL: not yet), and a named queue's runs by it: what its
+    # rate limits count (runs that began in the window).
+    "ALTER TABLE durably_runs ADD COLUMN began_at {real}",
+    "CREATE INDEX durably_runs_began ON durably_runs (queue, began_at)"
+    " WHERE began_at IS NOT NULL AND queue IS NOT NULL",
     # The queues each worker serves (JSON list; NULL: a worker of before queues, all of them).
     "ALTER TABLE durably_workers ADD COLUMN queues TEXT",
 ]

@@ -426,9 +426,9 @@ class SQLiteStore(SqlStore):
         workflow, input_, epoch, count, mail, priority = db.execute(
             "UPDATE durably_runs SET status = 'running', lease_owner = ?,"
             " lease_epoch = lease_epoch + 1, available_at = ?, updated_at = ?,"
-            " event_count = event_count + 1 WHERE id = ?"
+            " event_count = event_count + 1, began_at = coalesce(began_at, ?) WHERE id = ?"
             " RETURNING workflow, input, lease_epoch, event_count, inbox, priority",
-            (owner, expires, at, run_id),
+            (owner, expires, at, at, run_id),
         ).fetchone()
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
