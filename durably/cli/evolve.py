@@ -54,6 +54,7 @@ def workers(app_target: str | None, store_url: str | None, as_json: bool) -> Non
             Column("STATE"),
             Column("LAST SEEN", justify="right"),
             Column("UP SINCE"),
+            Column("QUEUES"),
             Column("SERVES", fold=True),
         ],
         (
@@ -62,6 +63,7 @@ def workers(app_target: str | None, store_url: str | None, as_json: bool) -> Non
                 "live" if worker.alive(now) else "gone",
                 f"{(now - worker.seen_at).total_seconds():.0f}s ago",
                 worker.started_at.isoformat(timespec="seconds"),
+                "all" if worker.queues is None else ", ".join(worker.queues),
                 "; ".join(
                     f"{name} {', '.join(versions)}"
                     for name, versions in sorted(worker.serves.items())

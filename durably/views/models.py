@@ -398,6 +398,9 @@ class WorkerOut(BaseModel):
     started_at: datetime
     seen_at: datetime
     serves: dict[str, list[str]]
+    queues: list[str] | None = Field(
+        description="The queues it takes runs from (null: a worker of before queues, all)"
+    )
 
     @classmethod
     def of(cls, beat: WorkerBeat, now: datetime) -> WorkerOut:
@@ -407,6 +410,7 @@ class WorkerOut(BaseModel):
             started_at=beat.started_at,
             seen_at=beat.seen_at,
             serves={name: list(v) for name, v in beat.serves.items()},
+            queues=None if beat.queues is None else list(beat.queues),
         )
 
 
@@ -415,12 +419,20 @@ class QueueOut(BaseModel):
     due: int = Field(description="Runs due now, waiting for a worker")
     oldest_due_age_seconds: float
     oldest_in_flight_age_seconds: float
+    due_by_queue: dict[str, int] = Field(
+        description="Due runs of each named queue (the default queue's are the rest)"
+    )
+    running_by_queue: dict[str, int] = Field(
+        description="Runs of each named queue that hold a worker now: its slots in use"
+    )
 
     @classmethod
     def of(cls, stats: RunStats, now: datetime) -> QueueOut:
         return cls(
             by_status=stats.by_status,
             due=stats.due,
+            due_by_queue=dict(stats.queue_due),
+            running_by_queue=dict(stats.queue_running),
             oldest_due_age_seconds=_age(stats.oldest_due, now),
             oldest_in_flight_age_seconds=_age(stats.oldest_in_flight, now),
         )
