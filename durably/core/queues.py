@@ -17,10 +17,11 @@ sliding window, in all and per key: `rate="100/minute"`, `rate_per_key="10/minut
 that already began (woken from a timer, a retry's backoff) is never held back by a rate.
 
 A fair queue (the default for a declared queue) hands out its free slots round-robin
-between keys: each claim takes the first due run of each key before the second of any, and
-a key that already holds slots comes after the keys that hold fewer. So a customer with
+between keys (durably.core.slots): a claim visits the keys with due runs in turn, from where
+the last one stopped, and takes one run of each before a second of any. So a customer with
 50,000 due runs and a customer with one both make progress: the second one's run is claimed
-by the next claim. Within a key, runs go by rank (durably.core.priority).
+by the round that reaches its key. Within a key, runs go by rank (durably.core.priority).
+Per-key limits need keys in turn: a queue with them is fair.
 """
 
 from __future__ import annotations

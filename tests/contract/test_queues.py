@@ -118,9 +118,9 @@ def test_fair_claims_go_round_robin_between_keys(store: Store, clock: FakeClock)
             start(store, clock, f"{key}{n}", "imports", key)
             clock.advance("1ms")
 
-    # First the first due run of every key, then the second of each, then the third...
+    # One run of every key in turn, then a second of each, then a third...
     assert ids(claim(store, clock, [queue], limit=6)) == ["a0", "a1", "a2", "b0", "b1", "c0"]
-    # ...and a key that holds more slots waits behind the keys that hold fewer.
+    # ...and the next claim goes on from the key where this one stopped.
     assert ids(claim(store, clock, [queue], limit=2)) == ["a3", "b2"]
 
 

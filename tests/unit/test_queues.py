@@ -9,6 +9,7 @@ import pytest
 
 import durably
 from durably.core.queues import DEFAULT_QUEUE, Queue, Rate, parse_rate, served_queues
+from durably.core.slots import Candidate, Counts, share
 from durably.errors import ConfigError
 
 
@@ -59,3 +60,29 @@ def test_an_app_refuses_a_start_on_a_queue_it_did_not_declare(tmp_path: object) 
     with pytest.raises(ConfigError, match="declared twice"):
         app.queue("emails", concurrency=2)
     assert app.client.get(app.start(hello, "x", queue="emails").id).queue == "emails"
+
+
+def runs(key: str, count: int, began: int = 0) -> tuple[str, list[Candidate]]:
+    return key, [Candidate(f"{key}{n}", key, n < began) for n in range(count)]
+
+
+def test_free_slots_go_round_robin_between_keys() -> None:
+    heads = [runs("a", 5), runs("b", 2), runs("c", 1)]
+    taken = share(Queue("q"), heads, Counts(), limit=6)
+    assert [run.run_id for run in taken] == ["a0", "b0", "c0", "a1", "b1", "a2"]
+
+
+def test_a_key_without_a_free_slot_is_passed_over() -> None:
+    queue = Queue("q", concurrency_per_key=2, concurrency=4)
+    counts = Counts(busy=1, busy_by_key={"a": 2})
+    taken = share(queue, [runs("a", 5), runs("b", 5)], counts, limit=10)
+    assert [run.run_id for run in taken] == ["b0", "b1"]  # a is full; b gets its two
+    taken = share(queue, [runs("b", 5), runs("c", 5)], Counts(busy=3), limit=10)
+    assert [run.run_id for run in taken] == ["b0"]  # the queue has one slot left
+
+
+def test_a_spent_rate_holds_back_only_runs_that_have_not_begun() -> None:
+    queue = Queue("q", rate_per_key=Rate(1, timedelta(minutes=1)))
+    counts = Counts(begun_by_key={"a": 1})
+    taken = share(queue, [runs("a", 3, began=1), runs("b", 3)], counts, limit=10)
+    assert [run.run_id for run in taken] == ["a0", "b0"]

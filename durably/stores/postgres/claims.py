@@ -4,7 +4,7 @@ answer was lost did. Run by the store (durably.stores.postgres.store) on its con
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import psycopg
@@ -99,6 +99,7 @@ def lease_limited(
     served: tuple[str, list[object]],
     queues: Sequence[Queue],
     params: dict[str, Any],
+    turns: MutableMapping[str, str],
 ) -> list[Claim]:
     """Lease due runs from queues some of which have limits: under each limited queue's
     advisory lock, pick its share and the others' (durably.stores.sql.queues), then lease
@@ -114,6 +115,7 @@ def lease_limited(
             now=params["now"],
             limit=params["limit"],
             lock=" FOR UPDATE SKIP LOCKED",
+            turns=turns,
         )
         if not picked:
             return []

@@ -148,6 +148,7 @@ class PostgresStore(SqlStore):
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
         self._transaction_pool: Connections | None = None
         self._transactions_lock = threading.Lock()
+        self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._db = Connections(
             url,
             self.url,
@@ -257,7 +258,7 @@ class PostgresStore(SqlStore):
         }
         if queues is not None and limited_of(queues):
             served = workers.served(reads.POSTGRES, workflows)
-            return claims.lease_limited(self._db, served, queues, params)
+            return claims.lease_limited(self._db, served, queues, params, self._turns)
         pick = claims.PICK_DUE.format(queues=on_queues)
         return claims.lease_once(self._db, pick, "r.workflow = ANY(%(workflows)s)", params)
 

@@ -12,10 +12,11 @@ free slot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from durably.core.queues import Queue
+from durably.core.slots import Candidate, Counts, share
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.schema import CLAIM_RANK
 
@@ -26,9 +27,6 @@ Picked = tuple[str, str, str | None]
 
 # An advisory lock per queue, for the claim's transaction (PostgreSQL).
 _LOCK_QUEUE = "SELECT pg_advisory_xact_lock(hashtextextended('durably-queue:' || %s, 0))"
-
-# The key a run is counted under: runs without a key share one (no key is the empty string).
-_KEY = "coalesce(queue_key, '')"
 
 
 def limited_of(queues: Sequence[Queue] | None) -> list[Queue]:
@@ -60,6 +58,7 @@ def pick(
     now: float,
     limit: int,
     lock: str,
+    turns: MutableMapping[str, str],
 ) -> list[Picked]:
     """Up to `limit` due runs of the served workflows (`served`: their condition) from these
     queues (None: every queue, limits aside): each limited queue's share, and the plain
@@ -76,7 +75,7 @@ def pick(
         if group is None:
             picked += _pick_plain(db, dialect, served, queues, now=now, limit=wanted, lock=lock)
         else:
-            picked += _pick_limited(db, dialect, served, group, now=now, limit=wanted)
+            picked += _pick_limited(db, dialect, served, group, now=now, limit=wanted, turns=turns)
     return picked
 
 
@@ -110,86 +109,143 @@ def _pick_limited(
     *,
     now: float,
     limit: int,
+    turns: MutableMapping[str, str],
 ) -> list[Picked]:
-    """One limited queue's share: no more than its free slots, in all and per key, nor more
-    runs beginning than its rates leave, in all and per key (a run that began already is
-    not held back by a rate); the keys that hold the fewest slots first when the queue is
-    fair (a key's n-th due run counts as its n-th slot), else by rank."""
-    mark, name = dialect.mark, queue.name
+    """One limited queue's share (durably.core.slots): the next keys in turn after the one
+    this store's last claim of the queue stopped at (`turns`), each key's first due runs,
+    the slots and begins they hold, and round-robin between them. Its cost grows with the
+    claim's limit, not with the queue's backlog: every read goes through an index."""
+    name = queue.name
+    busy, begun = _totals(db, dialect, queue, now=now)
+    if queue.concurrency is not None:
+        limit = min(limit, queue.concurrency - busy)
+    if limit <= 0:
+        return []
+    after, visits = turns.get(name, ""), limit * 2
+    keys: list[str | None] = [*_keys(db, dialect, name, after=after, visits=visits)]
+    if len(keys) < visits and after:  # the end of the keys: round again from the first
+        keys += [k for k in _keys(db, dialect, name, after="", visits=visits) if k <= after]
+    keys = [*dict.fromkeys(keys), None]  # runs without a key: one more key, last
+    rate = queue.rate_per_key
+    counts = Counts(
+        busy,
+        begun,
+        _by_key(db, dialect, name, keys, "status = 'running' AND available_at >", now),
+        None
+        if rate is None
+        else _by_key(db, dialect, name, keys, "began_at >", now - rate.per.total_seconds()),
+    )
+    each = -(-limit // len(keys))  # a key's share of the claim, rounded up
+    if queue.concurrency_per_key is not None:
+        each = min(each, queue.concurrency_per_key)
+    heads, rows = _heads(db, dialect, served, name, keys, now=now, each=each)
+    taken = share(queue, heads, counts, limit=limit)
+    more = [key for key, runs in heads if len(runs) == each]  # keys that may have more
+    if len(taken) < limit and more and each < limit:  # fewer keys had work than looked at
+        most = limit if queue.concurrency_per_key is None else queue.concurrency_per_key
+        if most > each:
+            heads, rows = _heads(db, dialect, served, name, keys, now=now, each=most)
+            taken = share(queue, heads, counts, limit=limit)
+    # The next claim goes on after the last key served, if this one is full; else after the
+    # last key looked at (the keys before it had nothing more to give).
+    looked = [key for key in keys if key is not None]
+    if len(taken) >= limit:
+        served_keys = {run.key for run in taken}
+        looked = [key for key in looked if key in served_keys]
+    if looked:
+        turns[name] = looked[-1]
+    return [rows[run.run_id] for run in taken]
+
+
+def _totals(db: Connection, dialect: Dialect, queue: Queue, *, now: float) -> tuple[int, int]:
+    """The queue's slots in use and runs begun in its rate's window, where it has limits."""
+    mark, busy, begun = dialect.mark, 0, 0
     if queue.concurrency is not None:
         (busy,) = db.execute(
             "SELECT count(*) FROM durably_runs"
             f" WHERE queue = {mark} AND status = 'running' AND available_at > {mark}",
-            (name, now),
+            (queue.name, now),
         ).fetchone()
-        limit = min(limit, queue.concurrency - busy)
-    fresh_left: int | None = None  # runs that may begin, in all
     if queue.rate is not None:
-        (began,) = db.execute(
+        (begun,) = db.execute(
             f"SELECT count(*) FROM durably_runs WHERE queue = {mark} AND began_at > {mark}",
-            (name, now - queue.rate.per.total_seconds()),
+            (queue.name, now - queue.rate.per.total_seconds()),
         ).fetchone()
-        fresh_left = queue.rate.count - began
-    if limit <= 0:
-        return []
-    which, params = served
-    place = "due.turn + coalesce(busy.n, 0)"
-    fresh = "due.began_at IS NULL"
-    kept: list[str] = []
-    more: list[object] = []
-    if queue.concurrency_per_key is not None:
-        kept.append(f"{place} <= {mark}")
-        more.append(queue.concurrency_per_key)
-    if queue.rate_per_key is not None:
-        kept.append(f"(NOT {fresh} OR due.fresh_turn + coalesce(begun.n, 0) <= {mark})")
-        more.append(queue.rate_per_key.count)
-    window = 0.0 if queue.rate_per_key is None else queue.rate_per_key.per.total_seconds()
-    order = f"{place}, due.rank, due.id" if queue.fair else "due.rank, due.id"
+    return int(busy), int(begun)
+
+
+def _keys(db: Connection, dialect: Dialect, queue: str, *, after: str, visits: int) -> list[str]:
+    """Up to `visits` keys of the queue's claimable runs after `after`, in order: a skip scan
+    of the queue's key index, one probe a key however many runs each has."""
+    mark = dialect.mark
     rows = db.execute(
         f"""
-        WITH busy AS (
-            SELECT {_KEY} AS key, count(*) AS n FROM durably_runs
-            WHERE queue = {mark} AND status = 'running' AND available_at > {mark}
-            GROUP BY {_KEY}
-        ), begun AS (
-            SELECT {_KEY} AS key, count(*) AS n FROM durably_runs
-            WHERE queue = {mark} AND began_at > {mark} GROUP BY {_KEY}
-        ), due AS (
-            SELECT id, status, lease_owner, began_at, {_KEY} AS key, {CLAIM_RANK} AS rank,
-                row_number() OVER (PARTITION BY {_KEY} ORDER BY {CLAIM_RANK}, id) AS turn,
-                row_number() OVER (
-                    PARTITION BY {_KEY}, began_at IS NULL ORDER BY {CLAIM_RANK}, id
-                ) AS fresh_turn
-            FROM durably_runs
-            WHERE queue = {mark} AND {CLAIM_RANK} <= {mark} AND available_at <= {mark}
-                AND {which}
-        ), kept AS (
-            SELECT due.id, due.status, due.lease_owner, due.began_at, {place} AS place,
-                due.rank AS rank,
-                row_number() OVER (PARTITION BY {fresh} ORDER BY {order}) AS nth
-            FROM due LEFT JOIN busy ON busy.key = due.key
-            LEFT JOIN begun ON begun.key = due.key
-            {"WHERE " + " AND ".join(kept) if kept else ""}
+        WITH RECURSIVE keys(key, n) AS (
+            SELECT (SELECT min(queue_key) FROM durably_runs WHERE queue = {mark}
+                AND queue_key > {mark} AND available_at IS NOT NULL), 1
+            UNION ALL
+            SELECT (SELECT min(queue_key) FROM durably_runs WHERE queue = {mark}
+                AND queue_key > keys.key AND available_at IS NOT NULL), n + 1
+            FROM keys WHERE keys.key IS NOT NULL AND n < {mark}
         )
-        SELECT id, status, lease_owner FROM kept
-        WHERE {mark} OR began_at IS NOT NULL OR nth <= {mark}
-        ORDER BY {"place, rank, id" if queue.fair else "rank, id"} LIMIT {mark}""",
-        [
-            name,
-            now,
-            name,
-            now - window,
-            name,
-            now,
-            now,
-            *params,
-            *more,
-            fresh_left is None,
-            fresh_left or 0,
-            limit,
-        ],
+        SELECT key FROM keys WHERE key IS NOT NULL""",
+        (queue, after, queue, visits),
     ).fetchall()
-    return [(row[0], row[1], row[2]) for row in rows]
+    return [str(row[0]) for row in rows]
+
+
+def _by_key(
+    db: Connection,
+    dialect: Dialect,
+    queue: str,
+    keys: Sequence[str | None],
+    condition: str,
+    since: float,
+) -> dict[str | None, int]:
+    """How many of the queue's runs of these keys meet `condition` (which ends with a
+    comparison to `since`), by key."""
+    named = [key for key in keys if key is not None]
+    mark = dialect.mark
+    which, params = dialect.one_of("queue_key", named)
+    rows = db.execute(
+        f"SELECT queue_key, count(*) FROM durably_runs WHERE queue = {mark}"
+        f" AND {condition} {mark} AND ({which} OR queue_key IS NULL) GROUP BY queue_key",
+        [queue, since, *params],
+    ).fetchall()
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def _heads(
+    db: Connection,
+    dialect: Dialect,
+    served: tuple[str, list[object]],
+    queue: str,
+    keys: Sequence[str | None],
+    *,
+    now: float,
+    each: int,
+) -> tuple[list[tuple[str | None, list[Candidate]]], dict[str, Picked]]:
+    """The first `each` due runs of served workflows of each key, in claim order, in one
+    statement; and what the lease needs of each."""
+    which, params = served
+    mark = dialect.mark
+    arms: list[str] = []
+    values: list[object] = []
+    for key in keys:
+        own = "queue_key IS NULL" if key is None else f"queue_key = {mark}"
+        arms.append(
+            "SELECT * FROM (SELECT id, status, lease_owner, began_at, queue_key"
+            f" FROM durably_runs WHERE queue = {mark} AND {own}"
+            f" AND {CLAIM_RANK} <= {mark} AND available_at <= {mark} AND {which}"
+            f" ORDER BY {CLAIM_RANK} LIMIT {mark}) AS k{len(arms)}"
+        )
+        values += [queue, *([] if key is None else [key]), now, now, *params, each]
+    found: dict[str | None, list[Candidate]] = {key: [] for key in keys}
+    rows: dict[str, Picked] = {}
+    for run_id, status, owner, began_at, key in db.execute(" UNION ALL ".join(arms), values):
+        found[key].append(Candidate(run_id, key, began_at is not None))
+        rows[run_id] = (run_id, status, owner)
+    return [(key, runs) for key, runs in found.items() if runs], rows
 
 
 def lock_queues(db: Any, queues: Sequence[Queue]) -> None:

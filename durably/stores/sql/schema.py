@@ -174,6 +174,10 @@ _V9 = [
     # without passing over the default queue's.
     f"CREATE INDEX durably_runs_queued ON durably_runs (queue, {CLAIM_RANK})"
     " WHERE available_at IS NOT NULL AND queue IS NOT NULL",
+    # A named queue's claimable runs by key, in claim order: a claim of a limited queue steps
+    # from key to key (a skip scan) and reads each key's first due runs.
+    f"CREATE INDEX durably_runs_keyed ON durably_runs (queue, queue_key, {CLAIM_RANK})"
+    " WHERE available_at IS NOT NULL AND queue IS NOT NULL",
     # A named queue's runs that hold a worker now, by key: the slots its limits count.
     "CREATE INDEX durably_runs_busy ON durably_runs (queue, queue_key)"
     " WHERE status = 'running' AND queue IS NOT NULL",

@@ -95,6 +95,7 @@ class SQLiteStore(SqlStore):
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._wakeups = LocalWakeups(self.path)
         self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
         if create:
@@ -158,7 +159,9 @@ class SQLiteStore(SqlStore):
         at, expires = ts(now), ts(now + lease)
         served = workers.served(reads.SQLITE, workflows)
         with self._write() as db:  # the write lock: what limited queues' counts need
-            picked = pick(db, reads.SQLITE, served, queues, now=at, limit=limit, lock="")
+            picked = pick(
+                db, reads.SQLITE, served, queues, now=at, limit=limit, lock="", turns=self._turns
+            )
             taken = [
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
                 for run_id, previous_status, previous_owner in picked
