@@ -164,6 +164,7 @@ class App:
         timeout: Duration | None = None,
         key: Callable[..., str] | None = None,
         dependency: str | None = None,
+        dependency_key: Callable[..., str] | None = None,
         heartbeat_timeout: Duration | None = None,
     ) -> Callable[[Callable[..., Any]], Step]: ...
 
@@ -177,6 +178,7 @@ class App:
         timeout: Duration | None = None,
         key: Callable[..., str] | None = None,
         dependency: str | None = None,
+        dependency_key: Callable[..., str] | None = None,
         heartbeat_timeout: Duration | None = None,
     ) -> Step | Callable[[Callable[..., Any]], Step]:
         """Register a step: a call whose outcome is checkpointed and never re-run once recorded.
@@ -185,6 +187,9 @@ class App:
         attempt is unknown and is reconciled before the next one. `key`: derive the
         idempotency key from the step's arguments (default: run id, position and name).
         `dependency`: the service it calls, for circuit breakers and limits.
+        `dependency_key`: the account at that service a call uses, from the step's arguments
+        (like `key`): each account gets its own breaker, rate and concurrency slots, under
+        the dependency's policy (e.g. a partner's limit of 5 calls a second per API key).
         `heartbeat_timeout`: a long step calls durably.heartbeat() as it goes; an attempt
         whose heartbeats stop this long is lost like a timed-out one (reconciled, retried).
         """
@@ -194,6 +199,7 @@ class App:
             timeout=None if timeout is None else parse_duration(timeout, what="timeout"),
             key=key,
             dependency=dependency,
+            dependency_key=dependency_key,
             heartbeat_timeout=None
             if beats is None
             else parse_duration(beats, what="heartbeat_timeout"),

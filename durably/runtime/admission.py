@@ -11,13 +11,14 @@ the attempt whose end opens the gate for it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durably.clock import Clock
 from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import Event, EventKind
+from durably.core.names import check_name
 from durably.core.payloads import StepWaiting
 from durably.resilience.gates import Wait, entering, leaving
 from durably.runtime.checkpoints import HistoryWriter
@@ -26,9 +27,9 @@ from durably.runtime.engine import Engine
 from durably.runtime.flow import Suspend
 
 if TYPE_CHECKING:
-    from durably.workflow.definitions import Step
+    from durably.workflow.definitions import Step, StepOptions
 
-__all__ = ["Gates"]
+__all__ = ["Gates", "gate_name"]
 
 _DEFAULT_HOLD = timedelta(minutes=5)  # a concurrency slot's lease when a step has no timeout
 
@@ -39,16 +40,19 @@ class Gates:
         self._committer = committer
         self._clock = clock
 
-    async def enter(self, writer: HistoryWriter, step: Step, position: int) -> None:
-        """Before an attempt at a protected dependency: take a slot and a token, or wait
-        (durably: the run is handed back until then, and no attempt is spent)."""
-        name = step.options.dependency
-        if name is None:
+    async def enter(
+        self, writer: HistoryWriter, step: Step, position: int, name: str | None
+    ) -> None:
+        """Before an attempt at a protected dependency (`name`: its gate, gate_name): take a
+        slot and a token, or wait (durably: the run is handed back until then, and no
+        attempt is spent)."""
+        dependency = step.options.dependency
+        if name is None or dependency is None:
             return
         now = self._clock.now()
         waits = _wait_so_far(writer.events, position)
         change = entering(
-            self._engine.registry.dependency_policy(name),
+            self._engine.registry.dependency_policy(dependency),
             holder=_holder(writer.run_id, position),
             now=now,
             hold=step.options.timeout or _DEFAULT_HOLD,
@@ -68,19 +72,20 @@ class Gates:
         run_id: str,
         step: Step,
         position: int,
+        name: str | None,
         *,
         failed: bool,
         throttled_for: timedelta | None = None,
     ) -> None:
-        """After an admitted attempt: give its slot back, tell the breaker whether it failed
-        (or, if the service throttled it, the rate limit for how long), and wake the runs
-        the gate now lets through."""
-        name = step.options.dependency
-        if name is None:
+        """After an admitted attempt at gate `name`: give its slot back, tell the breaker
+        whether it failed (or, if the service throttled it, the rate limit for how long),
+        and wake the runs the gate now lets through."""
+        dependency = step.options.dependency
+        if name is None or dependency is None:
             return
         now = self._clock.now()
         change = leaving(
-            self._engine.registry.dependency_policy(name),
+            self._engine.registry.dependency_policy(dependency),
             holder=_holder(run_id, position),
             now=now,
             failed=failed,
@@ -91,6 +96,18 @@ class Gates:
         if woken:
             runs = [holder.rpartition(":")[0] for holder in woken]
             await self._committer.call(functools.partial(store.wake, runs, now=now))
+
+
+def gate_name(options: StepOptions, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """The gate a call of a step with these options goes through: its dependency's, or with
+    `dependency_key`, that dependency's for the key its arguments give ("partner[acct-7]"):
+    each key has its own breaker, rate and slots, under the dependency's policy."""
+    if options.dependency is None:
+        return None
+    if options.dependency_key is None:
+        return options.dependency
+    key = check_name(str(options.dependency_key(*args, **kwargs)), "a dependency key")
+    return f"{options.dependency}[{key}]"
 
 
 def _holder(run_id: str, position: int) -> str:

@@ -23,7 +23,7 @@ from durably.core.retry import classify
 from durably.core.secrets import REDACTED, secrets_in_text
 from durably.errors import LeaseLost, StepFailed
 from durably.runtime import transactions
-from durably.runtime.admission import Gates
+from durably.runtime.admission import Gates, gate_name
 from durably.runtime.attempts import (
     call_user,
     observed,
@@ -115,12 +115,13 @@ class StepRunner:
             if hide:
                 input_json = input_json.replace(hide, REDACTED)
             key = step.options.key(*args, **kwargs) if step.options.key else None
+            gate = gate_name(step.options, args, kwargs)
         except Exception as exc:
             message = str(exc) if not hide else _UNPASSABLE.format(step.name, type(exc).__name__)
             raise StepFailed(step.name, ErrorInfo.of(exc).error_class, message) from None
         key = str(key) if key is not None else step_key(execution.call_scope, position, step.name)
         await execution.before_new_work()
-        await self._gates.enter(self._writer, step, position)
+        await self._gates.enter(self._writer, step, position, gate)
         beats = Heartbeats(
             self._writer,
             self._loop,
@@ -195,6 +196,7 @@ class StepRunner:
                 execution.run_id,
                 step,
                 position,
+                gate,
                 failed=failed_for_breaker,
                 throttled_for=throttled_for,
             )

@@ -80,6 +80,8 @@ class StepOptions:
     timeout: timedelta | None = None  # per attempt
     key: Callable[..., str] | None = None  # idempotency key from the step's arguments
     dependency: str | None = None  # the outside service it calls, for breakers and limits
+    # whose account at that service a call uses, from the step's arguments: each its own gate
+    dependency_key: Callable[..., str] | None = None
     heartbeat_timeout: timedelta | None = None  # lost once its heartbeats stop this long
     # @app.transaction: the body writes through durably.connection() in the transaction
     # that records its outcome (durably.runtime.transactions)

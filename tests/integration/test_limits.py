@@ -83,3 +83,33 @@ def test_a_concurrency_limit_caps_attempts_in_flight(app: durably.App, clock: Fa
     ]
     assert {data(e)["waiting"] for e in waits} == {"concurrency limit"}
     assert json.loads(app.store.gates()["warehouse"])["in_flight"] == {}
+
+
+def test_a_keyed_limit_gives_each_account_its_own_rate(app: durably.App, clock: FakeClock) -> None:
+    app.dependency("partner", Dependency(breaker=None, rate=1.0, burst=1))
+    sent: dict[str, list[datetime]] = {}
+
+    @app.step(dependency="partner", dependency_key=lambda account, text: account)
+    async def call(account: str, text: str) -> None:
+        sent.setdefault(account, []).append(clock.now())
+
+    @app.workflow
+    async def sync(account: str, text: str) -> None:
+        await call(account, text)
+
+    for n in range(3):
+        app.start(sync, "acct-a", f"a{n}")
+        app.start(sync, "acct-b", f"b{n}")
+    settle(app, clock)
+
+    # One call a second for each account, not for both together: the two go side by side.
+    for times in sent.values():
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
+        assert len(times) == 3
+        assert all(gap >= 1.0 for gap in gaps), gaps
+    assert sent["acct-a"][0] == sent["acct-b"][0]
+    assert sorted(app.store.gates()) == ["partner[acct-a]", "partner[acct-b]"]
+    waits = [
+        e for run in app.client.runs().runs for e in events(app, run.id, EventKind.STEP_WAITING)
+    ]
+    assert {data(e)["dependency"] for e in waits} == {"partner[acct-a]", "partner[acct-b]"}
