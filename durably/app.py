@@ -387,13 +387,15 @@ class App:
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run, or return the existing one if a run with this `id` exists already.
         `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
         runs that became due up to that many minutes before it (durably.core.priority).
         `correlation_id`: recorded with the run and its children (durably.client.correlation).
-        `queue`, `key`, `delay`, `start_at`: see `Client.start`. These words name options, not
+        `queue`, `key`, `delay`, `start_at`, `attributes` (strings to find the run by, stored
+        in the clear): see `Client.start`. These words name options, not
         the workflow's arguments: a workflow with a parameter of one of these names is started
         with `app.client.start(workflow, args, kwargs, ...)`."""
         started = self.client.start(
@@ -407,6 +409,7 @@ class App:
             key=key,
             delay=delay,
             start_at=start_at,
+            attributes=attributes,
         )
         return RunHandle(self.client, started.run.id)
 
@@ -429,6 +432,7 @@ class App:
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` from an event loop: the store call runs in a thread."""
@@ -443,6 +447,7 @@ class App:
             key=key,
             delay=delay,
             start_at=start_at,
+            attributes=attributes,
         )
         return RunHandle(self.client, started.run.id)
 

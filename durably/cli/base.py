@@ -17,9 +17,10 @@ import click
 
 from durably.app import App
 from durably.client.client import Client
+from durably.core.attributes import attributes_of
 from durably.core.audit import Via
 from durably.durations import parse_duration
-from durably.errors import ConfigError, DurablyError
+from durably.errors import ConfigError, DurablyError, PayloadError
 from durably.observability import logs
 from durably.stores import DEFAULT_URL, Store, open_store
 from durably.views.commands import durably_command
@@ -29,6 +30,7 @@ __all__ = [
     "DURATION",
     "PRECEDENCE",
     "SINCE",
+    "attributes_option",
     "cli",
     "client_for",
     "fail",
@@ -129,6 +131,23 @@ SINCE = SinceType()
 BY = click.option(
     "--by", default=lambda: os.environ.get("USER", "cli"), help="Who acts (recorded)."
 )
+
+
+def attributes_option(help: str) -> Callable[[F], F]:
+    """The repeatable --attr NAME=VALUE option, given to the command as a dict (None if
+    not given); a text without '=' (or ':'), or a name given twice, is a usage error."""
+
+    def parse(
+        ctx: click.Context, param: click.Parameter, given: tuple[str, ...]
+    ) -> dict[str, str] | None:
+        try:
+            return attributes_of(given, "--attr") if given else None
+        except PayloadError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return click.option(
+        "--attr", "attributes", multiple=True, metavar="NAME=VALUE", callback=parse, help=help
+    )
 
 
 @click.group(epilog=PRECEDENCE)

@@ -25,6 +25,7 @@ from durably.cli.base import (
     MOMENT,
     PRECEDENCE,
     VERBOSE,
+    attributes_option,
     cli,
     client_for,
     load_app,
@@ -193,6 +194,10 @@ def worker(
     default=None,
     help="Due at this time, with its offset (2026-12-01T09:00+00:00), not at once.",
 )
+@attributes_option(
+    "An attribute to find the run by (runs list --attr), e.g. customer=42; repeat it for "
+    "more. Stored unencrypted: a secret-looking name (password, api_key, ...) is refused."
+)
 @BY
 def start(
     workflow: str,
@@ -206,6 +211,7 @@ def start(
     key: str | None,
     delay: timedelta | None,
     start_at: datetime | None,
+    attributes: dict[str, str] | None,
     by: str,
 ) -> None:
     """Start a run of WORKFLOW, or find the run that has this --id already."""
@@ -223,6 +229,7 @@ def start(
             key=key,
             delay=delay,
             start_at=start_at,
+            attributes=attributes,
         )
         run = started.run
         if started.created:
@@ -266,6 +273,9 @@ def runs() -> None:
 )
 @click.option("--since", type=MOMENT, default=None, help="Only runs started at or after it.")
 @click.option("--until", type=MOMENT, default=None, help="Only runs started before it.")
+@attributes_option("Only runs started with this attribute, e.g. customer=42; repeat it: each.")
+@click.option("--key", default=None, help="Only runs started with this key.")
+@click.option("--queue", default=None, help="Only runs on this queue (default: the default one).")
 def runs_list(
     app_target: str | None,
     store_url: str | None,
@@ -282,9 +292,13 @@ def runs_list(
     slower_than: timedelta | None,
     since: datetime | None,
     until: datetime | None,
+    attributes: dict[str, str] | None,
+    key: str | None,
+    queue: str | None,
 ) -> None:
     """The most recently updated runs, a page at a time; found by what happened to them
-    (--taken-over, --retried, --compensated), how long they took, and when they started."""
+    (--taken-over, --retried, --compensated), how long they took, when they started, and
+    their attributes, key and queue."""
     flags = {Happened.TAKEN_OVER: taken_over, Happened.RETRIED: retried}
     flags[Happened.COMPENSATED] = compensated
     with client_for(app_target, store_url) as client:
@@ -299,10 +313,15 @@ def runs_list(
             slower_than=slower_than,
             since=since,
             until=until,
+            attributes=attributes,
+            key=key,
+            queue=queue,
         )
-    if as_json:
-        echo_json(RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor))
-        return
+        if as_json:
+            found = client.store.attributes([run.id for run in page.runs])  # one read
+            shown = [RunOut.of(run, attributes=found.get(run.id)) for run in page.runs]
+            echo_json(RunPageOut(runs=shown, next_cursor=page.next_cursor))
+            return
     echo_table(
         [
             Column("RUN", max_width=40),
@@ -345,12 +364,12 @@ def runs_show(
     steps, attempts, keys, durations, errors (--traceback: and where they were raised)."""
     with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
-        workers, now = client.workers(), client.clock.now()
+        workers, now, attributes = client.workers(), client.clock.now(), client.attributes(run_id)
     if as_json:
-        shown = RunOut.of(run, history, workers, now)
+        shown = RunOut.of(run, history, workers, now, attributes)
         echo_json({"run": shown, "history": HistoryOut.of(run_id, history).events})
         return
-    for label, value in describe_run(run, history, workers, now):
+    for label, value in describe_run(run, history, workers, now, attributes):
         text = click.style(value, bold=True) if label == "now" else value
         click.echo(f"{label + ':':<15}{text}")
     click.echo("")

@@ -131,6 +131,7 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
@@ -147,11 +148,11 @@ class Client(RunReader):
         `key`: whose run it is (a customer, a tenant), for its queue's per-key limits and
         fairness, and to find it by (durably.core.queues). `delay` or `start_at`: the run is
         due that long after now, or at that time, not at once; it waits as a pending run,
-        costing nothing, and shows its due time."""
-        start = Start(
-            workflow, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
-        )
-        return self._create(self._run_of(start, by))
+        costing nothing, and shows its due time. `attributes`: strings to find the run by
+        (`runs(attributes=)`), stored in the clear: PayloadError for a secret-looking name
+        (durably.core.attributes). A start that finds its run keeps the run's own."""
+        given = (id, priority, correlation_id, queue, key, delay, start_at, attributes)
+        return self._create(self._run_of(Start(workflow, args, kwargs, *given), by))
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
         """`start` for each, in one transaction; the answers in order.
@@ -188,6 +189,7 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread (in the caller's
         context, so its trace id is the default correlation id there too)."""
@@ -201,6 +203,7 @@ class Client(RunReader):
             key=key,
             delay=delay,
             start_at=start_at,
+            attributes=attributes,
         )
         return await asyncio.to_thread(start, workflow, args, kwargs)
 
@@ -221,6 +224,7 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -228,10 +232,8 @@ class Client(RunReader):
         definition = workflow_of(self.registry, workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
-        start = Start(
-            definition, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
-        )
-        return self._create(self._run_of(start, by))
+        given = (id, priority, correlation_id, queue, key, delay, start_at, attributes)
+        return self._create(self._run_of(Start(definition, args, kwargs, *given), by))
 
     # -- a person's actions on parked runs ----------------------------------------------
     # Each is recorded in the run's history with who did it (`by`), and in the audit trail

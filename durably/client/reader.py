@@ -5,7 +5,7 @@ dashboard shows. `Client` is a RunReader that also starts runs and acts on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from durably.client.starts import Definitions
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import decode
 from durably.codec.parameters import NO_HINT
+from durably.core.attributes import check_wanted
 from durably.core.history import Event
 from durably.core.names import check_name
 from durably.core.status import RunStatus
@@ -74,6 +75,7 @@ class RunReader:
         until: datetime | None = None,
         key: str | None = None,
         queue: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> RunPage:
         """A page of runs, most recently updated first (ties by id); `cursor` is the previous
         page's next_cursor. A run that stays put is listed exactly once; one updated between
@@ -84,7 +86,8 @@ class RunReader:
         `"retried"`, `"compensated"`). `slower_than`: only the runs whose last change came
         longer than this after their start. `since`, `until`: only the runs started at or
         after, before, these times (with their time zone). `key`, `queue`: only the runs
-        started with this key, on this queue ("default": the default queue)."""
+        started with this key, on this queue ("default": the default queue). `attributes`:
+        only the runs started with each of these (durably.core.attributes)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise DurablyError(f"a page holds at least 1 run: limit={limit!r}")
         for name, given in (
@@ -114,6 +117,7 @@ class RunReader:
             until=None if until is None else pages.moment_of(until, "until"),
             key=key,
             queue=queue,
+            attributes=None if attributes is None else check_wanted(attributes),
         )
         page = found[:limit]
         return RunPage(page, pages.cursor(page[-1]) if len(found) > limit else None)
@@ -162,6 +166,12 @@ class RunReader:
         """The run's events in order; RunNotFound if no run has this id."""
         self.get(run_id)
         return self.store.history(run_id)
+
+    def attributes(self, run_id: str) -> dict[str, str]:
+        """The attributes the run was started with, by name (durably.core.attributes);
+        RunNotFound if no run has this id."""
+        self.get(run_id)
+        return self.store.attributes([run_id]).get(run_id, {})
 
     def outcome(self, record: RunRecord) -> Any:
         """The result of a completed run, read through its workflow's return type hint;

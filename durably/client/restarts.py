@@ -6,6 +6,8 @@ their results and idempotency keys, timers, signals, values, approvals), so its 
 them as they were; from the step on, its calls are new, with fresh idempotency keys (they
 carry the new run's id). Both histories link to each other: the new run's `run_started`
 names the old run and the step, and the old run gets a `run_restarted` event naming the new.
+The new run keeps the old one's priority, correlation id, queue, key and attributes, so that
+whoever found the old one finds it the same way.
 
 Only an ended run is restarted (completed, failed, cancelled, timed out): a run that still
 runs would repeat its own work. A parked run is retried in place instead (durably dlq retry,
@@ -88,6 +90,7 @@ def restart(
         correlation_id=source.correlation_id,
         queue=source.queue,
         key=source.key,
+        attributes=store.attributes([run_id]).get(run_id, {}),  # found by them, like it
     )
     audit = audit_of(Action.RESTART, by, via, restarted_as=new_id, from_step=position)
     if store.fork(run, history, source=run_id, note=note, now=now, audit=audit):

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from durably.client.correlation import correlation_of, trace_parent
 from durably.client.ids import new_run_id
 from durably.codec.encoding import encode_call
+from durably.core.attributes import check_attributes
 from durably.core.event_data import encode_payload
 from durably.core.names import check_run_id
 from durably.core.payloads import RunStarted
@@ -66,6 +67,7 @@ class Start:
     key: str | None = None  # whose run: its queue's per-key limits and fairness
     delay: Duration | None = None  # due this long after the start, not at once
     start_at: datetime | None = None  # due at this time (timezone-aware), not at once
+    attributes: Mapping[str, str] | None = None  # to find it by (durably.core.attributes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,7 @@ def new_run(
     item: Start, registry: Definitions | None, *, max_payload: int | None, now: datetime
 ) -> NewRun:
     """The run to create: the input checked and encoded for its workflow, its priority, its
-    queue and key, and when it is due."""
+    queue and key, when it is due, and its attributes."""
     definition = workflow_of(registry, item.workflow)
     what = f"workflow {definition.name!r}"
     args, kwargs, limit = item.args, item.kwargs or {}, max_payload
@@ -201,6 +203,7 @@ def new_run(
         queue=registry.queue_of(item.queue, definition),
         key=None if item.key is None else check_key(item.key),
         due=due_time(item.delay, item.start_at, now=now),
+        attributes={} if item.attributes is None else check_attributes(item.attributes),
     )
 
 

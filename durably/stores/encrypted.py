@@ -7,7 +7,9 @@ carry a value (a step's result, a skipped step's given result, a recorded value,
 heartbeat's details), a step's input in `step_started`, a message's and a signal's data, an
 approval's details; an inbox message's data. Left in the clear: what durably queries or
 shows in lists (ids, names, statuses, times, error classes and messages, who acted, a
-decision's comment), so that claims, filters and the dashboard's lists work unchanged.
+decision's comment), so that claims, filters and the dashboard's lists work unchanged; and a
+run's attributes (durably.core.attributes), which are for searching by: that is why a name
+that looks like a secret's is refused for them.
 
 A value sealed with a key this process does not hold is read as it is stored: the codec
 refuses to decode it (PayloadError naming the key), and the views show `encrypted (key k2)`.
@@ -309,6 +311,9 @@ class EncryptedStore:
 
     def runs(self, **filters: Any) -> list[RunRecord]:
         return [self._open_run(run) for run in self.inner.runs(**filters)]
+
+    def attributes(self, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        return self.inner.attributes(run_ids)  # stored in the clear, to be searched
 
     def parked(
         self, *, decisions: bool, limit: int, after: tuple[datetime, str] | None = None

@@ -62,6 +62,8 @@ class NewRun:
     queue: str | None = None  # durably.core.queues: None is the default queue
     key: str | None = None  # whose run it is, for its queue's per-key limits and fairness
     due: datetime | None = None  # when it may first be claimed (None: at once)
+    # durably.core.attributes: strings to find it by, written with it (in the clear)
+    attributes: Mapping[str, str] = field(default_factory=dict)
     # A person's start: recorded in the audit trail if create_run or create_runs creates it.
     audit: Audit | None = None
 
@@ -255,7 +257,8 @@ class EngineStore(Protocol):
     url: str  # safe to print: the password is redacted
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
-        """Create a pending run due now; if the id exists, return that run and False."""
+        """Create a pending run due now (or at `run.due`), with its attributes, in one
+        transaction; if the id exists, return that run and False, writing nothing."""
         ...
 
     def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
@@ -493,6 +496,7 @@ class OperatorStore(Protocol):
         until: datetime | None = None,
         key: str | None = None,
         queue: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Up to `limit` runs, most recently updated first, ties by id (descending): a stable
         order. `after` is the (updated_at, id) of the last run of the previous page: only the
@@ -504,7 +508,12 @@ class OperatorStore(Protocol):
         last change came longer than this after their start. `since`, `until`: only the runs
         started at or after, before, these times. `key`: only the runs started with this key.
         `queue`: only the runs on this queue (durably.core.queues: "default" is the default
-        queue)."""
+        queue). `attributes`: only the runs started with each of these (name, value)."""
+        ...
+
+    def attributes(self, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The attributes each of these runs was started with (durably.core.attributes), in
+        one read (a page of runs); a run without any, or an unknown id, is left out."""
         ...
 
     def parked(

@@ -5,6 +5,7 @@ data) is handed out parsed, as the JSON value it is."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,9 +17,11 @@ from durably.client.control import Steered
 from durably.client.correlation import MAX_LENGTH
 from durably.client.dead_letters import DeadLetter
 from durably.codec.encryption import masked, sealed_key
+from durably.core.attributes import MAX_ATTRIBUTES, MAX_VALUE
 from durably.core.history import ErrorInfo, Event
 from durably.core.names import MAX_NAME, RUN_ID_PATTERN
 from durably.core.priority import MAX_PRIORITY
+from durably.core.queues import DEFAULT_QUEUE
 from durably.core.secrets import redact
 from durably.runtime.schedules import ScheduleInfo
 from durably.runtime.upgrades import Upgrade
@@ -113,6 +116,14 @@ class StartIn(BaseModel):
         description="The request this run serves: recorded with it and its children, "
         "searched by (default: the caller's trace id, if it has one)",
     )
+    attributes: dict[str, str] | None = Field(
+        default=None,
+        max_length=MAX_ATTRIBUTES,
+        description="Strings to find the run by (GET /api/runs?attr=name:value), e.g. "
+        '{"customer": "42"}: stored unencrypted, so a secret-looking name (password, '
+        "api_key, ...) is refused. Names without ':' or '='; values of at most "
+        f"{MAX_VALUE} characters",
+    )
 
 
 class ErrorInfoOut(BaseModel):
@@ -139,6 +150,9 @@ class RunOut(BaseModel):
     version: str | None
     parent: str | None
     correlation_id: str | None
+    queue: str = Field(description="The queue it is on (default: the default queue)")
+    key: str | None = Field(description="Whose run it is (its queue's per-key limits)")
+    attributes: dict[str, str] = Field(description="The strings it was started with, to find it by")
     now: str | None = Field(default=None, description="What the run is doing now")
     next: str | None = Field(default=None, description="What happens next, or what to do")
 
@@ -149,6 +163,7 @@ class RunOut(BaseModel):
         events: list[Event] | None = None,
         workers: list[WorkerBeat] | None = None,
         now: datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> RunOut:
         said = None if events is None else explain(run, events, workers or [], now)
         return cls(
@@ -166,6 +181,9 @@ class RunOut(BaseModel):
             version=run.version,
             parent=run.parent,
             correlation_id=run.correlation_id,
+            queue=run.queue or DEFAULT_QUEUE,
+            key=run.key,
+            attributes=dict(attributes or {}),
             now=None if said is None else said.now,
             next=None if said is None else said.next,
         )

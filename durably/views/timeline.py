@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -81,10 +81,11 @@ def describe_run(
     events: Sequence[Event] = (),
     workers: Sequence[WorkerBeat] = (),
     now: datetime | None = None,
+    attributes: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The run's current state as label/value pairs (with its history: the approvals it
     waits for, and the last heartbeat any step recorded; with the workers and the time:
-    which live workers can run its version)."""
+    which live workers can run its version; with its attributes: them, `name=value`)."""
     pairs = [
         ("now", explain(run, events, workers, now).sentence),
         ("run", run.id),
@@ -96,6 +97,13 @@ def describe_run(
     ]
     if run.correlation_id is not None:
         pairs.append(("correlation", run.correlation_id))
+    if run.queue is not None:
+        pairs.append(("queue", run.queue))
+    if run.key is not None:
+        pairs.append(("key", run.key))
+    if attributes:
+        shown = ", ".join(f"{name}={value}" for name, value in sorted(attributes.items()))
+        pairs.append(("attributes", shown))
     if run.priority:
         pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
     if run.version is not None:

@@ -17,6 +17,7 @@ from fastapi import Body as FastBody
 
 from durably.client.client import Client
 from durably.client.exports import redacted
+from durably.core.attributes import MAX_ATTRIBUTES, attributes_of
 from durably.core.audit import Via
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
@@ -107,6 +108,7 @@ def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOu
         priority=body.priority,
         correlation_id=body.correlation_id,
         by=who.name,
+        attributes=body.attributes,
     )
     if not started.created:
         response.status_code = 200
@@ -145,10 +147,36 @@ def list_runs(
     until: Annotated[
         datetime | None, Query(description="Only runs started before it (ISO 8601, with zone)")
     ] = None,
+    attr: Annotated[
+        list[str] | None,
+        Query(
+            max_length=MAX_ATTRIBUTES,
+            description="Only runs started with this attribute, written name:value (e.g. "
+            "customer:42); repeat the parameter: each must match",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_NAME,
+            pattern=NAME_PATTERN,
+            description="Only runs started with this key",
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_NAME,
+            pattern=NAME_PATTERN,
+            description="Only runs on this queue (default: the default queue)",
+        ),
+    ] = None,
 ) -> RunPageOut:
     """Runs, most recently updated first, a page at a time (pass `next_cursor` back); found
-    by status, workflow, correlation id, what happened to them, how long they took and when
-    they started."""
+    by status, workflow, correlation id, what happened to them, how long they took, when
+    they started, their attributes, key and queue."""
     client = state.client_for(who)
     page = client.runs(
         status=status,
@@ -160,10 +188,17 @@ def list_runs(
         slower_than=slower_than,
         since=since,
         until=until,
+        attributes=None if attr is None else attributes_of(attr, "attr"),
+        key=key,
+        queue=queue,
     )
     workers, now = client.workers(), client.clock.now()
-    histories = client.store.histories([run.id for run in page.runs])  # one read for the page
-    shown = [RunOut.of(run, histories.get(run.id, []), workers, now) for run in page.runs]
+    ids = [run.id for run in page.runs]
+    histories, attributes = client.store.histories(ids), client.store.attributes(ids)  # a read each
+    shown = [
+        RunOut.of(run, histories.get(run.id, []), workers, now, attributes.get(run.id))
+        for run in page.runs
+    ]
     return RunPageOut(runs=shown, next_cursor=page.next_cursor)
 
 
@@ -175,7 +210,8 @@ def _shown(state: Served, who: Identity, run: RunRecord) -> RunOut:
 
 def _explained(client: Client, run: RunRecord) -> RunOut:
     """The run with what it does now and what happens next (`now`, `next`)."""
-    return RunOut.of(run, client.history(run.id), client.workers(), client.clock.now())
+    now, attributes = client.clock.now(), client.attributes(run.id)
+    return RunOut.of(run, client.history(run.id), client.workers(), now, attributes)
 
 
 @router.get("/runs/{run_id}", tags=["runs"])

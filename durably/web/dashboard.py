@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from durably.core.approvals import fold_approvals
+from durably.core.attributes import attributes_of
 from durably.core.audit import Action, Via
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.durations import parse_duration
@@ -192,6 +193,11 @@ def runs_page(
     cursor: Annotated[str | None, Query()] = None,
     happened: Annotated[str | None, Query()] = None,
     slower_than: Annotated[str | None, Query()] = None,
+    attr: Annotated[str | None, Query(description="An attribute, name:value")] = None,
+    key: Annotated[str | None, Query()] = None,
+    queue: Annotated[str | None, Query()] = None,
+    since: Annotated[str | None, Query(description="A duration back from now, or a time")] = None,
+    until: Annotated[str | None, Query(description="A time")] = None,
 ) -> Response:
     client = state.client_for(who)
     counts = client.stats().by_status
@@ -204,6 +210,7 @@ def runs_page(
             with contextlib.suppress(RunNotFound):
                 found = [client.get(q.strip()), *found]
         else:
+            now = client.clock.now()
             page = client.runs(
                 status=status,
                 workflow=workflow,
@@ -211,10 +218,16 @@ def runs_page(
                 cursor=cursor,
                 happened=[happened] if happened else [],
                 slower_than=slower_than or None,
+                attributes=attributes_of([attr.strip()], "the attribute") if attr else None,
+                key=key.strip() if key else None,
+                queue=queue.strip() if queue else None,
+                since=_since(since, now) if since else None,
+                until=_moment(until, "until") if until else None,
             )
             found, next_cursor = page.runs, page.next_cursor
     except DurablyError as exc:
         refused = str(exc)
+    filters = {"attr": attr, "key": key, "queue": queue, "since": since, "until": until}
     return _page(
         request,
         state,
@@ -231,6 +244,8 @@ def runs_page(
         happenings=[str(what) for what in Happened],
         next_cursor=next_cursor,
         list_refused=refused,
+        attributes=client.store.attributes([run.id for run in found]),  # one read
+        **{name: given or "" for name, given in filters.items()},
     )
 
 
@@ -242,6 +257,7 @@ def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Respon
     except RunNotFound as exc:
         return _page(request, state, who, "missing.html", message=str(exc))
     events, workers, now = client.history(run_id), client.workers(), client.clock.now()
+    attributes = client.attributes(run_id)
     pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
     # a run under way: its chart runs to now; one that ended or waits for a person: its own
     until = None if run.status in FINAL or run.status in PARKED else now
@@ -256,6 +272,7 @@ def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Respon
         if run.error is None or run.status is RunStatus.CANCELLED
         else root_cause(events),
         pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
+        attributes=attributes,  # each a link to the runs that share it
         rows=timeline(events),
         gantt=gantt(events, until),
         span=span_seconds(events, until),
@@ -370,11 +387,21 @@ def _since(given: str, now: datetime) -> datetime:
     with contextlib.suppress(ValueError, DurablyError):
         return now - parse_duration(given.strip(), what="since")
     try:
-        moment = datetime.fromisoformat(given.strip())
-    except ValueError:
+        return _moment(given, "since")
+    except PayloadError:
         raise PayloadError(
             f"since {given!r} is neither a duration back from now (30m, 1h, 7d) nor a time "
             "(2026-11-27, 2026-11-27T10:00)"
+        ) from None
+
+
+def _moment(given: str, what: str) -> datetime:
+    """A time, ISO 8601 (UTC unless it says otherwise)."""
+    try:
+        moment = datetime.fromisoformat(given.strip())
+    except ValueError:
+        raise PayloadError(
+            f"{what} {given!r} is not a time like 2026-11-27 or 2026-11-27T10:00"
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 

@@ -19,7 +19,8 @@ NUL = "a\x00b"
 
 
 def string_queries(spec: dict[str, Any]) -> list[tuple[str, str]]:
-    """(path, parameter) of every GET operation's string query parameter."""
+    """(path, parameter) of every GET operation's string query parameter (a repeatable one,
+    a list of strings, too)."""
     found = []
     for path, operations in spec["paths"].items():
         get = operations.get("get")
@@ -27,7 +28,9 @@ def string_queries(spec: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         for parameter in get.get("parameters", []):
             schema = parameter.get("schema", {})
-            kinds = [schema.get("type")] + [part.get("type") for part in schema.get("anyOf", [])]
+            parts = [schema, *schema.get("anyOf", [])]
+            kinds = [part.get("type") for part in parts]
+            kinds += [part.get("items", {}).get("type") for part in parts if part.get("items")]
             if parameter["in"] == "query" and "string" in kinds:
                 found.append((path, parameter["name"]))
     return found
@@ -37,6 +40,8 @@ def test_a_nul_byte_in_a_query_is_refused_naming_it(live: Live) -> None:
     with httpx.Client(base_url=live.url, headers=live.headers()) as web:
         queries = string_queries(web.get("/api/openapi.json").json())
         assert ("/api/runs", "workflow") in queries
+        for searched in ("attr", "key", "queue"):
+            assert ("/api/runs", searched) in queries
         for path, name in queries:
             answer = web.get(path, params={name: NUL})
             assert 400 <= answer.status_code < 500, f"{path}?{name}: {answer.text}"
@@ -47,7 +52,9 @@ def test_a_nul_byte_in_a_query_is_refused_naming_it(live: Live) -> None:
 def test_the_dashboard_answers_a_nul_byte_without_failing(live: Live) -> None:
     with httpx.Client(base_url=live.url) as web:
         web.post("/login", data={"token": live.keys.read, "next": "/runs"})
-        for page, query in (("/runs", {"workflow": NUL}), ("/runs", {"q": NUL})):
+        searches = [{"workflow": NUL}, {"q": NUL}, {"attr": f"customer:{NUL}"}, {"attr": NUL}]
+        searches += [{"key": NUL}, {"queue": NUL}, {"since": NUL}, {"until": NUL}]
+        for page, query in (("/runs", search) for search in searches):
             answer = web.get(page, params=query)
             assert answer.status_code < 500, f"{page} {query}: {answer.text[:300]}"
         unknown = web.get("/runs/a%00b")
@@ -56,7 +63,15 @@ def test_the_dashboard_answers_a_nul_byte_without_failing(live: Live) -> None:
 
 
 def test_the_client_refuses_a_nul_byte_in_a_filter(shop: durably.App) -> None:
-    for filters in ({"workflow": NUL}, {"correlation_id": NUL}, {"patch": NUL}):
+    for filters in (
+        {"workflow": NUL},
+        {"correlation_id": NUL},
+        {"patch": NUL},
+        {"key": NUL},
+        {"queue": NUL},
+        {"attributes": {"customer": NUL}},
+        {"attributes": {NUL: "42"}},
+    ):
         with pytest.raises(PayloadError, match="control character"):
             shop.client.runs(**filters)  # type: ignore[arg-type]
     with pytest.raises(RunNotFound, match="no NUL byte"):

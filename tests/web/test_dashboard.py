@@ -154,6 +154,41 @@ def test_an_approval_is_approved_and_a_run_cancelled(live: Live, page: Any) -> N
         shoot(page, name)
 
 
+def test_the_runs_page_is_filtered_by_an_attribute_key_queue_and_dates(
+    live: Live, page: Any
+) -> None:
+    app = live.app
+    app.queue("emails")
+    app.start("refund", "o-5", id="o-5", attributes={"customer": "42", "plan": "pro"})
+    app.start("refund", "o-6", id="o-6", attributes={"customer": "42"}, key="t-1")
+    app.start("refund", "o-7", id="o-7", attributes={"customer": "7"}, queue="emails")
+    rows = page.locator("table.runs tbody tr")
+
+    page.goto(f"{live.url}/runs")
+    page.fill("input[name=attr]", "customer:42")
+    page.click("form.filters button")
+    page.wait_for_url("**/runs?*attr=customer%3A42*")
+    assert [text.split()[0] for text in sorted(rows.all_inner_texts())] == ["o-5", "o-6"]
+    assert "plan=pro" in page.locator("tr", has_text="o-5").inner_text()
+    shoot(page, "runs-by-attribute")
+    page.fill("input[name=key]", "t-1")
+    page.click("form.filters button")
+    assert [text.split()[0] for text in rows.all_inner_texts()] == ["o-6"]
+
+    page.goto(f"{live.url}/runs?queue=emails&since=1h")
+    assert [text.split()[0] for text in rows.all_inner_texts()] == ["o-7"]
+    page.goto(f"{live.url}/runs?attr=customer:42&until=2000-01-01")
+    assert "No run matches." in rows.first.inner_text()
+    page.goto(f"{live.url}/runs?attr=customer")  # no value: said, not failed
+    assert "is not an attribute: write name=value" in page.locator(".refused").inner_text()
+
+    page.goto(f"{live.url}/runs/o-5")  # a run's attributes, each a link to the runs sharing it
+    assert page.get_by_test_id("attributes").inner_text().split() == ["customer=42", "plan=pro"]
+    page.get_by_test_id("attributes").get_by_text("customer=42").click()
+    page.wait_for_url("**/runs?attr=customer%3A42")
+    assert [text.split()[0] for text in sorted(rows.all_inner_texts())] == ["o-5", "o-6"]
+
+
 def test_forms_need_the_sessions_csrf_token_and_a_write_role(live: Live) -> None:
     live.app.start("deliver", "o-4", id="o-4")
     live.app.run_until_idle()

@@ -296,6 +296,8 @@ def _constraints(schema: dict[str, Any], *, required: bool) -> str:
     for part in [schema, *schema.get("anyOf", [])]:
         parts += _range(part, "minLength", "maxLength", " characters")
         parts += _range(part, "minimum", "maximum", "")
+        parts += _range(part, "minItems", "maxItems", " values")
+        parts += _range(part, "minProperties", "maxProperties", " names")
         if "pattern" in part:
             parts.append(f"matches `{part['pattern']}`")
     if "default" in schema and schema["default"] is not None:

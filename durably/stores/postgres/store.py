@@ -82,6 +82,10 @@ WITH created AS (
 ), started AS (
     INSERT INTO durably_events (run_id, seq, kind, at, data)
     SELECT id, 1, %(kind)s, %(at)s, %(started)s FROM created
+), attributes AS (
+    INSERT INTO durably_attributes (run_id, name, value)
+    SELECT id, a.name, a.value
+    FROM created, unnest(%(names)s::text[], %(values)s::text[]) AS a(name, value)
 ), woken AS (
     SELECT pg_notify('durably_due', %(workflow)s) FROM created
 )
@@ -106,6 +110,12 @@ WITH v AS (
     INSERT INTO durably_events (run_id, seq, kind, at, data)
     SELECT DISTINCT ON (v.id) v.id, 1, %(kind)s, %(at)s, v.started
     FROM created JOIN v ON v.id = created.id ORDER BY v.id, v.n  -- an id given twice: its first
+), attributes AS (
+    INSERT INTO durably_attributes (run_id, name, value)
+    SELECT a.id, a.name, a.value
+    FROM unnest(%(attribute_run)s::text[], %(attribute_name)s::text[],
+        %(attribute_value)s::text[]) AS a(id, name, value)
+    JOIN created ON created.id = a.id
 ), woken AS (
     SELECT pg_notify('durably_due', workflow) FROM (SELECT DISTINCT workflow FROM created) AS w
 )
@@ -113,6 +123,7 @@ SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
 # A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
 # NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
+# The attributes given are only those of each id's first occurrence (create_runs picks them).
 _WAKE_CHANNEL = WAKE_CHANNEL
 _DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
 _DEADLOCK_TRIES = 5
@@ -174,7 +185,8 @@ class PostgresStore(SqlStore):
         at = ts(now)
         params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
         params["due"] = at if run.due is None else ts(run.due)
-        del params["audit"]
+        params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
+        del params["audit"], params["attributes"]
 
         def create(db: psycopg.Connection[Any]) -> bool:
             row = db.execute(_CREATE, params).fetchone()
@@ -210,6 +222,10 @@ class PostgresStore(SqlStore):
         }
         firsts = {run.id: run for run in reversed(runs)}  # an id given twice: its first
         audited = {run_id: run.audit for run_id, run in firsts.items() if run.audit is not None}
+        named = [(run.id, *item) for run in firsts.values() for item in run.attributes.items()]
+        params["attribute_run"] = [run_id for run_id, _, _ in named]
+        params["attribute_name"] = [name for _, name, _ in named]
+        params["attribute_value"] = [value for _, _, value in named]
 
         def create(db: psycopg.Connection[Any]) -> set[str]:
             made = {row[0] for row in db.execute(_CREATE_MANY, params)}

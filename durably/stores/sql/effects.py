@@ -16,7 +16,7 @@ from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ChildIdTaken
 from durably.stores.protocol import Checkpoint, Message, NewRun, SentOutcome
-from durably.stores.sql import inbox
+from durably.stores.sql import attributes, inbox
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import event_row, ts
 
@@ -51,8 +51,8 @@ def apply(db: Connection, dialect: Dialect, checkpoint: Checkpoint, *, now: date
 def insert_run(
     db: Connection, dialect: Dialect, run: NewRun, events: Sequence[Event], *, now: datetime
 ) -> bool:
-    """Create `run`, pending and due now, with `events` as its whole history (seq from 1);
-    False, writing nothing, if its id is taken."""
+    """Create `run`, pending and due now, with `events` as its whole history (seq from 1)
+    and its attributes; False, writing nothing, if its id is taken."""
     mark, at = dialect.mark, ts(now)
     created = db.execute(
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
@@ -79,6 +79,7 @@ def insert_run(
         return False
     for event in events:
         insert_event(db, dialect, run.id, event)
+    attributes.insert(db, dialect, run.id, run.attributes)
     return True
 
 

@@ -1,13 +1,15 @@
 """Deleting ended runs past their retention, the same SQL for both stores: a batch of runs
-that ended (completed, failed, timed out, cancelled) before a time, with their events and any
-messages left in their inbox, in one transaction. A parked run (needs_attention,
-compensation_failed), a paused one and one still to run are never deleted."""
+that ended (completed, failed, timed out, cancelled) before a time, with their events, any
+messages left in their inbox and their attributes, in one transaction. A parked run
+(needs_attention, compensation_failed), a paused one and one still to run are never
+deleted."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from durably.core.status import FINAL
+from durably.stores.sql import attributes
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import ts
 
@@ -32,9 +34,10 @@ def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> 
     db.execute(f"DELETE FROM durably_inbox WHERE {which}", more)
     runs, more = dialect.one_of("id", ids)
     # the status again: a run a person acted on since the SELECT is no longer deleted
-    return int(
-        db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}", [*more, *params]).rowcount
-    )
+    deleted = db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}", [*more, *params])
+    count = int(deleted.rowcount)
+    attributes.forget(db, dialect, ids)
+    return count
 
 
 def prunable(db: Connection, dialect: Dialect, before: datetime) -> int:

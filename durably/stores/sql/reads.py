@@ -8,7 +8,7 @@ retry handling.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -95,6 +95,7 @@ def runs(
     until: datetime | None = None,
     key: str | None = None,
     queue: str | None = None,
+    attributes: Mapping[str, str] | None = None,
 ) -> list[RunRecord]:
     """Most recently updated first, ties by id (descending); only those after `after`.
 
@@ -120,6 +121,9 @@ def runs(
     elif queue is not None:
         where.append(f"queue = {mark}")
         params.append(queue)
+    for name, value in (attributes or {}).items():
+        where.append(_HAS_ATTRIBUTE.format(mark=mark))
+        params += [name, value]
     if patch is not None:
         ended, more = dialect.one_of("status", sorted(FINAL))
         where.append(f"NOT ({ended}) AND {_OLD_SIDE.format(mark=mark)}")
@@ -197,6 +201,14 @@ def parked(
 # by durably.escalate, whose step fails "escalated" (durably.errors.StepFailed's message)
 _STEP_FAILED = error_class_name(StepFailed)
 _ESCALATED = f"step {ESCALATION!r} failed (escalated)%"
+
+
+# A run has an attribute: written `id IN (...)` rather than a correlated EXISTS, so that both
+# databases start from the index on (name, value) and look the runs up by id, where SQLite
+# would read every run and probe its attributes.
+_HAS_ATTRIBUTE = (
+    "id IN (SELECT run_id FROM durably_attributes WHERE name = {mark} AND value = {mark})"
+)
 
 
 # What happened to a run, as a condition on its events (found through their primary key's

@@ -191,6 +191,16 @@ _V9 = [
     " WHERE began_at IS NOT NULL AND queue IS NOT NULL",
     # The queues each worker serves (JSON list; NULL: a worker of before queues, all of them).
     "ALTER TABLE durably_workers ADD COLUMN queues TEXT",
+    # Custom attributes (durably.core.attributes): strings a start records with its run, in
+    # the clear, to find runs by; written in the transaction that creates the run, deleted
+    # with it. Read a page's at once by run id (the primary key); searched by name and value.
+    """CREATE TABLE durably_attributes (
+        run_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    ){without_rowid}""",
+    "CREATE INDEX durably_attributes_by_value ON durably_attributes (name, value, run_id)",
 ]
 
 _VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]

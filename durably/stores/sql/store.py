@@ -32,6 +32,7 @@ from durably.stores.protocol import (
     WorkerBeat,
 )
 from durably.stores.sql import (
+    attributes,
     audit,
     effects,
     forking,
@@ -183,6 +184,7 @@ class SqlStore(ABC):
         until: datetime | None = None,
         key: str | None = None,
         queue: str | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         def page(db: Any) -> list[RunRecord]:
             return reads.runs(
@@ -200,9 +202,13 @@ class SqlStore(ABC):
                 until=until,
                 key=key,
                 queue=queue,
+                attributes=attributes,
             )
 
         return self._reading(page)
+
+    def attributes(self, run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        return self._reading(lambda db: attributes.read(db, self.dialect, run_ids))
 
     def parked(
         self, *, decisions: bool, limit: int, after: tuple[datetime, str] | None = None

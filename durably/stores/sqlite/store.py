@@ -30,6 +30,7 @@ from durably.stores.protocol import (
     Serves,
 )
 from durably.stores.sql import (
+    attributes,
     audit,
     inbox,
     reads,
@@ -111,9 +112,7 @@ class SQLiteStore(SqlStore):
         with self._write() as db:
             created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
             if created:
-                db.execute(_INSERT_EVENT, _started_row(run, at))
-                if run.audit is not None:
-                    audit.record(db, reads.SQLITE, run.audit, now=now, run_id=run.id)
+                _write_start(db, run, at, now)
             row = db.execute(
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
             ).fetchone()
@@ -129,9 +128,7 @@ class SQLiteStore(SqlStore):
             for run in runs:
                 made = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
                 if made:
-                    db.execute(_INSERT_EVENT, _started_row(run, at))
-                    if run.audit is not None:
-                        audit.record(db, reads.SQLITE, run.audit, now=now, run_id=run.id)
+                    _write_start(db, run, at, now)
                 created.append(made)
             ids = list(dict.fromkeys(run.id for run in runs))
             for first in range(0, len(ids), _IDS_PER_READ):
@@ -458,6 +455,15 @@ def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
         run.queue,
         run.key,
     )
+
+
+def _write_start(db: sqlite3.Connection, run: NewRun, at: float, now: datetime) -> None:
+    """What goes with a run its create just wrote, in its transaction: its run_started
+    event, its attributes, and the audit entry of a person's start."""
+    db.execute(_INSERT_EVENT, _started_row(run, at))
+    attributes.insert(db, reads.SQLITE, run.id, run.attributes)
+    if run.audit is not None:
+        audit.record(db, reads.SQLITE, run.audit, now=now, run_id=run.id)
 
 
 def _started_row(run: NewRun, at: float) -> tuple[object, ...]:
