@@ -16,6 +16,7 @@ from durably.core.audit import Audit, AuditEntry
 from durably.core.history import ErrorInfo, Event
 from durably.core.payloads import MessageReceived
 from durably.core.status import RunStatus
+from durably.stores.bulk import BulkStore
 
 __all__ = [
     "Checkpoint",
@@ -542,8 +543,8 @@ class OperatorStore(Protocol):
         ...
 
 
-class Store(EngineStore, OperatorStore, Protocol):
-    """Every store (SQLite, PostgreSQL) is both; one contract suite (tests/contract) runs
+class Store(EngineStore, OperatorStore, BulkStore, Protocol):
+    """Every store (SQLite, PostgreSQL) is all three; one contract suite (tests/contract) runs
     against each."""
 
     def close(self) -> None: ...
