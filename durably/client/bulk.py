@@ -100,16 +100,20 @@ class Bulk:
             check_name(reason, "the reason")
         who = self._client._who(by)
         new = NewBulkJob(_new_id(), wanted, run_filter, who, self._client.via, reason)
-        if self.unfinished(new) is None and self._store.matching(run_filter, limit=0).total == 0:
+        found = self.unfinished(wanted, run_filter, by=who)
+        if found is None and self._store.matching(run_filter, limit=0).total == 0:
             return Begun(None, False)
         job, made = self._store.create_bulk_job(new, now=self._client.clock.now())
         return Begun(job, not made)
 
-    def unfinished(self, new: NewBulkJob) -> BulkJob | None:
-        """The unfinished job of the same person, action and filter as `new`, if there is one
-        (what `begin` resumes)."""
+    def unfinished(
+        self, action: BulkAction | str, run_filter: RunFilter, *, by: str | None = None
+    ) -> BulkJob | None:
+        """The person's unfinished job of this action and filter, if there is one: what
+        `begin` resumes."""
+        wanted, who = _action_of(action), self._client._who(by)
         for job in self._store.bulk_jobs(limit=1000, unfinished=True):
-            if job.by == new.by and job.action is new.action and job.filter == new.filter:
+            if job.by == who and job.action is wanted and job.filter == run_filter:
                 return job
         return None
 

@@ -50,6 +50,20 @@ class BulkAction(StrEnum):
     RESUME = "resume"
     RESTART = "restart"
 
+    @property
+    def past(self) -> str:
+        """The action done: cancelled, retried, paused, resumed, restarted."""
+        return _PAST[self]
+
+
+_PAST = {
+    BulkAction.CANCEL: "cancelled",
+    BulkAction.RETRY: "retried",
+    BulkAction.PAUSE: "paused",
+    BulkAction.RESUME: "resumed",
+    BulkAction.RESTART: "restarted",
+}
+
 
 class Outcome(StrEnum):
     """How a job settled one of its runs (a run not settled yet has none)."""

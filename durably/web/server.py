@@ -19,6 +19,7 @@ from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
 from durably.web.guard import DEFAULT_MAX_BODY, Guard
+from durably.web.jobs import BulkJobs
 from durably.web.lockouts import Lockouts
 from durably.web.sessions import Sessions
 
@@ -63,6 +64,8 @@ def create_app(
         lockouts=lockouts or Lockouts(),
     )
     web.state.sampler = sampler
+    jobs = BulkJobs(lambda: app.client)
+    web.state.bulk_jobs = jobs
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
     web.include_router(api.router)
@@ -73,7 +76,9 @@ def create_app(
     if metrics:
         _mount_metrics(web, app)
     web.router.on_startup.append(sampler.start)
+    web.router.on_startup.append(jobs.resume_unfinished)  # those a stop or a crash left
     web.router.on_shutdown.append(sampler.stop)
+    web.router.on_shutdown.append(jobs.stop)
     return web
 
 
