@@ -79,6 +79,10 @@ class Bulk:
         _check(_action_of(action), run_filter, every)
         return self._store.matching(run_filter, limit=limit)
 
+    def count(self, run_filter: RunFilter) -> int:
+        """How many runs the filter matches now (every run, for a filter that names none)."""
+        return self._store.matching(run_filter, limit=0).total
+
     def begin(
         self,
         action: BulkAction | str,

@@ -21,8 +21,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
+from durably.client.pages import status_of
 from durably.core.approvals import fold_approvals
 from durably.core.audit import Action, Via
+from durably.core.bulk import RunFilter
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.durations import parse_duration
 from durably.errors import DurablyError, PayloadError, RunNotFound
@@ -197,7 +199,7 @@ def runs_page(
     counts = client.stats().by_status
     status = status if status in _STATUSES else None
     workflow = workflow or None
-    found, next_cursor, refused = [], None, None
+    found, next_cursor, refused, matching = [], None, None, None
     try:
         if q:
             found = client.runs(correlation_id=q.strip(), limit=50).runs
@@ -213,6 +215,9 @@ def runs_page(
                 slower_than=slower_than or None,
             )
             found, next_cursor = page.runs, page.next_cursor
+            if not happened and not slower_than and who is not None and who.can_write:
+                chosen = RunFilter(status=status_of(status) if status else None, workflow=workflow)
+                matching = client.bulk.count(chosen)  # what the bar's "all N" acts on
     except DurablyError as exc:
         refused = str(exc)
     return _page(
@@ -231,6 +236,7 @@ def runs_page(
         happenings=[str(what) for what in Happened],
         next_cursor=next_cursor,
         list_refused=refused,
+        matching=matching,
     )
 
 
