@@ -11,6 +11,7 @@ DurablyError
 ├── RunConflict                 an id is reused with another workflow or input
 ├── RunNotFound
 ├── UnknownWorkflow             no workflow is registered under that name
+├── UnknownBulkJob              no bulk job (durably runs bulk) has that id
 ├── NonDeterminismError         replay called another step than the history records
 ├── MissingCompensation         a step's undo is not registered in the code (the run parks)
 ├── UnsafeConcurrency           a gather branch made a second durable call (parked, like above)
@@ -68,6 +69,7 @@ __all__ = [
     "Throttled",
     "TransactionAborted",
     "TransactionEnded",
+    "UnknownBulkJob",
     "UnknownSchedule",
     "UnknownWorkflow",
     "UnsafeConcurrency",
@@ -121,6 +123,10 @@ class UnknownWorkflow(DurablyError):
 
 class UnknownSchedule(ConfigError):
     """No schedule has the given name, in the store or the app."""
+
+
+class UnknownBulkJob(DurablyError):
+    """No bulk job (durably.core.bulk) has the given id in the store."""
 
 
 _CHANGED = (

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from durably.client import approvals, control, dead_letters, restarts
+from durably.client.bulk import Bulk
 from durably.client.control import Steered
 from durably.client.reader import RunReader
 from durably.client.starts import (
@@ -341,6 +342,12 @@ class Client(RunReader):
         )
         self.notify()
         return run
+
+    @property
+    def bulk(self) -> Bulk:
+        """Cancel, retry, pause, resume or restart every run a filter matches, as a job that
+        survives a crash and resumes where it stopped (durably.client.bulk)."""
+        return Bulk(self)
 
     # -- approvals (durably.approval) and escalations -----------------------------------
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from durably.client import dead_letters
-from durably.core.audit import Action, Via, audit_of
+from durably.core.audit import Action, Via, audit_of, of_job
 from durably.core.control import CANCEL, CANCEL_KEY, PAUSE, RESUME, fold_control, reason_data
 from durably.core.event_data import encode_payload
 from durably.core.history import Event, EventKind
@@ -45,10 +45,18 @@ class Steered:
 
 
 def cancel(
-    store: Store, run_id: str, *, now: datetime, by: str, reason: str | None, via: Via
+    store: Store,
+    run_id: str,
+    *,
+    now: datetime,
+    by: str,
+    reason: str | None,
+    via: Via,
+    job: str | None = None,
 ) -> Steered:
     """Cancel the run: the body stops, completed steps are compensated, it ends `cancelled`.
-    Recorded in the audit trail with the message that carries it, when that is stored."""
+    Recorded in the audit trail with the message that carries it, when that is stored (as an
+    action of the bulk job `job`, if one acts: durably.core.bulk)."""
     run = _run(store, run_id)
     if run.status is RunStatus.CANCELLED:
         return Steered(run_id, CANCEL, False, run.status, "it is cancelled already")
@@ -71,7 +79,7 @@ def cancel(
         if run.status is RunStatus.PAUSED:
             note += " (it is paused: resume it to let the undo go on)"
         return Steered(run_id, CANCEL, False, run.status, note)
-    audit = audit_of(Action.CANCEL, by, via, reason=reason)
+    audit = of_job(audit_of(Action.CANCEL, by, via, reason=reason), job)
     message = Message(run_id, CANCEL, by, None, reason_data(reason), CANCEL_KEY, audit=audit)
     sent = store.send(message, now=now)
     if sent.outcome is SentOutcome.DUPLICATE:
@@ -85,7 +93,14 @@ def cancel(
 
 
 def pause(
-    store: Store, run_id: str, *, now: datetime, by: str, reason: str | None, via: Via
+    store: Store,
+    run_id: str,
+    *,
+    now: datetime,
+    by: str,
+    reason: str | None,
+    via: Via,
+    job: str | None = None,
 ) -> Steered:
     """Pause the run: it starts no new step or undo (one in flight finishes) until resumed."""
     run = _run(store, run_id)
@@ -97,7 +112,7 @@ def pause(
             f"cannot pause run {run_id!r}: it is {run.status}, so nothing runs until a person "
             "acts on it (durably dlq, durably approvals); a pause is for a pending or running run"
         )
-    audit = audit_of(Action.PAUSE, by, via, reason=reason)
+    audit = of_job(audit_of(Action.PAUSE, by, via, reason=reason), job)
     message = Message(run_id, PAUSE, by, None, reason_data(reason), _once(), audit=audit)
     status = _sent(store.send(message, now=now).outcome, run.status, run_id, "pause")
     note = (
@@ -108,7 +123,9 @@ def pause(
     return Steered(run_id, PAUSE, True, status, note)
 
 
-def resume(store: Store, run_id: str, *, now: datetime, by: str, via: Via) -> Steered:
+def resume(
+    store: Store, run_id: str, *, now: datetime, by: str, via: Via, job: str | None = None
+) -> Steered:
     """Resume a paused run (or withdraw a pause that has not reached it yet)."""
     run = _run(store, run_id)
     _refuse_finished(run, "resume")
@@ -118,7 +135,7 @@ def resume(store: Store, run_id: str, *, now: datetime, by: str, via: Via) -> St
     )
     if run.status is not RunStatus.PAUSED and not on_its_way:
         return Steered(run_id, RESUME, False, run.status, f"it is not paused (it is {run.status})")
-    audit = audit_of(Action.RESUME, by, via)
+    audit = of_job(audit_of(Action.RESUME, by, via), job)
     message = Message(run_id, RESUME, by, dedupe_key=_once(), audit=audit)
     status = _sent(
         store.send(message, now=now).outcome,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from durably.core.approvals import awaiting_approval
-from durably.core.audit import Action, Audit, Via, audit_of
+from durably.core.audit import Action, Audit, Via, audit_of, of_job
 from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import ErrorInfo, Event, EventKind, error_class_name
 from durably.core.payloads import (
@@ -83,11 +83,12 @@ def retry(
     by: str,
     via: Via,
     from_step: int | None = None,
+    job: str | None = None,
 ) -> None:
     """Fresh attempts for a parked run: its failed step runs again with the same idempotency
     key (or every step from `from_step`, which must not have completed); a failed
     compensation is tried again. Each action here is recorded in the audit trail with the
-    commit that hands the run back."""
+    commit that hands the run back (as an action of the bulk job `job`, if one acts)."""
     if from_step is not None:
         _check_reopenable(store, run_id, from_step)
     if awaiting_approval(store.history(run_id)):
@@ -107,7 +108,7 @@ def retry(
         claim,
         now,
         Event(_next(claim), EventKind.RUN_RETRIED, now, position, None, None, data),
-        audit=audit_of(Action.RETRY, by, via, from_step=from_step),
+        audit=of_job(audit_of(Action.RETRY, by, via, from_step=from_step), job),
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from durably.client.correlation import trace_parent
-from durably.core.audit import Action, Via, audit_of
+from durably.core.audit import Action, Via, audit_of, of_job
 from durably.core.children import CHILD
 from durably.core.event_data import encode_payload, payload_of, read_payload
 from durably.core.history import Event, EventKind
@@ -44,10 +44,12 @@ def restart(
     by: str,
     via: Via,
     new_id: str | None = None,
+    job: str | None = None,
 ) -> RunRecord:
     """Start the new run (pending, due now); return it. `from_step` None: from where the run
     went wrong (every step before it reused). DurablyError, naming what to do, if the run has
-    not ended, the step is unknown, or a step before it cannot be reused."""
+    not ended, the step is unknown, or a step before it cannot be reused. `job`: the bulk
+    job that restarts it, named in the audit trail."""
     source = store.get_run(run_id)
     if source is None:
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
@@ -93,6 +95,7 @@ def restart(
         attributes=store.attributes([run_id]).get(run_id, {}),  # found by them, like it
     )
     audit = audit_of(Action.RESTART, by, via, restarted_as=new_id, from_step=position)
+    audit = of_job(audit, job)
     if store.fork(run, history, source=run_id, note=note, now=now, audit=audit):
         forked = store.get_run(new_id)
         assert forked is not None

@@ -11,11 +11,11 @@ value (an input, a signal's data, a result): those may be secret.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-__all__ = ["Action", "Audit", "AuditEntry", "Via", "audit_of"]
+__all__ = ["Action", "Audit", "AuditEntry", "Via", "audit_of", "of_job"]
 
 _MAX_DETAIL_TEXT = 200  # characters of a reason or a comment kept in an entry's detail
 
@@ -63,6 +63,9 @@ class Audit:
     by: str
     via: Via
     detail: str | None = None
+    # the bulk job that acts (durably.core.bulk): the store settles the job's run with the
+    # entry, and refuses a second entry of the job on the run, rolling the action back
+    job: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +90,12 @@ def audit_of(action: Action, by: str, via: Via, **detail: str | int | None) -> A
         if value is not None
     }
     return Audit(action, by, via, json.dumps(kept, sort_keys=True) if kept else None)
+
+
+def of_job(entry: Audit, job: str | None) -> Audit:
+    """`entry` as an action of the bulk job `job` (durably.core.bulk), named in its detail;
+    as it is for None."""
+    if job is None:
+        return entry
+    detail = {**(json.loads(entry.detail) if entry.detail else {}), "job": job}
+    return replace(entry, detail=json.dumps(detail, sort_keys=True), job=job)

@@ -357,6 +357,26 @@ class EncryptedStore:
     def workers(self) -> Any:
         return self.inner.workers()
 
+    # bulk jobs hold no payload: a filter, who acted, why a run was skipped
+
+    def create_bulk_job(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.create_bulk_job(*args, **kwargs)
+
+    def matching(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.matching(*args, **kwargs)
+
+    def bulk_job(self, job_id: str) -> Any:
+        return self.inner.bulk_job(job_id)
+
+    def bulk_jobs(self, **kwargs: Any) -> Any:
+        return self.inner.bulk_jobs(**kwargs)
+
+    def bulk_runs(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.bulk_runs(*args, **kwargs)
+
+    def settle_bulk_runs(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.settle_bulk_runs(*args, **kwargs)
+
     def close(self) -> None:
         self.inner.close()
 

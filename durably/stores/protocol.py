@@ -17,6 +17,7 @@ from durably.core.history import ErrorInfo, Event
 from durably.core.payloads import MessageReceived
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
+from durably.stores.bulk import BulkStore
 
 __all__ = [
     "Checkpoint",
@@ -560,8 +561,8 @@ class OperatorStore(Protocol):
         ...
 
 
-class Store(EngineStore, OperatorStore, Protocol):
-    """Every store (SQLite, PostgreSQL) is both; one contract suite (tests/contract) runs
+class Store(EngineStore, OperatorStore, BulkStore, Protocol):
+    """Every store (SQLite, PostgreSQL) is all three; one contract suite (tests/contract) runs
     against each."""
 
     def close(self) -> None: ...

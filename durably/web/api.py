@@ -12,18 +12,20 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi import Body as FastBody
 
 from durably.client.client import Client
 from durably.client.exports import redacted
 from durably.core.attributes import MAX_ATTRIBUTES, attributes_of
 from durably.core.audit import Via
+from durably.core.bulk import Matching
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
 from durably.stores.protocol import Happened, RunRecord
 from durably.views.breakers import breakers
+from durably.views.bulk import BulkIn, BulkJobOut, BulkPreviewOut, BulkRunOut
 from durably.views.models import (
     ActionOut,
     ApprovalOut,
@@ -200,6 +202,72 @@ def list_runs(
         for run in page.runs
     ]
     return RunPageOut(runs=shown, next_cursor=page.next_cursor)
+
+
+# -- bulk actions (registered before /runs/{run_id}, which would take "bulk" for a run's id) --
+
+JobId = Annotated[str, Path(min_length=1, max_length=MAX_NAME, description="The bulk job's id")]
+
+
+@router.post(
+    "/runs/bulk",
+    tags=["bulk"],
+    status_code=202,
+    response_model=None,
+    responses={
+        202: {"model": BulkJobOut, "description": "The job, running in the background"},
+        200: {
+            "model": BulkPreviewOut,
+            "description": "A dry run, or a filter that matches no run: what would be acted "
+            "on; no job is made",
+        },
+    },
+)
+def bulk_act(
+    body: BulkIn, state: State, who: Writer, request: Request, response: Response
+) -> BulkJobOut | BulkPreviewOut:
+    """Cancel, retry, pause, resume or restart every run the filter matches, as a job that
+    runs in the background and survives a restart of the server: answered at once with the
+    job (its progress at `link`). The runs are chosen now; a run the action does not fit is
+    skipped, with why. The same person's unfinished job of the same action and filter is
+    resumed rather than made again (`resumed`). A filter that names nothing needs
+    `all: true`; `dry_run` only counts."""
+    run_filter, bulk = body.filter.to_filter(), state.api.bulk
+    if body.dry_run:
+        response.status_code = 200
+        found = bulk.preview(body.action, run_filter, every=body.all, limit=20)
+        return BulkPreviewOut.of(body.action, run_filter, found)
+    begun = bulk.begin(body.action, run_filter, every=body.all, by=who.name, reason=body.reason)
+    if begun.job is None:
+        response.status_code = 200
+        return BulkPreviewOut.of(body.action, run_filter, Matching({}, []))
+    request.app.state.bulk_jobs.submit(begun.job.id)
+    return BulkJobOut.of(begun.job, resumed=begun.resumed)
+
+
+@router.get("/runs/bulk", tags=["bulk"])
+def bulk_jobs(
+    state: State,
+    who: Reader,
+    unfinished: Annotated[bool, Query(description="Only jobs with runs left")] = False,
+    limit: Limit = 50,
+) -> list[BulkJobOut]:
+    """Bulk jobs, the newest first, with their progress."""
+    jobs = state.client.bulk.jobs(limit=limit, unfinished=unfinished)
+    return [BulkJobOut.of(job) for job in jobs]
+
+
+@router.get("/runs/bulk/{job_id}", tags=["bulk"])
+def bulk_job(job_id: JobId, state: State, who: Reader) -> BulkJobOut:
+    """A bulk job's progress: how many runs it chose, acted on and skipped; `state` running
+    or finished."""
+    return BulkJobOut.of(state.client.bulk.job(job_id))
+
+
+@router.get("/runs/bulk/{job_id}/skipped", tags=["bulk"])
+def bulk_skipped(job_id: JobId, state: State, who: Reader, limit: Limit = 100) -> list[BulkRunOut]:
+    """The runs the job skipped, each with why, by id."""
+    return [BulkRunOut.of(item) for item in state.client.bulk.skipped(job_id, limit=limit)]
 
 
 def _shown(state: Served, who: Identity, run: RunRecord) -> RunOut:

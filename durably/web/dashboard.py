@@ -21,9 +21,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
+from durably.client.pages import status_of
 from durably.core.approvals import fold_approvals
 from durably.core.attributes import attributes_of
 from durably.core.audit import Action, Via
+from durably.core.bulk import RunFilter
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.durations import parse_duration
 from durably.errors import DurablyError, PayloadError, RunNotFound
@@ -203,7 +205,7 @@ def runs_page(
     counts = client.stats().by_status
     status = status if status in _STATUSES else None
     workflow = workflow or None
-    found, next_cursor, refused = [], None, None
+    found, next_cursor, refused, matching = [], None, None, None
     try:
         if q:
             found = client.runs(correlation_id=q.strip(), limit=50).runs
@@ -225,6 +227,12 @@ def runs_page(
                 until=_moment(until, "until") if until else None,
             )
             found, next_cursor = page.runs, page.next_cursor
+            # "All N matching" acts on the status and workflow filters; offered only when no
+            # other filter narrows the list, so that it acts on exactly the runs listed.
+            narrowed = happened or slower_than or attr or key or queue or since or until
+            if not narrowed and who is not None and who.can_write:
+                chosen = RunFilter(status=status_of(status) if status else None, workflow=workflow)
+                matching = client.bulk.count(chosen)  # what the bar's "all N" acts on
     except DurablyError as exc:
         refused = str(exc)
     filters = {"attr": attr, "key": key, "queue": queue, "since": since, "until": until}
@@ -246,6 +254,7 @@ def runs_page(
         list_refused=refused,
         attributes=client.store.attributes([run.id for run in found]),  # one read
         **{name: given or "" for name, given in filters.items()},
+        matching=matching,
     )
 
 

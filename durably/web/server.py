@@ -14,11 +14,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
-from durably.web import api, dashboard, errors
+from durably.web import api, bulk, dashboard, errors
 from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
 from durably.web.guard import DEFAULT_MAX_BODY, Guard
+from durably.web.jobs import BulkJobs
 from durably.web.lockouts import Lockouts
 from durably.web.sessions import Sessions
 
@@ -63,17 +64,22 @@ def create_app(
         lockouts=lockouts or Lockouts(),
     )
     web.state.sampler = sampler
+    jobs = BulkJobs(lambda: app.client)
+    web.state.bulk_jobs = jobs
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
     web.include_router(api.router)
     web.include_router(dashboard.router)
+    web.include_router(bulk.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
     _mount_docs(web)
     web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound
     if metrics:
         _mount_metrics(web, app)
     web.router.on_startup.append(sampler.start)
+    web.router.on_startup.append(jobs.resume_unfinished)  # those a stop or a crash left
     web.router.on_shutdown.append(sampler.stop)
+    web.router.on_shutdown.append(jobs.stop)
     return web
 
 

@@ -97,9 +97,11 @@ def _type(spec: dict[str, Any], schema: dict[str, Any]) -> str | None:
 
 
 def _minimal(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
-    """The required fields of a body, each with a value of its type."""
+    """The required fields of a body, each with a value of its type (one of its choices)."""
     fitting = {"string": "checkout", "integer": 1, "number": 1, "boolean": True, "array": []}
-    return {
-        field: fitting.get(_type(spec, model["properties"][field]) or "")
-        for field in model.get("required", [])
-    }
+    body = {}
+    for field in model.get("required", []):
+        schema = _resolve(spec, model["properties"][field])
+        choices = schema.get("enum")
+        body[field] = choices[0] if choices else fitting.get(_type(spec, schema) or "")
+    return body

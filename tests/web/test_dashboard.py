@@ -1,11 +1,14 @@
 """The dashboard end to end in a real headless Chromium (Debian's `chromium`, driven by
 Playwright with that executable), against the real server: log in; a failing run is
 dead-lettered, the fault is fixed, Retry is clicked and it completes; an approval is
-approved; a run is cancelled; every page is screenshotted into tests/web/screenshots/
-(git-ignored) for a person to look at. Also: CSRF and roles on the dashboard's forms."""
+approved; a run is cancelled; runs are ticked in the list and cancelled in bulk, then every
+run matching the list's filter paused; every page is screenshotted into
+tests/web/screenshots/ (git-ignored) for a person to look at. Also: CSRF and roles on the
+dashboard's forms."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -15,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from durably.core.status import RunStatus
 
 from .conftest import Live, settle
 from .shop import Payments
@@ -206,3 +211,81 @@ def test_forms_need_the_sessions_csrf_token_and_a_write_role(live: Live) -> None
         bad = web.post("/login", data={"token": "nope"})
         assert "refused=" in bad.headers["location"]
     assert live.app.client.get("o-4").status.value == "pending"  # nothing was cancelled
+
+
+# -- bulk actions ---------------------------------------------------------------------------
+
+WAIT_MS = 20_000  # for a job's page to show it finished: it refreshes each second
+
+
+def test_runs_are_selected_and_cancelled_from_the_runs_list(live: Live, page: Any) -> None:
+    app = live.app
+    for order in ("d1", "d2", "d3"):
+        app.start("deliver", order, id=order)
+    idle_off_loop(app)  # each waits for its address
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: asked.append(dialog.message))
+
+    page.goto(f"{live.url}/runs?workflow=deliver")
+    assert page.get_by_test_id("act-selected").is_disabled()  # nothing ticked yet
+    page.check("tr[data-run='d1'] input[name=ids]")
+    page.check("tr[data-run='d3'] input[name=ids]")
+    assert page.get_by_test_id("act-selected").inner_text() == "… the selected (2)"
+    page.select_option("select[name=action]", "cancel")
+    page.fill("#bulk input[name=reason]", "wrong address")
+    shoot(page, "runs-selected")
+    page.get_by_test_id("act-selected").click()
+    page.wait_for_url(f"{live.url}/bulk/*")
+
+    assert asked == ["Cancel the 2 selected run(s)?"]
+    assert "cancel of 2 run(s) under way" in page.locator(".said").inner_text()
+    page.wait_for_selector("[data-testid=job-state]:has-text('finished')", timeout=WAIT_MS)
+    assert (
+        "2 of 2 run(s) done: 2 cancelled, 0 skipped" in page.get_by_test_id("progress").inner_text()
+    )
+    shoot(page, "bulk-job")
+    settle_off_loop(app, "d1", "d3")
+    assert [app.client.get(r).status for r in ("d1", "d2", "d3")] == [
+        RunStatus.CANCELLED,
+        RunStatus.PENDING,
+        RunStatus.CANCELLED,
+    ]
+    cancels = [e for e in app.client.audit().entries if e.action == "cancel"]
+    assert {(e.run_id, e.by, e.via) for e in cancels} == {
+        ("d1", "erin", "dashboard"),
+        ("d3", "erin", "dashboard"),
+    }
+    [job] = app.client.bulk.jobs()
+    assert {json.loads(e.detail or "{}")["job"] for e in cancels} == {job.id}
+
+    page.goto(f"{live.url}/runs?workflow=deliver")  # now every run matching the filter
+    assert page.get_by_test_id("act-matching").inner_text() == "… all 3 matching this filter"
+    page.select_option("select[name=action]", "pause")
+    page.fill("#bulk input[name=reason]", "")
+    page.get_by_test_id("act-matching").click()
+    page.wait_for_url(f"{live.url}/bulk/*")
+    page.wait_for_selector("[data-testid=job-state]:has-text('finished')", timeout=WAIT_MS)
+
+    assert asked[-1] == "Pause all 3 run(s) matching this filter?"
+    assert "3 of 3 run(s) done: 1 paused, 2 skipped" in page.get_by_test_id("progress").inner_text()
+    assert "it is cancelled: a pause acts on runs that are pending, running" in (
+        page.locator("tr[data-run='d1']").inner_text()
+    )
+    page.goto(f"{live.url}/bulk")
+    assert page.locator("tr[data-job]").count() == 2
+    shoot(page, "bulk-jobs")
+
+
+def test_the_bar_needs_the_sessions_csrf_token_and_a_write_role(live: Live) -> None:
+    live.app.start("deliver", "d1", id="d1")
+    live.app.run_until_idle()
+    form = {"action": "cancel", "scope": "selected", "ids": "d1", "back": "/runs"}
+    with httpx.Client(base_url=live.url, follow_redirects=False) as web:
+        assert web.post("/runs/bulk", data=form).headers["location"].startswith("/login")
+        web.post("/login", data={"token": live.keys.write, "next": "/runs"})
+        forged = web.post("/runs/bulk", data={**form, "csrf": "forged"})
+        assert "CSRF" in forged.headers["location"].replace("+", " ")
+    with httpx.Client(base_url=live.url, follow_redirects=False) as web:
+        web.post("/login", data={"token": live.keys.read, "next": "/runs"})
+        assert 'id="bulk"' not in web.get("/runs").text  # a reader is shown no bar
+    assert live.app.client.bulk.jobs() == []

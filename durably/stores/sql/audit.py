@@ -1,12 +1,14 @@
 """The audit trail's queries, one implementation for both stores: an entry recorded inside
-the transaction of the write that does its action, and the trail read back newest first, a
-bounded page at a time (durably.core.audit)."""
+the transaction of the write that does its action (an action of a bulk job also settles the
+job's run there, once), and the trail read back newest first, a bounded page at a time
+(durably.core.audit)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from durably.core.audit import Audit, AuditEntry
+from durably.stores.sql import bulk
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 
@@ -19,7 +21,8 @@ def record(
     db: Connection, dialect: Dialect, entry: Audit, *, now: datetime, run_id: str | None = None
 ) -> None:
     """Append `entry`, inside the caller's write transaction; with `run_id`, the workflow is
-    the run's, read from its row by the same statement."""
+    the run's, read from its row by the same statement. An entry of a bulk job settles the
+    job's run as acted on, or raises AlreadySettled (the caller's transaction rolls back)."""
     mark = dialect.mark
     values = (ts(now), entry.by, str(entry.action), str(entry.via))
     insert = "INSERT INTO durably_audit (at, actor, action, via, run_id, workflow, detail)"
@@ -29,6 +32,8 @@ def record(
             (*values, entry.detail),
         )
         return
+    if entry.job is not None:
+        bulk.mark_acted(db, dialect, entry.job, run_id, now=now)
     db.execute(
         f"{insert} SELECT {mark}, {mark}, {mark}, {mark}, {mark},"
         f" (SELECT workflow FROM durably_runs WHERE id = {mark}), {mark}",

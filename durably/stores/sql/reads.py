@@ -26,6 +26,7 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "conditions",
     "get_run",
     "histories",
     "runs",
@@ -87,6 +88,32 @@ def runs(
     workflow: str | None,
     limit: int,
     after: tuple[datetime, str] | None,
+    **filters: Any,
+) -> list[RunRecord]:
+    """Most recently updated first, ties by id (descending); only those after `after`, and
+    those `filters` (the keywords of `conditions`) match."""
+    mark = dialect.mark
+    where, params = conditions(dialect, status=status, workflow=workflow, **filters)
+    if after is not None:
+        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
+        # ties on updated_at (every run of one batch commit shares it) by id.
+        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
+        at = ts(after[0])
+        params += [at, at, after[1]]
+    condition = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
+        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+def conditions(
+    dialect: Dialect,
+    *,
+    status: RunStatus | None = None,
+    workflow: str | None = None,
     patch: str | None = None,
     correlation_id: str | None = None,
     happened: Collection[Happened] = (),
@@ -96,8 +123,9 @@ def runs(
     key: str | None = None,
     queue: str | None = None,
     attributes: Mapping[str, str] | None = None,
-) -> list[RunRecord]:
-    """Most recently updated first, ties by id (descending); only those after `after`.
+) -> tuple[list[str], list[object]]:
+    """The conditions on durably_runs of Store.runs's filters, and their parameters: what
+    lists runs a page at a time, and what selects a bulk job's runs.
 
     Only the filters given are written into the query, so the planner sees `status = ?`
     and can walk the (status, updated_at) index instead of testing every row."""
@@ -144,19 +172,7 @@ def runs(
     if until is not None:
         where.append(f"created_at < {mark}")
         params.append(ts(until))
-    if after is not None:
-        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
-        # ties on updated_at (every run of one batch commit shares it) by id.
-        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
-        at = ts(after[0])
-        params += [at, at, after[1]]
-    condition = f" WHERE {' AND '.join(where)}" if where else ""
-    rows = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
-        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
-        [*params, limit],
-    ).fetchall()
-    return [run_of(row) for row in rows]
+    return where, params
 
 
 def parked(

@@ -201,6 +201,39 @@ _V9 = [
         PRIMARY KEY (run_id, name)
     ){without_rowid}""",
     "CREATE INDEX durably_attributes_by_value ON durably_attributes (name, value, run_id)",
+    # Bulk jobs (durably.core.bulk): a person's action on every run a filter matched when the
+    # job was made. Its progress counts are kept with it, changed in the transactions that
+    # settle its runs; `fingerprint` (the action and the filter) finds an unfinished job of the
+    # same person to resume instead of making a second one.
+    """CREATE TABLE durably_bulk_jobs (
+        id TEXT PRIMARY KEY,
+        action TEXT NOT NULL,
+        filter TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        reason TEXT,
+        actor TEXT NOT NULL,
+        via TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        finished_at {real},
+        total INTEGER NOT NULL DEFAULT 0,
+        acted INTEGER NOT NULL DEFAULT 0,
+        skipped INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE UNIQUE INDEX durably_bulk_jobs_unfinished ON durably_bulk_jobs (actor, fingerprint)"
+    " WHERE finished_at IS NULL",
+    "CREATE INDEX durably_bulk_jobs_by_time ON durably_bulk_jobs (created_at)",
+    # The runs each job selected, and how it settled each (NULL: not yet): a run is marked
+    # acted on in the transaction of the action's write (with its audit entry), once.
+    """CREATE TABLE durably_bulk_runs (
+        job TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        outcome TEXT,
+        note TEXT,
+        PRIMARY KEY (job, run_id)
+    ){without_rowid}""",
+    "CREATE INDEX durably_bulk_runs_pending ON durably_bulk_runs (job, run_id)"
+    " WHERE outcome IS NULL",
 ]
 
 _VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]

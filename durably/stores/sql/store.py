@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from durably.core.audit import Audit, AuditEntry
+from durably.core.bulk import BulkJob, BulkRun, Matching, NewBulkJob, Outcome, RunFilter
 from durably.core.history import Event
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
@@ -34,6 +35,7 @@ from durably.stores.protocol import (
 from durably.stores.sql import (
     attributes,
     audit,
+    bulk,
     effects,
     forking,
     inbox,
@@ -303,3 +305,32 @@ class SqlStore(ABC):
         # Repeated on PostgreSQL after a lost connection, like the other writes here: an entry
         # of an action that is no store write (a login) may then show twice, never none.
         self._writing(lambda db: audit.record(db, self.dialect, entry, now=now, run_id=run_id))
+
+    # -- bulk jobs (durably.core.bulk) ------------------------------------------------------
+
+    def create_bulk_job(self, job: NewBulkJob, *, now: datetime) -> tuple[BulkJob, bool]:
+        # Repeated on PostgreSQL after a lost connection: a job made by the first try is
+        # found by its fingerprint, unfinished, and answered as it is (False).
+        return self._writing(lambda db: bulk.create(db, self.dialect, job, now=now))
+
+    def matching(self, run_filter: RunFilter, *, limit: int) -> Matching:
+        return self._reading(lambda db: bulk.matching(db, self.dialect, run_filter, limit=limit))
+
+    def bulk_job(self, job_id: str) -> BulkJob | None:
+        return self._reading(lambda db: bulk.job(db, self.dialect, job_id))
+
+    def bulk_jobs(self, *, limit: int, unfinished: bool = False) -> list[BulkJob]:
+        return self._reading(
+            lambda db: bulk.jobs(db, self.dialect, limit=limit, unfinished=unfinished)
+        )
+
+    def bulk_runs(self, job_id: str, *, outcome: Outcome | None, limit: int) -> list[BulkRun]:
+        return self._reading(
+            lambda db: bulk.runs(db, self.dialect, job_id, outcome=outcome, limit=limit)
+        )
+
+    def settle_bulk_runs(
+        self, job_id: str, skipped: Mapping[str, str], *, now: datetime
+    ) -> BulkJob | None:
+        # Twice, on a lost connection: a run settled by the first try is left as it is.
+        return self._writing(lambda db: bulk.settle(db, self.dialect, job_id, skipped, now=now))
