@@ -375,28 +375,35 @@ class App:
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        max_wait: Duration | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run, or return the existing one if a run with this `id` exists already.
         `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
         runs that became due up to that many minutes before it (durably.core.priority).
         `correlation_id`: recorded with the run and its children (durably.client.correlation).
-        `queue`, `key`, `delay`, `start_at`: see `Client.start`. These words name options, not
-        the workflow's arguments: a workflow with a parameter of one of these names is started
-        with `app.client.start(workflow, args, kwargs, ...)`."""
-        started = self.client.start(
+        `queue`, `key`, `delay`, `start_at`, `debounce`, `debounce_key`, `max_wait`: see
+        `Client.start`. These words name options, not the workflow's arguments: a workflow
+        with a parameter of one of these names is started with `app.client.start(workflow,
+        args, kwargs, ...)`."""
+        start = Start(
             workflow,
             args,
             kwargs,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
+            id,
+            priority,
+            correlation_id,
+            queue,
+            key,
+            delay,
+            start_at,
+            debounce,
+            debounce_key,
+            max_wait,
         )
-        return RunHandle(self.client, started.run.id)
+        return RunHandle(self.client, self.client.start_one(start).run.id)
 
     def start_many(self, starts: Sequence[Start]) -> list[RunHandle]:
         """Start a batch of runs in one transaction (see `Client.start_many`); their
@@ -417,21 +424,28 @@ class App:
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        max_wait: Duration | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """`start` from an event loop: the store call runs in a thread."""
-        started = await self.client.start_async(
+        start = Start(
             workflow,
             args,
             kwargs,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
+            id,
+            priority,
+            correlation_id,
+            queue,
+            key,
+            delay,
+            start_at,
+            debounce,
+            debounce_key,
+            max_wait,
         )
+        started = await self.client.start_one_async(start)
         return RunHandle(self.client, started.run.id)
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[RunHandle]:

@@ -13,15 +13,15 @@ import copy
 import dataclasses
 import json
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from durably.client import approvals, control, dead_letters, restarts
+from durably.client import approvals, control, dead_letters, messages, restarts
 from durably.client.control import Steered
+from durably.client.messages import Delivered
 from durably.client.reader import RunReader
 from durably.client.starts import (
     Definitions,
@@ -41,21 +41,18 @@ from durably.codec.encoding import (
 from durably.codec.parameters import NO_HINT
 from durably.core.approvals import ESCALATION
 from durably.core.audit import Action, Via, audit_of
-from durably.core.control import CONTROL_KINDS
 from durably.core.names import check_name
 from durably.core.payloads import Decision
-from durably.core.signals import SIGNAL_KIND, check_signal_name
-from durably.core.status import RunStatus
+from durably.core.signals import SIGNAL_KIND
 from durably.durations import Duration
 from durably.errors import (
     DurablyError,
     RunConflict,
-    RunNotFound,
 )
-from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
+from durably.stores import NewRun, RunRecord, Store
 from durably.workflow.definitions import Workflow
 
-__all__ = ["Client", "Delivered", "Released"]
+__all__ = ["Client", "Released"]
 
 _SKIPPED = "the result given for the skipped step"
 
@@ -66,15 +63,6 @@ class Released:
 
     worker: str
     count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """A message in a run's inbox: its id there, and False if a message with the same
-    dedupe_key was there already (this one was not stored again)."""
-
-    message_id: int
-    stored: bool
 
 
 class Client(RunReader):
@@ -131,6 +119,9 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        max_wait: Duration | None = None,
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
@@ -147,10 +138,30 @@ class Client(RunReader):
         `key`: whose run it is (a customer, a tenant), for its queue's per-key limits and
         fairness, and to find it by (durably.core.queues). `delay` or `start_at`: the run is
         due that long after now, or at that time, not at once; it waits as a pending run,
-        costing nothing, and shows its due time."""
+        costing nothing, and shows its due time.
+        `debounce`, `debounce_key`, `max_wait`: the starts of the workflow with this key make
+        one run, due once none came for `debounce` (at the latest `max_wait` after the first),
+        with the last one's input; `created` is False for those that joined it
+        (durably.core.debounce)."""
         start = Start(
-            workflow, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
+            workflow,
+            args,
+            kwargs,
+            id,
+            priority,
+            correlation_id,
+            queue,
+            key,
+            delay,
+            start_at,
+            debounce,
+            debounce_key,
+            max_wait,
         )
+        return self.start_one(start, by=by)
+
+    def start_one(self, start: Start, *, by: str | None = None) -> Started:
+        """`start`, for a start written as a `Start` (what `start_many` takes a batch of)."""
         return self._create(self._run_of(start, by))
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
@@ -165,7 +176,7 @@ class Client(RunReader):
             self.notify()
         conflicts: list[RunConflict] = []
         for run, (record, created) in zip(new, outcomes, strict=True):
-            if not created:
+            if not created and run.debounce is None:
                 try:
                     check_same_start(record, run.workflow, run.input)
                 except RunConflict as conflict:
@@ -188,21 +199,32 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        max_wait: Duration | None = None,
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread (in the caller's
         context, so its trace id is the default correlation id there too)."""
-        start = partial(
-            self.start,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            by=by,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
+        start = Start(
+            workflow,
+            args,
+            kwargs,
+            id,
+            priority,
+            correlation_id,
+            queue,
+            key,
+            delay,
+            start_at,
+            debounce,
+            debounce_key,
+            max_wait,
         )
-        return await asyncio.to_thread(start, workflow, args, kwargs)
+        return await self.start_one_async(start, by=by)
+
+    async def start_one_async(self, start: Start, *, by: str | None = None) -> Started:
+        """`start_one` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(partial(self.start_one, start, by=by))
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
         """`start_many` from an event loop: the store call runs in a thread."""
@@ -221,6 +243,9 @@ class Client(RunReader):
         key: str | None = None,
         delay: Duration | None = None,
         start_at: datetime | None = None,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        max_wait: Duration | None = None,
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -229,9 +254,21 @@ class Client(RunReader):
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
         start = Start(
-            definition, args, kwargs, id, priority, correlation_id, queue, key, delay, start_at
+            definition,
+            args,
+            kwargs,
+            id,
+            priority,
+            correlation_id,
+            queue,
+            key,
+            delay,
+            start_at,
+            debounce,
+            debounce_key,
+            max_wait,
         )
-        return self._create(self._run_of(start, by))
+        return self.start_one(start, by=by)
 
     # -- a person's actions on parked runs ----------------------------------------------
     # Each is recorded in the run's history with who did it (`by`), and in the audit trail
@@ -409,35 +446,21 @@ class Client(RunReader):
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
         id; DurablyError if the run has ended."""
-        by = self._who(by)
-        if kind in CONTROL_KINDS:
-            raise DurablyError(
-                f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
-                "that the run's state is checked and the command reaches it wherever it is"
-            )
-        what = f"the data of the {kind!r} message"
-        encoded = None if data is None else encode(data, what=what, limit=self.max_payload)
-        # Always a key: a send tried again after its answer was lost is then found, not doubled.
-        key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
-        # In the trail: the signal's name (or the message's kind and name), never its data.
-        if kind == SIGNAL_KIND:
-            audit = audit_of(Action.SIGNAL, by, self.via, signal=name)
-        else:
-            audit = audit_of(Action.MESSAGE, by, self.via, kind=kind, name=name)
-        message = Message(run_id, kind, by, name, encoded, key, audit=audit)
-        sent = self.store.send(message, now=self.clock.now())
-        if sent.outcome is SentOutcome.NO_RUN:
-            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
-        if sent.outcome is SentOutcome.ENDED:
-            what = f"the {kind} {name!r}" if name else f"the {kind!r} message"
-            raise DurablyError(
-                f"run {run_id!r} has finished ({sent.status}), so {what} cannot reach it: "
-                "a message reaches only a run that has not ended"
-            )
-        assert sent.message_id is not None
-        if sent.outcome is SentOutcome.STORED:
+        delivered = messages.send(
+            self.store,
+            run_id,
+            kind,
+            by=self._who(by),
+            via=self.via,
+            name=name,
+            data=data,
+            dedupe_key=dedupe_key,
+            max_payload=self.max_payload,
+            now=self.clock.now(),
+        )
+        if delivered.stored:
             self.notify()  # a local worker may claim the woken run at once
-        return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
+        return delivered
 
     def signal(
         self,
@@ -453,14 +476,7 @@ class Client(RunReader):
         name queue up in the order they were sent. `payload` must be JSON (PayloadError
         otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
         run; DurablyError, naming its status, for a run that has finished."""
-        check_signal_name(name)
-        run = self.store.get_run(run_id)
-        if run is not None and run.status is RunStatus.COMPENSATION_FAILED:
-            raise DurablyError(
-                f"run {run_id!r} is being undone and an undo failed, so no wait will take the "
-                f"signal {name!r}: retry the undo (durably dlq retry {run_id}), record that you "
-                f"did it by hand (durably dlq skip {run_id}), or fail the run"
-            )
+        messages.check_signal(self.store, run_id, name)
         return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
 
     def signal_json(
@@ -541,10 +557,10 @@ class Client(RunReader):
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)
-        if not created:
-            check_same_start(record, new.workflow, new.input)
-        else:
+        if created:
             self.notify()
+        elif new.debounce is None:  # a debounced start that joined its key's run: no conflict
+            check_same_start(record, new.workflow, new.input)
         return Started(record, created)
 
     def _skip(

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from durably.client.correlation import correlation_of, trace_parent
 from durably.client.ids import new_run_id
 from durably.codec.encoding import encode_call
+from durably.core.debounce import debounce_of
 from durably.core.event_data import encode_payload
 from durably.core.names import check_run_id
 from durably.core.payloads import RunStarted
@@ -66,12 +67,19 @@ class Start:
     key: str | None = None  # whose run: its queue's per-key limits and fairness
     delay: Duration | None = None  # due this long after the start, not at once
     start_at: datetime | None = None  # due at this time (timezone-aware), not at once
+    # Starts of the workflow with this key coalesce into one run, due once they stop for this
+    # long, and at the latest max_wait after the first (durably.core.debounce).
+    debounce: Duration | None = None
+    debounce_key: str | None = None
+    max_wait: Duration | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
     run: RunRecord
-    created: bool  # False: a run with this id existed already, same workflow and input
+    # False: a run with this id existed already, same workflow and input; or, for a debounced
+    # start, it joined the run its key gathers starts in
+    created: bool
 
 
 Created = tuple[RunRecord, bool]
@@ -179,7 +187,11 @@ def new_run(
     item: Start, registry: Definitions | None, *, max_payload: int | None, now: datetime
 ) -> NewRun:
     """The run to create: the input checked and encoded for its workflow, its priority, its
-    queue and key, and when it is due."""
+    queue and key, and when it is due (debounced: its key, and when it is due at the latest)."""
+    delayed = item.delay is not None or item.start_at is not None
+    debounce = debounce_of(
+        item.debounce, item.debounce_key, item.max_wait, id=item.id, delayed=delayed
+    )
     definition = workflow_of(registry, item.workflow)
     what = f"workflow {definition.name!r}"
     args, kwargs, limit = item.args, item.kwargs or {}, max_payload
@@ -189,6 +201,10 @@ def new_run(
     correlation, trace = correlation_of(item.correlation_id), trace_parent()
     started = RunStarted(correlation_id=correlation, trace_parent=trace)
     data = None if started == RunStarted() else encode_payload(started)
+    if debounce is None:
+        due, due_by = due_time(item.delay, item.start_at, now=now), None
+    else:
+        due, due_by = debounce.due(now), debounce.due_by(now)
     assert registry is not None  # workflow_of refused a start without it
     return NewRun(
         new_run_id() if item.id is None else check_run_id(item.id),
@@ -200,7 +216,9 @@ def new_run(
         started=data,
         queue=registry.queue_of(item.queue, definition),
         key=None if item.key is None else check_key(item.key),
-        due=due_time(item.delay, item.start_at, now=now),
+        due=due,
+        debounce=None if debounce is None else debounce.key,
+        due_by=due_by,
     )
 
 
