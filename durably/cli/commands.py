@@ -165,6 +165,20 @@ def worker(
     help="0 (lowest) to 1000; each level is a minute's head start in the claim order. "
     "Default: the workflow's, else 0.",
 )
+@click.option(
+    "--debounce",
+    type=DURATION,
+    default=None,
+    help="With --debounce-key: the starts of WORKFLOW with the key make one run, due once "
+    "none came for this long (30s, 5m), with the last one's input.",
+)
+@click.option("--debounce-key", default=None, help="Which starts coalesce (a customer's id).")
+@click.option(
+    "--max-wait",
+    type=DURATION,
+    default=None,
+    help="With --debounce: the run is due at the latest this long after its key's first start.",
+)
 @BY
 def start(
     workflow: str,
@@ -174,9 +188,18 @@ def start(
     run_id: str | None,
     correlation_id: str | None,
     priority: int | None,
+    debounce: timedelta | None,
+    debounce_key: str | None,
+    max_wait: timedelta | None,
     by: str,
 ) -> None:
-    """Start a run of WORKFLOW, or find the run that has this --id already."""
+    """Start a run of WORKFLOW, or find the run that has this --id already (or, debounced,
+    the run its key gathers starts in)."""
+    if (debounce is None) != (debounce_key is None) or (max_wait is not None and debounce is None):
+        raise click.UsageError(
+            "--debounce and --debounce-key go together (and --max-wait with them): the starts "
+            "with one key make one run, due once none came for the --debounce"
+        )
     # A store may be created here (starting a run before any worker ran is fine), unless
     # $DURABLY_MIGRATE is never.
     with client_for(app_target, store_url, create=may_migrate()) as client:
@@ -187,12 +210,22 @@ def start(
             priority=priority,
             correlation_id=correlation_id,
             by=by,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            max_wait=max_wait,
         )
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
+        elif debounce is not None:
+            click.echo(f"joined run {run.id} (workflow {run.workflow}) in {client.store.url}")
         else:
             click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
+        if run.gathering and run.available_at is not None:
+            click.echo(
+                f"it gathers the starts of key {run.debounce!r} ({run.gathered} so far) and "
+                f"is due at {run.available_at.isoformat(timespec='seconds')}"
+            )
         worker_hint(app_target, client, "for it to run")
 
 

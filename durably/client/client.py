@@ -552,7 +552,7 @@ class Client(RunReader):
         run = new_run(item, self.registry, max_payload=self.max_payload, now=self.clock.now())
         if by is None and self.via is Via.LIBRARY:
             return run
-        audit = audit_of(Action.START, self._who(by), self.via)
+        audit = audit_of(Action.START, self._who(by), self.via, debounce=run.debounce)
         return dataclasses.replace(run, audit=audit)
 
     def _create(self, new: NewRun) -> Started:

@@ -113,6 +113,27 @@ class StartIn(BaseModel):
         description="The request this run serves: recorded with it and its children, "
         "searched by (default: the caller's trace id, if it has one)",
     )
+    debounce: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="Debounce this start ('30s', '5m'; with debounce_key): the starts of the "
+        "workflow with the key make one run, due once none came for this long, with the last "
+        "one's input. A start that joins that run answers it with 200",
+    )
+    debounce_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME,
+        description="Which starts coalesce (a customer's id, a document's)",
+    )
+    max_wait: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="With debounce: the run is due at the latest this long after the first "
+        "start of its key, however many come",
+    )
 
 
 class ErrorInfoOut(BaseModel):
@@ -139,6 +160,16 @@ class RunOut(BaseModel):
     version: str | None
     parent: str | None
     correlation_id: str | None
+    debounce_key: str | None = Field(
+        default=None, description="A debounced run: the key its starts gathered on"
+    )
+    gathering: bool = Field(
+        default=False, description="Debounced, not begun yet: a start with its key joins it"
+    )
+    gathered: int | None = Field(default=None, description="Debounced: how many starts so far")
+    due_by: datetime | None = Field(
+        default=None, description="Debounced: the latest it becomes due (first start + max_wait)"
+    )
     now: str | None = Field(default=None, description="What the run is doing now")
     next: str | None = Field(default=None, description="What happens next, or what to do")
 
@@ -166,6 +197,10 @@ class RunOut(BaseModel):
             version=run.version,
             parent=run.parent,
             correlation_id=run.correlation_id,
+            debounce_key=run.debounce,
+            gathering=run.gathering,
+            gathered=run.gathered,
+            due_by=run.due_by,
             now=None if said is None else said.now,
             next=None if said is None else said.next,
         )
