@@ -170,10 +170,12 @@ class PostgresStore(SqlStore):
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         if run.debounce is not None:
-            # Repeated after a lost connection: the same input and due time again; the
-            # repeat joins the run the first try made, and counts its start twice.
+            # One statement (with an audit entry: two, in a transaction). Repeated after a
+            # lost connection: the same input and due time again; the repeat joins the run
+            # the first try made, and counts its start twice.
             return self._db.run(
-                lambda db: debounce.gather(db, reads.POSTGRES, run, now=now), transaction=True
+                lambda db: debounce.gather(db, reads.POSTGRES, run, now=now),
+                transaction=run.audit is not None,
             )
         # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
         # connection is found on the second try as an existing run: (run, False).

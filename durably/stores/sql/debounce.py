@@ -19,7 +19,7 @@ from datetime import datetime
 from durably.core.history import EventKind
 from durably.stores.protocol import NewRun, RunRecord
 from durably.stores.sql import audit
-from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.reads import POSTGRES, Connection, Dialect
 from durably.stores.sql.rows import RUN_COLUMNS, run_of, ts
 
 __all__ = ["gather"]
@@ -41,40 +41,50 @@ def gather(
     db: Connection, dialect: Dialect, run: NewRun, *, now: datetime
 ) -> tuple[RunRecord, bool]:
     """Make the debounced `run`, or join the gathering run of its workflow and key, inside the
-    caller's write transaction: that run's record, and whether this start made it. A person's
-    start (`run.audit`) is recorded on the run either way."""
+    caller's write transaction (on PostgreSQL, a start of nobody's, outside any: it is one
+    statement); that run's record, and whether this start made it. A person's start
+    (`run.audit`) is recorded on the run either way."""
     assert run.debounce is not None, "a debounced start"
     mark, at = dialect.mark, ts(now)
-    row = db.execute(
+    upsert = (
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
         " available_at, event_count, priority, version, correlation_id, queue, queue_key,"
         " debounce, due_by, gathered)"
         f" VALUES ({mark}, {mark}, 'pending', {', '.join([mark] * 4)}, 1,"
-        f" {', '.join([mark] * 7)}, 1){_JOIN} RETURNING {RUN_COLUMNS}",
-        (
-            run.id,
-            run.workflow,
-            run.input,
-            at,
-            at,
-            at if run.due is None else ts(run.due),
-            run.priority,
-            run.version,
-            run.correlation_id,
-            run.queue,
-            run.key,
-            run.debounce,
-            None if run.due_by is None else ts(run.due_by),
-        ),
-    ).fetchone()
-    record = run_of(row)
-    created = record.id == run.id
-    if created:
-        db.execute(
-            "INSERT INTO durably_events (run_id, seq, kind, at, data)"
-            f" VALUES ({mark}, 1, {mark}, {mark}, {mark})",
-            (run.id, str(EventKind.RUN_STARTED), at, run.started),
-        )
+        f" {', '.join([mark] * 7)}, 1){_JOIN} RETURNING {RUN_COLUMNS}"
+    )
+    values = (
+        run.id,
+        run.workflow,
+        run.input,
+        at,
+        at,
+        at if run.due is None else ts(run.due),
+        run.priority,
+        run.version,
+        run.correlation_id,
+        run.queue,
+        run.key,
+        run.debounce,
+        None if run.due_by is None else ts(run.due_by),
+    )
+    started = (run.id, str(EventKind.RUN_STARTED), at, run.started)
+    if dialect == POSTGRES:  # one round trip: the run_started event by the same statement
+        row = db.execute(
+            f"WITH gathered AS ({upsert}), started AS (INSERT INTO durably_events"
+            " (run_id, seq, kind, at, data) SELECT id, 1, %s, %s, %s FROM gathered"
+            f" WHERE id = %s) SELECT {RUN_COLUMNS} FROM gathered",
+            (*values, *started[1:], run.id),
+        ).fetchone()
+        record = run_of(row)
+    else:
+        record = run_of(db.execute(upsert, values).fetchone())
+        if record.id == run.id:
+            db.execute(
+                "INSERT INTO durably_events (run_id, seq, kind, at, data)"
+                f" VALUES ({mark}, 1, {mark}, {mark}, {mark})",
+                started,
+            )
     if run.audit is not None:
         audit.record(db, dialect, run.audit, now=now, run_id=record.id)
-    return record, created
+    return record, record.id == run.id
