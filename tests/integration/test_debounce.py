@@ -241,3 +241,25 @@ def test_delay_and_start_at_together_are_refused(
     with pytest.raises(durably.ConfigError, match="timezone-aware"):
         app.start(reindex, 1, start_at=clock.now().replace(tzinfo=None))
     assert app.client.runs().runs == []
+
+
+def test_a_delayed_start_is_idempotent_on_its_id_and_keeps_its_first_due_time(
+    app: durably.App, clock: FakeClock, reindex: durably.Workflow
+) -> None:
+    first = app.client.start(reindex, [1], id="remind-1", delay="24h")
+    clock.advance("1h")
+    again = app.client.start(reindex, [1], id="remind-1", delay="1h")
+
+    assert (first.created, again.created, again.run.id) == (True, False, "remind-1")
+    assert again.run.available_at == first.run.available_at  # the first start's
+
+
+def test_a_delayed_run_cancelled_ends_without_running(
+    app: durably.App, clock: FakeClock, reindex: durably.Workflow, seen: list[int]
+) -> None:
+    handle = app.start(reindex, 1, delay="24h")
+    app.client.cancel(handle.id, by="alice")
+
+    assert app.run_until_idle() == 1
+    assert app.client.get(handle.id).status is RunStatus.CANCELLED
+    assert seen == []
