@@ -134,5 +134,22 @@ FANOUT = Bench(
     "one workflow gathering 1,000 trivial steps against one calling them in a row",
     (Workload("fanout", features.fanout, 1_000, 200),),
 )
-ALL = (CORE, COMPARE, ROUNDTRIP, SCALING, SLEEPERS, PRIORITIES, SCHEDULES, RETENTION, FANOUT)
+DEBOUNCE = Bench(
+    "debounce",
+    "debounced starts/s beside DBOS's Debouncer: one key in a loop, 100 keys, 8 threads on one",
+    (Workload("debounce", engines.debounce, 2_000, 300),),
+    engines=("durably", "dbos"),
+)
+ALL = (
+    CORE,
+    COMPARE,
+    ROUNDTRIP,
+    SCALING,
+    SLEEPERS,
+    PRIORITIES,
+    SCHEDULES,
+    RETENTION,
+    FANOUT,
+    DEBOUNCE,
+)
 BENCHES = {bench.name: bench for bench in ALL}

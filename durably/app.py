@@ -7,12 +7,11 @@ import inspect
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar, overload
 
 from durably.client.client import Client
 from durably.client.handles import RunHandle
-from durably.client.starts import Start
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import DEFAULT_MAX_PAYLOAD, check_limit
 from durably.core.audit import Via
@@ -30,6 +29,7 @@ from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
 from durably.runtime.upgrades import Upgrade, upgrade
 from durably.runtime.worker import Worker
+from durably.starting import Starting
 from durably.stores import Store, may_migrate, open_store, resolve_url
 from durably.workflow.definitions import Schedule, Step, StepOptions, Workflow
 from durably.workflow.registry import Registry
@@ -39,7 +39,7 @@ __all__ = ["App", "RunHandle"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class App:
+class App(Starting):
     """Workflows and steps bound to one store.
 
     `store` is a URL (sqlite:///file.db, postgresql://...), a Store, or None for
@@ -374,92 +374,6 @@ class App:
         )
 
     # -- client calls -------------------------------------------------------------------
-
-    def start(
-        self,
-        workflow: Workflow | str,
-        /,
-        *args: Any,
-        id: str | None = None,
-        priority: int | None = None,
-        correlation_id: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        delay: Duration | None = None,
-        start_at: datetime | None = None,
-        attributes: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> RunHandle:
-        """Start a run, or return the existing one if a run with this `id` exists already.
-        `priority` (0 to 1,000; default: the workflow's, else 0): claimed ahead of lower
-        runs that became due up to that many minutes before it (durably.core.priority).
-        `correlation_id`: recorded with the run and its children (durably.client.correlation).
-        `queue`, `key`, `delay`, `start_at`, `attributes` (strings to find the run by, stored
-        in the clear): see `Client.start`. These words name options, not
-        the workflow's arguments: a workflow with a parameter of one of these names is started
-        with `app.client.start(workflow, args, kwargs, ...)`."""
-        started = self.client.start(
-            workflow,
-            args,
-            kwargs,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
-            attributes=attributes,
-        )
-        return RunHandle(self.client, started.run.id)
-
-    def start_many(self, starts: Sequence[Start]) -> list[RunHandle]:
-        """Start a batch of runs in one transaction (see `Client.start_many`); their
-        handles in order."""
-        return [
-            RunHandle(self.client, started.run.id) for started in self.client.start_many(starts)
-        ]
-
-    async def start_async(
-        self,
-        workflow: Workflow | str,
-        /,
-        *args: Any,
-        id: str | None = None,
-        priority: int | None = None,
-        correlation_id: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        delay: Duration | None = None,
-        start_at: datetime | None = None,
-        attributes: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> RunHandle:
-        """`start` from an event loop: the store call runs in a thread."""
-        started = await self.client.start_async(
-            workflow,
-            args,
-            kwargs,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
-            attributes=attributes,
-        )
-        return RunHandle(self.client, started.run.id)
-
-    async def start_many_async(self, starts: Sequence[Start]) -> list[RunHandle]:
-        """`start_many` from an event loop: the store call runs in a thread."""
-        started = await self.client.start_many_async(starts)
-        return [RunHandle(self.client, each.run.id) for each in started]
-
-    def handle(self, run_id: str) -> RunHandle:
-        """A handle on an existing run."""
-        self.client.get(run_id)
-        return RunHandle(self.client, run_id)
 
     def __getattr__(self, name: str) -> Any:
         moved = _ON_THE_CLIENT.get(name)

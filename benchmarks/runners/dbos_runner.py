@@ -5,7 +5,8 @@ directly, at most C awaited at once (DBOS's fastest path; its queue was slower);
 enqueues every workflow, with a fixed id, on a queue of worker_concurrency C, and w3-recover's
 DBOS.launch() puts the PENDING ones of the same executor id and application version back on
 it; queue-hop and roundtrip enqueue with DBOSClient on a queue served here (in-process) or by a
-`queue-worker` child process. Queue workers poll every queue_poll_ms (200 by default, durably's
+`queue-worker` child process; debounce calls Debouncer.debounce (a window of a minute),
+from one thread or 8. Queue workers poll every queue_poll_ms (200 by default, durably's
 idle poll; DBOS's is 1 s), get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode
 nor synchronous on SQLite and leaves synchronous_commit to the server: this runner puts the
 file in WAL and sets synchronous=FULL or synchronous_commit=on (fast: NORMAL, off) on every
@@ -27,12 +28,13 @@ import sqlite3
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, closing
 from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
-from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, Queue, SetWorkflowID
+from dbos import DBOS, DBOSClient, DBOSConfig, Debouncer, EnqueueOptions, Queue, SetWorkflowID
 from sqlalchemy.pool import Pool
 
 from benchmarks.runners import protocol
@@ -236,6 +238,27 @@ async def roundtrip(args: SimpleNamespace) -> Figures:
     return {"roundtrip_ms": totals, "heard_after_end_ms": heard if precise else None}
 
 
+async def debounce(args: SimpleNamespace) -> Figures:
+    """--starts debounced starts of `chain` by --mode one-key, keys (100), threads (8)."""
+    launch(args)
+    debouncer = Debouncer.create_async(chain)
+    debouncer.debounce("warm", 60, -1, 3)  # the store opened, the queue's thread running
+    count, every, keys = args.starts, 8 if args.mode == "threads" else 1, protocol.keys(args.mode)
+
+    def starter(first: int) -> None:
+        for n in range(first, count, every):
+            debouncer.debounce(f"key-{n % keys}", 60, n, 3)
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(every) as pool:
+        list(pool.map(starter, range(every)))
+    elapsed = time.perf_counter() - began
+    found = await DBOS.list_workflows_async(name="chain", load_input=False)
+    if len(found) != keys + 1:
+        raise BenchmarkError(f"{len(found)} workflows in the store, not {keys + 1}")
+    return {"starts_per_s": count / elapsed}
+
+
 def command(
     run: Callable[[SimpleNamespace], Coroutine[Any, Any, Figures | None]],
 ) -> Callable[[SimpleNamespace], Figures]:
@@ -254,4 +277,4 @@ def command(
 
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    main("dbos", [command(run) for run in [*commands, queue_worker, roundtrip]])
+    main("dbos", [command(run) for run in [*commands, queue_worker, roundtrip, debounce]])

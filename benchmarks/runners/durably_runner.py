@@ -7,8 +7,9 @@ thread; queue-hop and queue-throughput call app.start here, the worker serving i
 (in-process) or as a `durably worker` process (cross-process); roundtrip waits on
 app.start(...).result() here, the worker a `durably worker` process polling once a minute, so
 that only its wake-ups move a run; starts (durably's own) times --workflows starts on an empty
-store by --mode loop (app.start), batch (start_many of 100) or threads (8 calling app.start).
-The clock of cold-start starts before anything is imported.
+store by --mode loop (app.start), batch (start_many of 100) or threads (8 calling app.start);
+debounce times --starts debounced starts (a window of a minute) by --mode one-key, keys (100)
+or threads (8 on one key). The clock of cold-start starts before anything is imported.
 """
 
 # ruff: noqa: E402  (the clock starts before the imports)
@@ -278,6 +279,25 @@ def starts(args: SimpleNamespace) -> Figures:
     return {"starts_per_s": count / elapsed}
 
 
+def debounce(args: SimpleNamespace) -> Figures:
+    app = bench_app(args.store)
+    app.start("chain", -1, 3, debounce="60s", debounce_key="warm")  # the store opened
+    count, every, keys = args.starts, 8 if args.mode == "threads" else 1, protocol.keys(args.mode)
+
+    def starter(first: int) -> None:
+        for n in range(first, count, every):
+            app.start("chain", n, 3, debounce="60s", debounce_key=f"key-{n % keys}")
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(every) as pool:
+        list(pool.map(starter, range(every)))
+    elapsed = time.perf_counter() - began
+    if (found := len(app.client.runs(limit=count + 2).runs)) != keys + 1:
+        raise BenchmarkError(f"{found} runs in the store, not {keys + 1}")
+    app.close()
+    return {"starts_per_s": count / elapsed}
+
+
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    main("durably", [*commands, roundtrip, starts])
+    main("durably", [*commands, roundtrip, starts, debounce])

@@ -3,7 +3,8 @@
 on the empty store at URL (WAL and synchronous=FULL, or synchronous_commit=on; fast: NORMAL,
 off). It prints one JSON object, the last line of its stdout, and exits non-zero, saying why,
 if the engine did not do the work. Commands: throughput, w3-work (prints {"started": N}, then
-works until SIGKILLed), w3-recover, queue-hop, queue-throughput, cold-start, roundtrip. Here
+works until SIGKILLed), w3-recover, queue-hop, queue-throughput, cold-start, roundtrip,
+debounce. Here
 too: the steps both runners share, and W3's effects in a SQLite file outside every store (a
 key applied twice: an effect that happened twice in the world, a card charged twice).
 Standard library only: runners import this once their cold-start clock runs."""
@@ -86,6 +87,11 @@ def count_effects(path: Path) -> tuple[int, int]:
     with sqlite3.connect(path) as db:
         row = db.execute("SELECT count(DISTINCT key), count(*) FROM effects").fetchone()
     return int(row[0]), int(row[1]) - int(row[0])
+
+
+def keys(mode: str) -> int:
+    """How many debounce keys the starts of a debounce `mode` spread over."""
+    return 100 if mode == "keys" else 1
 
 
 async def add_one(x: int) -> int:

@@ -3,7 +3,8 @@ throughput; one workflow at a time through two chain lengths; durably here times
 running of runs started first, runner processes start and run together) and the store's own
 commit floor; then, each a command of the runners: W3 (a worker SIGKILLed half way, and its
 successor), a hop to an idle worker, a burst on the queue, the cold start, a start -> result
-round trip from outside the worker, durably's starts/s.
+round trip from outside the worker, durably's starts/s, debounced starts/s (durably's
+start(debounce=) beside DBOS's Debouncer).
 """
 
 import statistics
@@ -149,4 +150,25 @@ def starts(trial: Trial, count: int) -> Values:
             else None
         )
         for mode, how in ways.items()
+    }
+
+
+DEBOUNCED = {
+    "one-key": "one key, a loop",
+    "keys": "100 keys, a loop",
+    "threads": "one key, 8 threads",
+}
+
+
+def debounce(trial: Trial, count: int) -> Values:
+    """Debounced starts/s: `count` starts, each a run's first or joining the run its key
+    gathers (a window of a minute: nothing runs meanwhile), by each mode of DEBOUNCED."""
+    return {
+        Metric(
+            f"debounce_{mode.replace('-', '_')}_per_s",
+            f"{count:,} debounced starts: {how}",
+            "starts/s",
+            True,
+        ): run(trial, "debounce", starts=count, mode=mode)["starts_per_s"]
+        for mode, how in DEBOUNCED.items()
     }

@@ -198,6 +198,20 @@ def worker(
     "An attribute to find the run by (runs list --attr), e.g. customer=42; repeat it for "
     "more. Stored unencrypted: a secret-looking name (password, api_key, ...) is refused."
 )
+@click.option(
+    "--debounce",
+    type=DURATION,
+    default=None,
+    help="With --debounce-key: the starts of WORKFLOW with the key make one run, due once "
+    "none came for this long (30s, 5m), with the last one's input.",
+)
+@click.option("--debounce-key", default=None, help="Which starts coalesce (a customer's id).")
+@click.option(
+    "--max-wait",
+    type=DURATION,
+    default=None,
+    help="With --debounce: the run is due at the latest this long after its key's first start.",
+)
 @BY
 def start(
     workflow: str,
@@ -212,9 +226,18 @@ def start(
     delay: timedelta | None,
     start_at: datetime | None,
     attributes: dict[str, str] | None,
+    debounce: timedelta | None,
+    debounce_key: str | None,
+    max_wait: timedelta | None,
     by: str,
 ) -> None:
-    """Start a run of WORKFLOW, or find the run that has this --id already."""
+    """Start a run of WORKFLOW, or find the run that has this --id already (or, debounced,
+    the run its key gathers starts in)."""
+    if (debounce is None) != (debounce_key is None) or (max_wait is not None and debounce is None):
+        raise click.UsageError(
+            "--debounce and --debounce-key go together (and --max-wait with them): the starts "
+            "with one key make one run, due once none came for the --debounce"
+        )
     # A store may be created here (starting a run before any worker ran is fine), unless
     # $DURABLY_MIGRATE is never.
     with client_for(app_target, store_url, create=may_migrate()) as client:
@@ -230,14 +253,24 @@ def start(
             delay=delay,
             start_at=start_at,
             attributes=attributes,
+            debounce=debounce,
+            debounce_key=debounce_key,
+            max_wait=max_wait,
         )
         run = started.run
         if started.created:
             click.echo(f"created run {run.id} (workflow {run.workflow}) in {client.store.url}")
             if run.available_at is not None and run.available_at > run.created_at:
                 click.echo(f"due at {run.available_at.isoformat(timespec='seconds')}")
+        elif debounce is not None:
+            click.echo(f"joined run {run.id} (workflow {run.workflow}) in {client.store.url}")
         else:
             click.echo(f"run {run.id} exists already, with this workflow and input: {run.status}")
+        if run.gathering and run.available_at is not None:
+            click.echo(
+                f"it gathers the starts of key {run.debounce!r} ({run.gathered} so far) and "
+                f"is due at {run.available_at.isoformat(timespec='seconds')}"
+            )
         worker_hint(app_target, client, "for it to run")
 
 

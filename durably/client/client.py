@@ -13,22 +13,22 @@ import copy
 import dataclasses
 import json
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Unpack
 
-from durably.client import approvals, control, dead_letters, restarts
+from durably.client import approvals, control, dead_letters, messages, restarts
 from durably.client.bulk import Bulk
 from durably.client.control import Steered
+from durably.client.messages import Delivered
 from durably.client.reader import RunReader
 from durably.client.starts import (
     Definitions,
     Start,
     Started,
     Starter,
+    StartOptions,
     check_same_start,
     new_run,
     workflow_of,
@@ -42,21 +42,17 @@ from durably.codec.encoding import (
 from durably.codec.parameters import NO_HINT
 from durably.core.approvals import ESCALATION
 from durably.core.audit import Action, Via, audit_of
-from durably.core.control import CONTROL_KINDS
 from durably.core.names import check_name
 from durably.core.payloads import Decision
-from durably.core.signals import SIGNAL_KIND, check_signal_name
-from durably.core.status import RunStatus
-from durably.durations import Duration
+from durably.core.signals import SIGNAL_KIND
 from durably.errors import (
     DurablyError,
     RunConflict,
-    RunNotFound,
 )
-from durably.stores import Message, NewRun, RunRecord, SentOutcome, Store
+from durably.stores import NewRun, RunRecord, Store
 from durably.workflow.definitions import Workflow
 
-__all__ = ["Client", "Delivered", "Released"]
+__all__ = ["Client", "Released"]
 
 _SKIPPED = "the result given for the skipped step"
 
@@ -67,15 +63,6 @@ class Released:
 
     worker: str
     count: int
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """A message in a run's inbox: its id there, and False if a message with the same
-    dedupe_key was there already (this one was not stored again)."""
-
-    message_id: int
-    stored: bool
 
 
 class Client(RunReader):
@@ -124,36 +111,39 @@ class Client(RunReader):
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        id: str | None = None,
-        priority: int | None = None,
-        correlation_id: str | None = None,
         by: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        delay: Duration | None = None,
-        start_at: datetime | None = None,
-        attributes: Mapping[str, str] | None = None,
+        **options: Unpack[StartOptions],
     ) -> Started:
         """Start a run (with a random id if none is given), or find the run with this `id`.
 
         The arguments are checked against the workflow's parameters: PayloadError if they do
         not fit or would not read back unchanged. RunConflict if the id is taken by a run of
-        another workflow or with another input. `priority`: 0 to 1,000 (default: the
-        workflow's, else 0); a start that finds its run keeps the run's priority.
-        `correlation_id`: recorded with the run (and its children), shown everywhere and
-        searched by; default: the caller's OpenTelemetry trace id, if it has one.
-        `by`: the person who starts it, recorded in the audit trail (a start through the CLI,
-        the API or the dashboard is recorded as its caller's; the app's own starts are its
-        work, not a person's action, and are not).
-        `queue`: the queue the run goes on (default: the workflow's, else the default queue);
-        `key`: whose run it is (a customer, a tenant), for its queue's per-key limits and
-        fairness, and to find it by (durably.core.queues). `delay` or `start_at`: the run is
-        due that long after now, or at that time, not at once; it waits as a pending run,
-        costing nothing, and shows its due time. `attributes`: strings to find the run by
-        (`runs(attributes=)`), stored in the clear: PayloadError for a secret-looking name
-        (durably.core.attributes). A start that finds its run keeps the run's own."""
-        given = (id, priority, correlation_id, queue, key, delay, start_at, attributes)
-        return self._create(self._run_of(Start(workflow, args, kwargs, *given), by))
+        another workflow or with another input. `by`: the person who starts it, recorded in
+        the audit trail (a start through the CLI, the API or the dashboard is recorded as its
+        caller's; the app's own starts are its work, not a person's action, and are not).
+
+        `options` (durably.client.starts.StartOptions):
+        - `id`; `priority`: 0 to 1,000 (default: the workflow's, else 0); a start that finds
+          its run keeps the run's priority.
+        - `correlation_id`: recorded with the run (and its children), shown everywhere and
+          searched by; default: the caller's OpenTelemetry trace id, if it has one.
+        - `queue`: the queue the run goes on (default: the workflow's, else the default
+          queue); `key`: whose run it is (a customer, a tenant), for its queue's per-key
+          limits and fairness, and to find it by (durably.core.queues).
+        - `delay` or `start_at`: the run is due that long after now, or at that time, not at
+          once; it waits as a pending run, costing nothing, and shows its due time.
+        - `attributes`: strings to find the run by (`runs(attributes=)`), stored in the
+          clear: PayloadError for a secret-looking name (durably.core.attributes). A start
+          that finds its run keeps the run's own.
+        - `debounce`, `debounce_key`, `max_wait`: the starts of the workflow with this key
+          make one run, due once none came for `debounce` (at the latest `max_wait` after the
+          first), with the last one's input; `created` is False for those that joined it
+          (durably.core.debounce)."""
+        return self.start_one(Start(workflow, args, kwargs, **options), by=by)
+
+    def start_one(self, start: Start, *, by: str | None = None) -> Started:
+        """`start`, for a start written as a `Start` (what `start_many` takes a batch of)."""
+        return self._create(self._run_of(start, by))
 
     def start_many(self, starts: Sequence[Start]) -> list[Started]:
         """`start` for each, in one transaction; the answers in order.
@@ -167,7 +157,7 @@ class Client(RunReader):
             self.notify()
         conflicts: list[RunConflict] = []
         for run, (record, created) in zip(new, outcomes, strict=True):
-            if not created:
+            if not created and run.debounce is None:
                 try:
                     check_same_start(record, run.workflow, run.input)
                 except RunConflict as conflict:
@@ -182,50 +172,23 @@ class Client(RunReader):
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        id: str | None = None,
-        priority: int | None = None,
-        correlation_id: str | None = None,
         by: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        delay: Duration | None = None,
-        start_at: datetime | None = None,
-        attributes: Mapping[str, str] | None = None,
+        **options: Unpack[StartOptions],
     ) -> Started:
         """`start` from an event loop: the store call runs in a thread (in the caller's
         context, so its trace id is the default correlation id there too)."""
-        start = partial(
-            self.start,
-            id=id,
-            priority=priority,
-            correlation_id=correlation_id,
-            by=by,
-            queue=queue,
-            key=key,
-            delay=delay,
-            start_at=start_at,
-            attributes=attributes,
-        )
-        return await asyncio.to_thread(start, workflow, args, kwargs)
+        return await self.start_one_async(Start(workflow, args, kwargs, **options), by=by)
+
+    async def start_one_async(self, start: Start, *, by: str | None = None) -> Started:
+        """`start_one` from an event loop: the store call runs in a thread."""
+        return await asyncio.to_thread(partial(self.start_one, start, by=by))
 
     async def start_many_async(self, starts: Sequence[Start]) -> list[Started]:
         """`start_many` from an event loop: the store call runs in a thread."""
         return await asyncio.to_thread(self.start_many, starts)
 
     def start_json(
-        self,
-        workflow: str,
-        input: str,
-        *,
-        id: str | None = None,
-        priority: int | None = None,
-        correlation_id: str | None = None,
-        by: str | None = None,
-        queue: str | None = None,
-        key: str | None = None,
-        delay: Duration | None = None,
-        start_at: datetime | None = None,
-        attributes: Mapping[str, str] | None = None,
+        self, workflow: str, input: str, *, by: str | None = None, **options: Unpack[StartOptions]
     ) -> Started:
         """`start` with the input as JSON a person wrote: a list (the arguments by position)
         or an object (by name), each read strictly through its parameter's type hint (an
@@ -233,8 +196,7 @@ class Client(RunReader):
         definition = workflow_of(self.registry, workflow)
         what = f"workflow {definition.name!r}"
         args, kwargs = decode_given_call(input, definition.fn, what=what)
-        given = (id, priority, correlation_id, queue, key, delay, start_at, attributes)
-        return self._create(self._run_of(Start(definition, args, kwargs, *given), by))
+        return self.start_one(Start(definition, args, kwargs, **options), by=by)
 
     # -- a person's actions on parked runs ----------------------------------------------
     # Each is recorded in the run's history with who did it (`by`), and in the audit trail
@@ -418,35 +380,21 @@ class Client(RunReader):
         `data` is encoded as JSON (PayloadError if it would not read back unchanged). A second
         message with the same `dedupe_key` is not stored again. RunNotFound if no run has this
         id; DurablyError if the run has ended."""
-        by = self._who(by)
-        if kind in CONTROL_KINDS:
-            raise DurablyError(
-                f"{kind!r} messages are the engine's own: call {kind}() (or durably {kind}) so "
-                "that the run's state is checked and the command reaches it wherever it is"
-            )
-        what = f"the data of the {kind!r} message"
-        encoded = None if data is None else encode(data, what=what, limit=self.max_payload)
-        # Always a key: a send tried again after its answer was lost is then found, not doubled.
-        key = dedupe_key if dedupe_key is not None else f"durably:{uuid.uuid4().hex}"
-        # In the trail: the signal's name (or the message's kind and name), never its data.
-        if kind == SIGNAL_KIND:
-            audit = audit_of(Action.SIGNAL, by, self.via, signal=name)
-        else:
-            audit = audit_of(Action.MESSAGE, by, self.via, kind=kind, name=name)
-        message = Message(run_id, kind, by, name, encoded, key, audit=audit)
-        sent = self.store.send(message, now=self.clock.now())
-        if sent.outcome is SentOutcome.NO_RUN:
-            raise RunNotFound(f"no run has the id {run_id!r} in {self.store.url}")
-        if sent.outcome is SentOutcome.ENDED:
-            what = f"the {kind} {name!r}" if name else f"the {kind!r} message"
-            raise DurablyError(
-                f"run {run_id!r} has finished ({sent.status}), so {what} cannot reach it: "
-                "a message reaches only a run that has not ended"
-            )
-        assert sent.message_id is not None
-        if sent.outcome is SentOutcome.STORED:
+        delivered = messages.send(
+            self.store,
+            run_id,
+            kind,
+            by=self._who(by),
+            via=self.via,
+            name=name,
+            data=data,
+            dedupe_key=dedupe_key,
+            max_payload=self.max_payload,
+            now=self.clock.now(),
+        )
+        if delivered.stored:
             self.notify()  # a local worker may claim the woken run at once
-        return Delivered(sent.message_id, sent.outcome is SentOutcome.STORED)
+        return delivered
 
     def signal(
         self,
@@ -462,14 +410,7 @@ class Client(RunReader):
         name queue up in the order they were sent. `payload` must be JSON (PayloadError
         otherwise); the same `dedupe_key` twice stores it once. RunNotFound for an unknown
         run; DurablyError, naming its status, for a run that has finished."""
-        check_signal_name(name)
-        run = self.store.get_run(run_id)
-        if run is not None and run.status is RunStatus.COMPENSATION_FAILED:
-            raise DurablyError(
-                f"run {run_id!r} is being undone and an undo failed, so no wait will take the "
-                f"signal {name!r}: retry the undo (durably dlq retry {run_id}), record that you "
-                f"did it by hand (durably dlq skip {run_id}), or fail the run"
-            )
+        messages.check_signal(self.store, run_id, name)
         return self.send(run_id, SIGNAL_KIND, by=by, name=name, data=payload, dedupe_key=dedupe_key)
 
     def signal_json(
@@ -545,15 +486,15 @@ class Client(RunReader):
         run = new_run(item, self.registry, max_payload=self.max_payload, now=self.clock.now())
         if by is None and self.via is Via.LIBRARY:
             return run
-        audit = audit_of(Action.START, self._who(by), self.via)
+        audit = audit_of(Action.START, self._who(by), self.via, debounce=run.debounce)
         return dataclasses.replace(run, audit=audit)
 
     def _create(self, new: NewRun) -> Started:
         record, created = self._starter.create(new)
-        if not created:
-            check_same_start(record, new.workflow, new.input)
-        else:
+        if created:
             self.notify()
+        elif new.debounce is None:  # a debounced start that joined its key's run: no conflict
+            check_same_start(record, new.workflow, new.input)
         return Started(record, created)
 
     def _skip(

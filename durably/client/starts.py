@@ -16,12 +16,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from durably.client.correlation import correlation_of, trace_parent
 from durably.client.ids import new_run_id
 from durably.codec.encoding import encode_call
 from durably.core.attributes import check_attributes
+from durably.core.debounce import debounce_of
 from durably.core.event_data import encode_payload
 from durably.core.names import check_run_id
 from durably.core.payloads import RunStarted
@@ -35,6 +36,7 @@ from durably.workflow.definitions import Step, Workflow
 __all__ = [
     "Definitions",
     "Start",
+    "StartOptions",
     "Started",
     "Starter",
     "check_same_start",
@@ -68,12 +70,36 @@ class Start:
     delay: Duration | None = None  # due this long after the start, not at once
     start_at: datetime | None = None  # due at this time (timezone-aware), not at once
     attributes: Mapping[str, str] | None = None  # to find it by (durably.core.attributes)
+    # Starts of the workflow with this key coalesce into one run, due once they stop for this
+    # long, and at the latest max_wait after the first (durably.core.debounce).
+    debounce: Duration | None = None
+    debounce_key: str | None = None
+    max_wait: Duration | None = None
+
+
+class StartOptions(TypedDict, total=False):
+    """What a start says besides its workflow and arguments: the fields of `Start` after
+    them, as keywords (Client.start says what each does)."""
+
+    id: str | None
+    priority: int | None
+    correlation_id: str | None
+    queue: str | None
+    key: str | None
+    delay: Duration | None
+    start_at: datetime | None
+    attributes: Mapping[str, str] | None
+    debounce: Duration | None
+    debounce_key: str | None
+    max_wait: Duration | None
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
     run: RunRecord
-    created: bool  # False: a run with this id existed already, same workflow and input
+    # False: a run with this id existed already, same workflow and input; or, for a debounced
+    # start, it joined the run its key gathers starts in
+    created: bool
 
 
 Created = tuple[RunRecord, bool]
@@ -181,7 +207,12 @@ def new_run(
     item: Start, registry: Definitions | None, *, max_payload: int | None, now: datetime
 ) -> NewRun:
     """The run to create: the input checked and encoded for its workflow, its priority, its
-    queue and key, when it is due, and its attributes."""
+    queue and key, when it is due (debounced: its key, and when it is due at the latest),
+    and its attributes."""
+    delayed = item.delay is not None or item.start_at is not None
+    debounce = debounce_of(
+        item.debounce, item.debounce_key, item.max_wait, id=item.id, delayed=delayed
+    )
     definition = workflow_of(registry, item.workflow)
     what = f"workflow {definition.name!r}"
     args, kwargs, limit = item.args, item.kwargs or {}, max_payload
@@ -191,6 +222,15 @@ def new_run(
     correlation, trace = correlation_of(item.correlation_id), trace_parent()
     started = RunStarted(correlation_id=correlation, trace_parent=trace)
     data = None if started == RunStarted() else encode_payload(started)
+    if debounce is None:
+        due, due_by = due_time(item.delay, item.start_at, now=now), None
+    elif item.attributes:
+        raise ConfigError(
+            "a debounced start cannot carry attributes: the run it joins keeps its own. "
+            "Start it without attributes, or without debounce"
+        )
+    else:
+        due, due_by = debounce.due(now), debounce.due_by(now)
     assert registry is not None  # workflow_of refused a start without it
     return NewRun(
         new_run_id() if item.id is None else check_run_id(item.id),
@@ -202,7 +242,9 @@ def new_run(
         started=data,
         queue=registry.queue_of(item.queue, definition),
         key=None if item.key is None else check_key(item.key),
-        due=due_time(item.delay, item.start_at, now=now),
+        due=due,
+        debounce=None if debounce is None else debounce.key,
+        due_by=due_by,
         attributes={} if item.attributes is None else check_attributes(item.attributes),
     )
 

@@ -65,6 +65,11 @@ class NewRun:
     due: datetime | None = None  # when it may first be claimed (None: at once)
     # durably.core.attributes: strings to find it by, written with it (in the clear)
     attributes: Mapping[str, str] = field(default_factory=dict)
+    # A debounced start (durably.core.debounce): the key it gathers on, and the latest due time
+    # of the run it makes (None: no cap). create_run joins the gathering run of its workflow
+    # and key, if there is one, instead of making another.
+    debounce: str | None = None
+    due_by: datetime | None = None
     # A person's start: recorded in the audit trail if create_run or create_runs creates it.
     audit: Audit | None = None
 
@@ -91,6 +96,14 @@ class RunRecord:
     correlation_id: str | None = None  # given to start(), or the caller's trace id
     queue: str | None = None  # durably.core.queues: None is the default queue
     key: str | None = None  # given to start(): its queue's per-key limits and fairness
+    debounce: str | None = None  # the debounce key its starts gathered on (durably.core.debounce)
+    due_by: datetime | None = None  # debounced: the latest it may become due (first + max_wait)
+    gathered: int | None = None  # debounced: how many starts it gathered
+
+    @property
+    def gathering(self) -> bool:
+        """Whether it gathers debounced starts still: no worker has claimed it yet."""
+        return self.debounce is not None and self.lease_epoch == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +272,10 @@ class EngineStore(Protocol):
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         """Create a pending run due now (or at `run.due`), with its attributes, in one
-        transaction; if the id exists, return that run and False, writing nothing."""
+        transaction; if the id exists, return that run and False, writing nothing. A
+        debounced run (`run.debounce`) joins the gathering run of its workflow and key if
+        there is one (False): that run takes its input and its due time (never past the
+        run's own `due_by`; not moved while the run has mail), and counts one more start."""
         ...
 
     def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:

@@ -229,8 +229,11 @@ def _running(
 def _pending(
     run: RunRecord, events: Sequence[Event], workers: Sequence[WorkerBeat], now: datetime | None
 ) -> Explanation:
+    later = run.available_at is None or now is None or run.available_at > now
+    if run.gathering and later:
+        return _gathering(run)
     waiting = _waiting_for(run, events)
-    if waiting is not None and (run.available_at is None or now is None or run.available_at > now):
+    if waiting is not None and later:
         return waiting
     due = "now" if run.available_at is None else f"since {_clock(run.available_at)}"
     on = "" if run.queue is None else f" on queue {run.queue}"
@@ -238,6 +241,17 @@ def _pending(
     return Explanation(
         f"queued{on}{key}: due {due}, waiting for a worker to claim it",
         _taker(run, workers, now, when="a worker claims it at its next poll"),
+    )
+
+
+def _gathering(run: RunRecord) -> Explanation:
+    """A debounced run no worker has claimed yet (durably.core.debounce)."""
+    due = "" if run.available_at is None else f", runs at {_clock(run.available_at)}"
+    latest = "" if run.due_by is None else f" ({_clock(run.due_by)} at the latest)"
+    return Explanation(
+        f"debouncing on {run.debounce!r}: {run.gathered} start(s) so far{due}{latest}",
+        "each start with this key meanwhile gives it its input and pushes it back; then a "
+        "worker claims it with the last start's input",
     )
 
 

@@ -124,6 +124,27 @@ class StartIn(BaseModel):
         "api_key, ...) is refused. Names without ':' or '='; values of at most "
         f"{MAX_VALUE} characters",
     )
+    debounce: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="Debounce this start ('30s', '5m'; with debounce_key): the starts of the "
+        "workflow with the key make one run, due once none came for this long, with the last "
+        "one's input. A start that joins that run answers it with 200",
+    )
+    debounce_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME,
+        description="Which starts coalesce (a customer's id, a document's)",
+    )
+    max_wait: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="With debounce: the run is due at the latest this long after the first "
+        "start of its key, however many come",
+    )
 
 
 class ErrorInfoOut(BaseModel):
@@ -153,6 +174,16 @@ class RunOut(BaseModel):
     queue: str = Field(description="The queue it is on (default: the default queue)")
     key: str | None = Field(description="Whose run it is (its queue's per-key limits)")
     attributes: dict[str, str] = Field(description="The strings it was started with, to find it by")
+    debounce_key: str | None = Field(
+        default=None, description="A debounced run: the key its starts gathered on"
+    )
+    gathering: bool = Field(
+        default=False, description="Debounced, not begun yet: a start with its key joins it"
+    )
+    gathered: int | None = Field(default=None, description="Debounced: how many starts so far")
+    due_by: datetime | None = Field(
+        default=None, description="Debounced: the latest it becomes due (first start + max_wait)"
+    )
     now: str | None = Field(default=None, description="What the run is doing now")
     next: str | None = Field(default=None, description="What happens next, or what to do")
 
@@ -184,6 +215,10 @@ class RunOut(BaseModel):
             queue=run.queue or DEFAULT_QUEUE,
             key=run.key,
             attributes=dict(attributes or {}),
+            debounce_key=run.debounce,
+            gathering=run.gathering,
+            gathered=run.gathered,
+            due_by=run.due_by,
             now=None if said is None else said.now,
             next=None if said is None else said.next,
         )

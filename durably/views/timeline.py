@@ -106,6 +106,8 @@ def describe_run(
         pairs.append(("attributes", shown))
     if run.priority:
         pairs.append(("priority", f"{run.priority} (a {run.priority}-minute head start)"))
+    if run.debounce is not None:
+        pairs.append(("debounce", _debounce(run)))
     if run.version is not None:
         pairs.append(("version", _version(run, workers, now)))
     if run.lease_owner:
@@ -130,6 +132,15 @@ def describe_run(
         if cause is not None and run.status is not RunStatus.CANCELLED:
             pairs.append(("root cause", cause))
     return pairs
+
+
+def _debounce(run: RunRecord) -> str:
+    """A debounced run's key and starts: still gathering them, or gathered."""
+    starts = f"{run.gathered} start(s)"
+    latest = "" if run.due_by is None else f", due by {moment(run.due_by)} at the latest"
+    if run.gathering:
+        return f"gathering the starts of key {run.debounce!r}: {starts} so far{latest}"
+    return f"key {run.debounce!r}: {starts} gathered before a worker began it"
 
 
 def _waits_and_progress(run: RunRecord, events: Sequence[Event]) -> list[tuple[str, str]]:

@@ -96,13 +96,15 @@ def ready(state: State) -> StatusOut:
     responses={
         200: {
             "model": RunOut,
-            "description": "The run with this id existed already, with the same workflow and input",
+            "description": "The run with this id existed already, with the same workflow and "
+            "input; or, for a debounced start, the run of its key it joined",
         }
     },
 )
 def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOut:
     """Start a run, idempotent on `id`: the same id with the same input answers the existing
-    run (200); with a different workflow or input, 409."""
+    run (200); with a different workflow or input, 409. A debounced start (`debounce`,
+    `debounce_key`) answers the run its key gathers starts in: 201 if it made it, else 200."""
     started = state.api.start_json(
         body.workflow,
         json.dumps(body.input),
@@ -111,6 +113,9 @@ def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOu
         correlation_id=body.correlation_id,
         by=who.name,
         attributes=body.attributes,
+        debounce=body.debounce,
+        debounce_key=body.debounce_key,
+        max_wait=body.max_wait,
     )
     if not started.created:
         response.status_code = 200

@@ -5,11 +5,13 @@ the test process (run_until_idle) between requests."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import httpx
 
 import durably
 from durably.core.history import EventKind
+from durably.testing import FakeClock
 
 from .conftest import Keys, Live, serving, settle
 from .shop import Payments
@@ -262,3 +264,33 @@ def test_reads_can_be_opened_but_actions_still_need_a_write_token(
         assert web.post("/api/runs/o-1/cancel").status_code == 401
         assert web.get("/runs/o-1").status_code == 200  # the dashboard, for anybody to look
         assert 'data-testid="cancel"' not in web.get("/runs/o-1").text
+
+
+def test_debounced_starts_answer_the_run_their_key_gathers(live: Live) -> None:
+    clock = live.app.clock
+    with httpx.Client(base_url=live.url, headers=live.headers()) as web:
+        body = {"workflow": "checkout", "debounce": "30s", "debounce_key": "cart-9"}
+        made = web.post("/api/runs", json={**body, "input": ["o-1", 5], "max_wait": "5m"})
+        assert made.status_code == 201, made.text
+        joined = web.post("/api/runs", json={**body, "input": ["o-1", 7]})
+        assert joined.status_code == 200, joined.text
+        run = joined.json()
+        assert run["id"] == made.json()["id"]
+        assert (run["status"], run["input"]) == ("pending", {"args": ["o-1", 7], "kwargs": {}})
+        assert (run["debounce_key"], run["gathering"], run["gathered"]) == ("cart-9", True, 2)
+        first = datetime.fromisoformat(made.json()["created_at"])
+        assert datetime.fromisoformat(run["due_by"]) == first + timedelta(minutes=5)
+        assert run["now"].startswith("debouncing on 'cart-9': 2 start(s) so far, runs at ")
+        refused = web.post("/api/runs", json={**body, "input": ["o-1", 7], "id": "o-1"})
+        assert refused.status_code == 422
+        assert "cannot name its run's id ('o-1')" in refused.json()["message"]
+        bad = web.post("/api/runs", json={**body, "input": ["o-1", 7], "debounce": "soon"})
+        assert bad.status_code == 422
+        assert "cannot read 'soon' as a duration" in bad.json()["message"]
+        assert isinstance(clock, FakeClock)
+        clock.advance("30s")
+        settle(live.app, run["id"])
+        ran = web.get(f"/api/runs/{run['id']}").json()
+        assert (ran["status"], ran["gathering"], ran["gathered"]) == ("completed", False, 2)
+        audit = web.get("/api/audit", params={"run_id": run["id"]}).json()["entries"]
+        assert [(entry["by"], entry["action"]) for entry in audit] == [("erin", "start")] * 2

@@ -43,6 +43,7 @@ from durably.stores.protocol import (
 )
 from durably.stores.sql import (
     audit,
+    debounce,
     inbox,
     reads,
     transactions,
@@ -182,22 +183,17 @@ class PostgresStore(SqlStore):
     # -- runs ---------------------------------------------------------------------------
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
-        at = ts(now)
-        params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
-        params["due"] = at if run.due is None else ts(run.due)
-        params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
-        del params["audit"], params["attributes"]
-
-        def create(db: psycopg.Connection[Any]) -> bool:
-            row = db.execute(_CREATE, params).fetchone()
-            created = row is not None and row[0] == 1
-            if created and run.audit is not None:  # in the create's transaction
-                audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
-            return created
-
+        if run.debounce is not None:
+            # One statement (with an audit entry: two, in a transaction). Repeated after a
+            # lost connection: the same input and due time again; the repeat joins the run
+            # the first try made, and counts its start twice.
+            return self._db.run(
+                lambda db: debounce.gather(db, reads.POSTGRES, run, now=now),
+                transaction=run.audit is not None,
+            )
         # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
         # connection is found on the second try as an existing run: (run, False).
-        if self._db.run(create, transaction=run.audit is not None):
+        if self._db.run(lambda db: _create(db, run, now), transaction=run.audit is not None):
             return created_record(run, now), True
         existing = self.get_run(run.id)
         assert existing is not None
@@ -206,6 +202,8 @@ class PostgresStore(SqlStore):
     def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
         if not runs:
             return []
+        if any(run.debounce is not None for run in runs):
+            return self._db.run(lambda db: _create_each(db, runs, now), transaction=True)
         params = {
             "id": [run.id for run in runs],
             "workflow": [run.workflow for run in runs],
@@ -483,6 +481,38 @@ class PostgresStore(SqlStore):
         """In one transaction, under a lock: safe to repeat, it reads the version first."""
         db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         return migrate(db, "postgres", self.url)
+
+
+def _create(db: psycopg.Connection[Any], run: NewRun, now: datetime) -> bool:
+    """Insert `run` with its run_started event and a wake-up, unless its id is taken; its
+    audit entry in the same transaction (the caller's, when it has one)."""
+    at = ts(now)
+    params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
+    params["due"] = at if run.due is None else ts(run.due)
+    params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
+    del params["audit"], params["attributes"]
+    row = db.execute(_CREATE, params).fetchone()
+    created = row is not None and row[0] == 1
+    if created and run.audit is not None:
+        audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
+    return created
+
+
+def _create_each(
+    db: psycopg.Connection[Any], runs: Sequence[NewRun], now: datetime
+) -> list[tuple[RunRecord, bool]]:
+    """A batch with debounced starts in it: each start in turn, in the caller's transaction,
+    so that a start of a key finds the run an earlier one of the batch made. Safe to repeat,
+    like create_run (a debounced start's count aside)."""
+    outcomes: list[tuple[RunRecord, bool]] = []
+    for run in runs:
+        if run.debounce is not None:
+            outcomes.append(debounce.gather(db, reads.POSTGRES, run, now=now))
+        elif _create(db, run, now):
+            outcomes.append((created_record(run, now), True))
+        else:
+            outcomes.append((_runs_by_id(db, [run.id])[run.id], False))
+    return outcomes
 
 
 def _despite_deadlocks(work: Callable[[], T]) -> T:

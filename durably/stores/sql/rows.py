@@ -30,7 +30,7 @@ __all__ = [
 RUN_COLUMNS = (
     "id, workflow, status, input, result, error_class, error_message, created_at, "
     "updated_at, available_at, lease_owner, lease_epoch, event_count, parent, priority, version, "
-    "correlation_id, queue, queue_key"
+    "correlation_id, queue, queue_key, debounce, due_by, gathered"
 )
 EVENT_COLUMNS = "seq, kind, at, position, name, attempt, data"
 _EPOCH = datetime.fromtimestamp(0, UTC)  # the time of an event whose row cannot be read
@@ -65,6 +65,9 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         correlation_id,
         queue,
         key,
+        debounce,
+        due_by,
+        gathered,
     ) = row
     return RunRecord(
         id=id_,
@@ -85,6 +88,9 @@ def run_of(row: Sequence[Any]) -> RunRecord:
         correlation_id=correlation_id,
         queue=queue,
         key=key,
+        debounce=debounce,
+        due_by=None if due_by is None else from_ts(due_by),
+        gathered=gathered,
     )
 
 
@@ -172,4 +178,7 @@ def created_record(run: NewRun, now: datetime) -> RunRecord:
         correlation_id=run.correlation_id,
         queue=run.queue,
         key=run.key,
+        debounce=run.debounce,
+        due_by=None if run.due_by is None else from_ts(ts(run.due_by)),
+        gathered=None if run.debounce is None else 1,
     )

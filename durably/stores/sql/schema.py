@@ -234,6 +234,17 @@ _V9 = [
     ){without_rowid}""",
     "CREATE INDEX durably_bulk_runs_pending ON durably_bulk_runs (job, run_id)"
     " WHERE outcome IS NULL",
+    # Debounced starts (durably.core.debounce): the key a run gathers starts on, the latest it
+    # may become due (its first start + max_wait), and how many starts it gathered.
+    "ALTER TABLE durably_runs ADD COLUMN debounce TEXT",
+    "ALTER TABLE durably_runs ADD COLUMN due_by {real}",
+    "ALTER TABLE durably_runs ADD COLUMN gathered INTEGER",
+    # At most one gathering run per workflow and key, whoever starts: the conflict target of a
+    # debounced start's upsert. A run gathers until a worker first claims it: the claim raises
+    # its lease epoch, which takes it out of this index without writing a column of its own
+    # (claims stay as they were), and the next start of its key makes a new run.
+    "CREATE UNIQUE INDEX durably_runs_gathering ON durably_runs (workflow, debounce)"
+    " WHERE debounce IS NOT NULL AND lease_epoch = 0",
 ]
 
 _VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]

@@ -32,6 +32,7 @@ from durably.stores.protocol import (
 from durably.stores.sql import (
     attributes,
     audit,
+    debounce,
     inbox,
     reads,
     transactions,
@@ -108,6 +109,9 @@ class SQLiteStore(SqlStore):
     # -- runs ---------------------------------------------------------------------------
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
+        if run.debounce is not None:  # due later: no worker to wake
+            with self._write() as db:
+                return debounce.gather(db, reads.SQLITE, run, now=now)
         at = ts(now)
         with self._write() as db:
             created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
@@ -124,13 +128,18 @@ class SQLiteStore(SqlStore):
         at = ts(now)
         created: list[bool] = []
         rows: dict[str, tuple[object, ...]] = {}
+        gathered: dict[int, tuple[RunRecord, bool]] = {}  # debounced starts, by position
         with self._write() as db:
-            for run in runs:
+            for index, run in enumerate(runs):
+                if run.debounce is not None:
+                    gathered[index] = debounce.gather(db, reads.SQLITE, run, now=now)
+                    created.append(False)  # due later: no worker to wake
+                    continue
                 made = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
                 if made:
                     _write_start(db, run, at, now)
                 created.append(made)
-            ids = list(dict.fromkeys(run.id for run in runs))
+            ids = list(dict.fromkeys(run.id for run in runs if run.debounce is None))
             for first in range(0, len(ids), _IDS_PER_READ):
                 chunk = ids[first : first + _IDS_PER_READ]
                 found = db.execute(
@@ -139,7 +148,10 @@ class SQLiteStore(SqlStore):
                 rows.update((row[0], row) for row in found)
         if any(created):
             self._wakeups.notify()
-        return [(run_of(rows[run.id]), made) for run, made in zip(runs, created, strict=True)]
+        return [
+            gathered[index] if index in gathered else (run_of(rows[run.id]), made)
+            for index, (run, made) in enumerate(zip(runs, created, strict=True))
+        ]
 
     def claim(
         self,
