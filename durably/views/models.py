@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from durably.client.approvals import PendingApproval
 from durably.client.audit import AuditPage
@@ -19,7 +19,7 @@ from durably.client.dead_letters import DeadLetter
 from durably.codec.encryption import masked, sealed_key
 from durably.core.attributes import MAX_ATTRIBUTES, MAX_VALUE
 from durably.core.history import ErrorInfo, Event
-from durably.core.names import MAX_NAME, RUN_ID_PATTERN
+from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.priority import MAX_PRIORITY
 from durably.core.queues import DEFAULT_QUEUE
 from durably.core.secrets import redact
@@ -144,6 +144,29 @@ class StartIn(BaseModel):
         max_length=40,
         description="With debounce: the run is due at the latest this long after the first "
         "start of its key, however many come",
+    )
+    queue: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
+        description="The queue it goes on (default: the workflow's); one the app declares",
+    )
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
+        description="Whose run it is (a customer, a tenant): its queue's per-key limits",
+    )
+    delay: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        description="Due this long from now, not at once ('24h', '30m')",
+    )
+    start_at: AwareDatetime | None = Field(
+        default=None, description="Due at this time (ISO 8601, with its zone), not at once"
     )
 
 

@@ -116,6 +116,10 @@ def start(body: StartIn, state: State, who: Writer, response: Response) -> RunOu
         debounce=body.debounce,
         debounce_key=body.debounce_key,
         max_wait=body.max_wait,
+        queue=body.queue,
+        key=body.key,
+        delay=body.delay,
+        start_at=body.start_at,
     )
     if not started.created:
         response.status_code = 200

@@ -294,3 +294,21 @@ def test_debounced_starts_answer_the_run_their_key_gathers(live: Live) -> None:
         assert (ran["status"], ran["gathering"], ran["gathered"]) == ("completed", False, 2)
         audit = web.get("/api/audit", params={"run_id": run["id"]}).json()["entries"]
         assert [(entry["by"], entry["action"]) for entry in audit] == [("erin", "start")] * 2
+
+
+def test_a_start_names_its_key_and_is_due_later(live: Live) -> None:
+    with httpx.Client(base_url=live.url, headers=live.headers()) as web:
+        made = web.post(
+            "/api/runs",
+            json={"workflow": "checkout", "input": ["o-2", 5], "key": "c-42", "delay": "24h"},
+        )
+        assert made.status_code == 201, made.text
+        run = made.json()
+        assert (run["status"], run["key"], run["queue"]) == ("pending", "c-42", "default")
+        due = datetime.fromisoformat(run["due_at"])
+        assert due == datetime.fromisoformat(run["created_at"]) + timedelta(hours=24)
+        unknown = web.post(
+            "/api/runs", json={"workflow": "checkout", "input": ["o-3", 5], "queue": "nope"}
+        )
+        assert unknown.status_code in (400, 422), unknown.text
+        assert "no queue named 'nope'" in unknown.json()["message"]
