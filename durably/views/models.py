@@ -9,18 +9,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from durably.client.approvals import PendingApproval
 from durably.client.audit import AuditPage
 from durably.client.control import Steered
-from durably.client.correlation import MAX_LENGTH
 from durably.client.dead_letters import DeadLetter
 from durably.codec.encryption import masked, sealed_key
-from durably.core.attributes import MAX_ATTRIBUTES, MAX_VALUE
 from durably.core.history import ErrorInfo, Event
-from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
-from durably.core.priority import MAX_PRIORITY
 from durably.core.queues import DEFAULT_QUEUE
 from durably.core.secrets import redact
 from durably.runtime.schedules import ScheduleInfo
@@ -38,25 +34,16 @@ __all__ = [
     "AuditPageOut",
     "BreakerOut",
     "DeadLetterOut",
-    "DecideIn",
     "ErrorOut",
     "EventOut",
-    "FailIn",
     "HistoryOut",
     "QueueOut",
-    "ReasonIn",
     "ReleaseOut",
-    "RestartIn",
-    "RetryIn",
     "RunOut",
     "RunPageOut",
     "ScheduleOut",
-    "SignalIn",
     "SignalOut",
-    "SkipIn",
-    "StartIn",
     "StatusOut",
-    "UpgradeIn",
     "UpgradeOut",
     "WorkerOut",
 ]
@@ -84,90 +71,6 @@ class ReleaseOut(BaseModel):
 class ErrorOut(BaseModel):
     error: str = Field(description="The kind of error: validation, not_found, conflict, ...")
     message: str = Field(description="What is wrong and what to do")
-
-
-class StartIn(BaseModel):
-    model_config = _STRICT
-    workflow: str = Field(min_length=1, max_length=200, description="A workflow of the app")
-    input: list[Any] | dict[str, Any] = Field(
-        default_factory=list,
-        description="The arguments: a list (by position) or an object (by name), read "
-        "through the workflow's parameter types",
-    )
-    id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_NAME,
-        pattern=RUN_ID_PATTERN,
-        description="The run's id (default: a random one); starting an id again is "
-        "idempotent. No control character, no '/'",
-    )
-    priority: int | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_PRIORITY,
-        description="0 to 1000: a minute's head start in the claim order per level "
-        "(default: the workflow's, else 0)",
-    )
-    correlation_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_LENGTH,
-        description="The request this run serves: recorded with it and its children, "
-        "searched by (default: the caller's trace id, if it has one)",
-    )
-    attributes: dict[str, str] | None = Field(
-        default=None,
-        max_length=MAX_ATTRIBUTES,
-        description="Strings to find the run by (GET /api/runs?attr=name:value), e.g. "
-        '{"customer": "42"}: stored unencrypted, so a secret-looking name (password, '
-        "api_key, ...) is refused. Names without ':' or '='; values of at most "
-        f"{MAX_VALUE} characters",
-    )
-    debounce: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=40,
-        description="Debounce this start ('30s', '5m'; with debounce_key): the starts of the "
-        "workflow with the key make one run, due once none came for this long, with the last "
-        "one's input. A start that joins that run answers it with 200",
-    )
-    debounce_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_NAME,
-        description="Which starts coalesce (a customer's id, a document's)",
-    )
-    max_wait: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=40,
-        description="With debounce: the run is due at the latest this long after the first "
-        "start of its key, however many come",
-    )
-    queue: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_NAME,
-        pattern=NAME_PATTERN,
-        description="The queue it goes on (default: the workflow's); one the app declares",
-    )
-    key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_NAME,
-        pattern=NAME_PATTERN,
-        description="Whose run it is (a customer, a tenant): its queue's per-key limits",
-    )
-    delay: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=40,
-        description="Due this long from now, not at once ('24h', '30m')",
-    )
-    start_at: AwareDatetime | None = Field(
-        default=None, description="Due at this time (ISO 8601, with its zone), not at once"
-    )
 
 
 class ErrorInfoOut(BaseModel):
@@ -294,54 +197,6 @@ class HistoryOut(BaseModel):
                 for e, row in zip(events, rows, strict=True)
             ],
         )
-
-
-class SignalIn(BaseModel):
-    model_config = _STRICT
-    data: Any = Field(default=None, description="The signal's payload, any JSON value")
-    dedupe_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=200,
-        description="The same key twice stores the signal once",
-    )
-
-
-class DecideIn(BaseModel):
-    model_config = _STRICT
-    comment: str | None = Field(default=None, max_length=2000)
-
-
-class ReasonIn(BaseModel):
-    model_config = _STRICT
-    reason: str | None = Field(default=None, max_length=2000)
-
-
-class FailIn(BaseModel):
-    model_config = _STRICT
-    reason: str = Field(min_length=1, max_length=2000)
-
-
-class RetryIn(BaseModel):
-    model_config = _STRICT
-    from_step: int | None = Field(
-        default=None, ge=0, description="Run every step from this position again"
-    )
-
-
-class SkipIn(BaseModel):
-    model_config = _STRICT
-    result: Any = Field(default=None, description="The failed step's result, any JSON value")
-
-
-class RestartIn(BaseModel):
-    model_config = _STRICT
-    from_step: int | str | None = Field(
-        default=None,
-        description="A step's position, or its name (default: the first step that failed, "
-        "was cancelled or undone)",
-    )
-    id: str | None = Field(default=None, min_length=1, max_length=MAX_NAME, pattern=RUN_ID_PATTERN)
 
 
 class ActionOut(BaseModel):
@@ -532,12 +387,6 @@ def _parsed(text: str) -> Any:
     if isinstance(value, dict):  # a JSON text in a field (a signal's data): its secrets too
         value = {key: shown(part) if isinstance(part, str) else part for key, part in value.items()}
     return redact(value)
-
-
-class UpgradeIn(BaseModel):
-    model_config = _STRICT
-    workflow: str | None = Field(default=None, description="Only this workflow's runs")
-    dry_run: bool = Field(default=False, description="Say what would move; move nothing")
 
 
 class UpgradeOut(BaseModel):

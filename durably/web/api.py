@@ -24,6 +24,17 @@ from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
 from durably.stores.protocol import Happened, RunRecord
+from durably.views.bodies import (
+    DecideIn,
+    FailIn,
+    ReasonIn,
+    RestartIn,
+    RetryIn,
+    SignalIn,
+    SkipIn,
+    StartIn,
+    UpgradeIn,
+)
 from durably.views.breakers import breakers
 from durably.views.bulk import BulkIn, BulkJobOut, BulkPreviewOut, BulkRunOut
 from durably.views.models import (
@@ -32,23 +43,14 @@ from durably.views.models import (
     AuditPageOut,
     BreakerOut,
     DeadLetterOut,
-    DecideIn,
-    FailIn,
     HistoryOut,
     QueueOut,
-    ReasonIn,
     ReleaseOut,
-    RestartIn,
-    RetryIn,
     RunOut,
     RunPageOut,
     ScheduleOut,
-    SignalIn,
     SignalOut,
-    SkipIn,
-    StartIn,
     StatusOut,
-    UpgradeIn,
     UpgradeOut,
     WorkerOut,
 )

@@ -27,6 +27,7 @@ LAYERS = [
     ("client",),
     ("views",),
     ("observability", "testing"),
+    ("starting",),
     ("app",),
     ("web", "demo"),
     ("cli", "__init__", "__main__"),
