@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,14 @@ def workers(
     return logs
 
 
+@pytest.fixture
+def app(store_url: str) -> Iterator[durably.App]:
+    """The test's own client of the store, closed after it (its wake-up socket too)."""
+    opened = build(durably.App(store_url))
+    yield opened
+    opened.close()
+
+
 def most_at_once(lines: list[str]) -> dict[str, int]:
     """For each key, the most of its steps the ledger shows running at the same time."""
     now: Counter[str] = Counter()
@@ -61,9 +70,11 @@ def owners(app: durably.App, run_id: str) -> set[str]:
 
 @pytest.mark.timeout(180)
 def test_three_workers_never_run_more_of_a_key_than_its_slots(
-    store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    app: durably.App,
+    store_url: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    app = build(durably.App(store_url))
     ledger = str(tmp_path / "ledger.txt")
     logs = workers(store_url, tmp_path, processes, "imports", "imports", "imports")
     keys = [f"customer-{k}" for k in range(4)]
@@ -84,9 +95,11 @@ def test_three_workers_never_run_more_of_a_key_than_its_slots(
 
 @pytest.mark.timeout(180)
 def test_a_key_with_one_run_starts_within_a_claim_cycle_beside_a_key_with_ten_thousand(
-    store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    app: durably.App,
+    store_url: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    app = build(durably.App(store_url))
     ledger = str(tmp_path / "ledger.txt")
     app.start_many([Start("bulk", ("big", n, ledger), key="big") for n in range(10_000)])
     logs = workers(store_url, tmp_path, processes, "bulk", "bulk", "bulk")
@@ -104,9 +117,11 @@ def test_a_key_with_one_run_starts_within_a_claim_cycle_beside_a_key_with_ten_th
 
 @pytest.mark.timeout(180)
 def test_a_worker_never_takes_a_run_of_a_queue_it_does_not_serve(
-    store_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    app: durably.App,
+    store_url: str,
+    tmp_path: Path,
+    processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    app = build(durably.App(store_url))
     ledger = str(tmp_path / "ledger.txt")
     mail = app.start_many([Start("mailed", (n, ledger)) for n in range(30)])
     imports = app.start_many(
