@@ -107,12 +107,13 @@ CLAIMED_AS = {
     "per_key": Queue("q", concurrency_per_key=1),
 }
 CLAIM_LABELS = {"plain": "fair=False", "fair": "fair", "per_key": "fair, 1 per key"}
+DUE_AT = FakeClock().now() - timedelta(hours=1)  # the filled runs': before every claim's time
 
 
 def claims(trial: Trial, size: Depths) -> Values:
     """durably's claims straight on the store (no worker), from a queue of each depth, each
-    claim's runs handed back (untimed) so that every claim sees the same due runs: each
-    claim's ms, by kind of queue. DBOS: none (its claims are not a call of its own)."""
+    claim's runs handed back (untimed), due as before, so that every claim sees the same due
+    runs: each claim's ms, by kind of queue. DBOS: none (its claims are not a call of its own)."""
     if trial.name != "durably":
         return {}
     values: Values = {}
@@ -126,7 +127,8 @@ def claims(trial: Trial, size: Depths) -> Values:
 
 
 def timed_claims(store: Store, queue: Queue, size: Depths) -> list[float]:
-    """`size.claims` claims of `size.take` runs of the queue, each handed back after: ms each."""
+    """`size.claims` claims of `size.take` runs of the queue, each handed back after, due at
+    DUE_AT again: ms each."""
     clock, samples = FakeClock(), []
     for _ in range(size.claims):
         clock.advance(timedelta(milliseconds=1))  # a claim's time tells it from the others
@@ -138,16 +140,15 @@ def timed_claims(store: Store, queue: Queue, size: Depths) -> list[float]:
             raise BenchmarkError(f"a claim from {queue} took {len(taken)} runs, not {size.take}")
         back = RunStatus.PENDING
         store.commit(
-            [Checkpoint(c.run_id, c.epoch, (), back, available_at=now) for c in taken], now=now
+            [Checkpoint(c.run_id, c.epoch, (), back, available_at=DUE_AT) for c in taken], now=now
         )
     return samples
 
 
 @contextmanager
 def filled(trial: Trial, size: Depths) -> Iterator[dict[int, str]]:
-    """A store per depth: its runs of "job" on queue "q", due an hour ago, a thousand a
+    """A store per depth: its runs of "job" on queue "q", due at DUE_AT, a thousand a
     transaction, key n % keys each (vacuumed): its URL (at the durability of the store)."""
-    at = FakeClock().now() - timedelta(hours=1)
     with ExitStack() as stores:
         urls: dict[int, str] = {}
         for due in size.due:
@@ -157,7 +158,7 @@ def filled(trial: Trial, size: Depths) -> Iterator[dict[int, str]]:
             for first in range(0, due, 1_000):
                 keys = [f"k{n % size.keys}" for n in range(first, min(due, first + 1_000))]
                 store.create_runs(
-                    [NewRun(new_run_id(), "job", "[]", queue="q", key=k) for k in keys], now=at
+                    [NewRun(new_run_id(), "job", "[]", queue="q", key=k) for k in keys], now=DUE_AT
                 )
             store.close()
             vacuum(url)
