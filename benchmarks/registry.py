@@ -7,8 +7,9 @@ from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features
+from benchmarks.workloads import engines, features, queues
 from benchmarks.workloads.features import Backlog
+from benchmarks.workloads.queues import Depths, Spread
 
 
 def targets(**limits: tuple[float, float]) -> dict[tuple[str, str], float]:
@@ -140,6 +141,28 @@ DEBOUNCE = Bench(
     (Workload("debounce", engines.debounce, 2_000, 300),),
     engines=("durably", "dbos"),
 )
+QUEUES = Bench(
+    "queues",
+    "queues and keys beside DBOS 3.4: 1 run per key over 10,000 or 100 keys, a small key behind"
+    " a big one's 10,000 runs, W1 on no queue or a queue; claims as a queue's due runs grow",
+    (
+        Workload(
+            "per-key",
+            queues.per_key,
+            (Spread(10_000, 10_000), Spread(10_000, 100)),
+            (Spread(200, 200), Spread(200, 40)),
+        ),
+        Workload("small-key", queues.small_key, (10_000, 5), (500, 5)),
+        Workload("overhead", queues.overhead, (Load(1_000, 3), 100), (Load(200, 3), 50)),
+        Workload(
+            "claims",
+            queues.claims,
+            Depths((1_000, 10_000, 100_000), 10),
+            Depths((1_000, 5_000), 5),
+        ),
+    ),
+    engines=("durably", "dbos"),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -151,5 +174,6 @@ ALL = (
     RETENTION,
     FANOUT,
     DEBOUNCE,
+    QUEUES,
 )
 BENCHES = {bench.name: bench for bench in ALL}

@@ -6,8 +6,11 @@ enqueues every workflow, with a fixed id, on a queue of worker_concurrency C, an
 DBOS.launch() puts the PENDING ones of the same executor id and application version back on
 it; queue-hop and roundtrip enqueue with DBOSClient on a queue served here (in-process) or by a
 `queue-worker` child process; debounce calls Debouncer.debounce (a window of a minute),
-from one thread or 8. Queue workers poll every queue_poll_ms (200 by default, durably's
-idle poll; DBOS's is 1 s), get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode
+from one thread or 8. queue-drain and small-key (the queues benchmark) enqueue a backlog
+first, by a DBOS that serves no queue (DBOS.listen_queues([])), a thousand runs a
+transaction (DBOSClient.enqueue_in_transaction), then launch DBOS again, serving it, in a new
+event loop. Queue workers poll every queue_poll_ms (200 by default, durably's idle poll; DBOS's
+is 1 s), get_result every 10 ms (DBOS's: 1 s). DBOS sets neither journal_mode
 nor synchronous on SQLite and leaves synchronous_commit to the server: this runner puts the
 file in WAL and sets synchronous=FULL or synchronous_commit=on (fast: NORMAL, off) on every
 connection of the process, and reports what the first one read back as "durability".
@@ -34,15 +37,26 @@ from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
-from dbos import DBOS, DBOSClient, DBOSConfig, Debouncer, EnqueueOptions, Queue, SetWorkflowID
+from dbos import (
+    DBOS,
+    DBOSClient,
+    DBOSConfig,
+    Debouncer,
+    EnqueueOptions,
+    Queue,
+    SetEnqueueOptions,
+    SetWorkflowID,
+)
 from sqlalchemy.pool import Pool
 
 from benchmarks.runners import protocol
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 
 RESULT_POLL = 0.01  # seconds between a handle's looks for a finished workflow
+QUEUE_POLL_MS = 200  # a queue worker's poll, unless the harness says otherwise
 READY = "queue worker ready"  # what a queue-worker says on stderr once it serves
 SEEN: dict[str, str] = {}  # the durability settings the first connection read back
+ENDED: list[int] = []  # what each run of keyed in this process returned
 Enqueue = Callable[..., Awaitable[Any]]  # the workflow's arguments -> its handle
 step = DBOS.step()
 add_one, touch, since = step(protocol.add_one), step(protocol.apply_effect), step(protocol.since)
@@ -52,6 +66,14 @@ add_one, touch, since = step(protocol.add_one), step(protocol.apply_effect), ste
 async def chain(x: int, steps: int) -> int:
     for _ in range(steps):
         x = await add_one(x)
+    return x
+
+
+@DBOS.workflow(name="keyed")
+async def keyed(x: int, steps: int) -> int:
+    for _ in range(steps):
+        x = await add_one(x)
+    ENDED.append(x)
     return x
 
 
@@ -93,12 +115,19 @@ def hold_durability(args: SimpleNamespace) -> None:
 
 
 def launch(args: SimpleNamespace) -> None:
-    """DBOS open and ready on the store (migrations done, recovery of this executor begun);
-    the application version and executor id are fixed, so that w3-recover owns w3-work's."""
+    """DBOS open and ready on the store (migrations done, recovery of this executor begun)."""
     hold_durability(args)
+    open_dbos(args)
+
+
+def open_dbos(args: SimpleNamespace, listen: list[str] | None = None) -> None:
+    """DBOS launched, serving the queues `listen` names (None: every queue); the application
+    version and executor id are fixed, so that w3-recover owns w3-work's."""
     config: DBOSConfig = {"name": "bench", "system_database_url": args.url}
     config |= {"application_version": "bench-1", "executor_id": "bench", "enable_otlp": False}
     DBOS(config=config)
+    if listen is not None:
+        DBOS.listen_queues(listen)
     DBOS.launch()
 
 
@@ -215,6 +244,124 @@ async def queue_throughput(args: SimpleNamespace) -> Figures:
     return {"total_seconds": time.perf_counter() - began}
 
 
+def queue_drain(args: SimpleNamespace) -> Figures:
+    """--workflows runs of keyed(i, --steps) enqueued first (backlog), on a plain queue
+    (--queue none) or a partitioned one, at most --per-key runs of a partition at once
+    (per-key) over --keys keys; then DBOS launched again, serving it: timed from there until
+    every run ended."""
+    if args.queue not in ("none", "per-key"):
+        raise BenchmarkError(f"DBOS 3.4 has no queue like durably's {args.queue!r} one")
+    per_key = args.per_key if args.queue == "per-key" else None
+    keyed_by = functools.partial(protocol.key_of, workflows=args.workflows, keys=args.keys)
+    backlog(
+        args,
+        per_key,
+        [(i, args.steps, keyed_by(i) if per_key else None) for i in range(args.workflows)],
+    )
+    return asyncio.run(drain(args))
+
+
+async def drain(args: SimpleNamespace) -> Figures:
+    open_dbos(args)
+    began = time.perf_counter()
+    await ended(args.workflows)
+    seconds = time.perf_counter() - began
+    done = await DBOS.list_workflows_async(
+        status="SUCCESS", queue_name=protocol.QUEUE, load_input=False, load_output=False
+    )
+    expected = [i + args.steps for i in range(args.workflows)]  # keyed(i, steps)
+    if len(done) != args.workflows or sorted(ENDED) != expected:
+        raise BenchmarkError(f"{len(done)} runs succeeded, not {args.workflows} (or wrong sums)")
+    return {"total_seconds": seconds}
+
+
+async def ended(count: int, limit: float = 900) -> None:
+    """Until `count` runs of keyed have ended here, and no run of the queue is left enqueued
+    or running (the last ones' ends committed); looked at every 5 ms, `limit` seconds at most."""
+    deadline = time.monotonic() + limit
+
+    async def left() -> bool:
+        return len(ENDED) < count or bool(
+            await DBOS.list_workflows_async(
+                status=["ENQUEUED", "PENDING"],
+                queue_name=protocol.QUEUE,
+                limit=1,
+                load_input=False,
+                load_output=False,
+            )
+        )
+
+    while await left():
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"{len(ENDED)} runs ended, not {count}, in {limit:g} s")
+        await asyncio.sleep(0.005)
+
+
+def small_key(args: SimpleNamespace) -> Figures:
+    """--backlog runs of partition "big" on a partitioned queue whose partitions may each
+    take all --concurrency slots of the worker; then DBOS launched again, serving it; once
+    it has ended a slot's worth, one run of partition "small" at a time, --samples times:
+    ms from its enqueue to its result."""
+    backlog(args, args.concurrency, [(i, 1, "big") for i in range(args.backlog)])
+    return asyncio.run(small_runs(args))
+
+
+async def small_runs(args: SimpleNamespace) -> Figures:
+    open_dbos(args)
+    queue, small_ms = await DBOS.retrieve_queue_async(protocol.QUEUE), list[float]()
+    deadline = time.monotonic() + 60
+    while len(ENDED) < args.concurrency:  # the worker busy on big
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"{len(ENDED)} runs of big ended in 60 s")
+        await asyncio.sleep(0.001)
+    assert queue is not None, "registered by backlog()"
+    for n in range(args.samples):
+        began = time.perf_counter()
+        with SetEnqueueOptions(queue_partition_key="small"):
+            handle = await queue.enqueue_async(keyed, -1 - n, 1)
+        await results([handle], [-n])
+        small_ms.append(1000 * (time.perf_counter() - began))
+    big_ended = len(ENDED) - args.samples
+    if big_ended >= args.backlog:
+        raise BenchmarkError(f"the backlog of {args.backlog} ran out before the small runs did")
+    return {"small_ms": small_ms, "big_ended": big_ended}
+
+
+def backlog(
+    args: SimpleNamespace, per_key: int | None, runs: list[tuple[int, int, str | None]]
+) -> None:
+    """Queue QUEUE (partitioned if per_key) and `runs` of keyed(x, steps) on it (each in its
+    partition), a thousand a transaction (DBOSClient.enqueue_in_transaction), by a DBOS that
+    serves no queue, destroyed after: a backlog waiting for a worker."""
+
+    async def enqueue() -> None:
+        open_dbos(args, listen=[])
+        await DBOS.register_queue_async(
+            protocol.QUEUE,
+            worker_concurrency=args.concurrency,
+            partition_concurrency=per_key,
+            polling_interval_sec=args.queue_poll_ms / 1000,
+        )
+        client = DBOSClient(system_database_url=args.url, application_name="bench")
+        url = sa.make_url(args.url)
+        engine = sa.create_engine(
+            url if url.drivername == "sqlite" else url.set(drivername="postgresql+psycopg")
+        )
+        options: EnqueueOptions = {"queue_name": protocol.QUEUE, "workflow_name": "keyed"}
+        for first in range(0, len(runs), 1_000):
+            with engine.begin() as connection:
+                for x, steps, key in runs[first : first + 1_000]:
+                    each: EnqueueOptions = (
+                        {**options, "queue_partition_key": key} if key else options
+                    )
+                    client.enqueue_in_transaction(connection, each, x, steps)
+        engine.dispose()
+        client.destroy()
+
+    asyncio.run(enqueue())
+    DBOS.destroy()
+
+
 async def cold_start(args: SimpleNamespace) -> Figures:
     launch(args)
     return {"ready_seconds": time.perf_counter() - STARTED}
@@ -266,15 +413,39 @@ def command(
 
     @functools.wraps(run)
     def sync(args: SimpleNamespace) -> Figures:
-        args.queue_poll_ms = getattr(args, "queue_poll_ms", 200)
-        figures = asyncio.run(run(args)) or {}
-        DBOS.destroy()
-        polls = {"queue_poll_seconds": args.queue_poll_ms / 1000}
-        return {**figures, **polls, "result_poll_seconds": RESULT_POLL, "durability": SEEN}
+        args.queue_poll_ms = getattr(args, "queue_poll_ms", QUEUE_POLL_MS)
+        figures = asyncio.run(run(args))
+        return polled(args, figures or {})
 
     return sync
 
 
+def relaunched(run: Callable[[SimpleNamespace], Figures]) -> Callable[[SimpleNamespace], Figures]:
+    """`run`, which launches DBOS more than once (each in its own event loop: DBOS.destroy
+    shuts the loop's executor down), DBOS destroyed after: as `command`'s."""
+
+    @functools.wraps(run)
+    def sync(args: SimpleNamespace) -> Figures:
+        args.queue_poll_ms = getattr(args, "queue_poll_ms", QUEUE_POLL_MS)
+        hold_durability(args)
+        return polled(args, run(args))
+
+    return sync
+
+
+def polled(args: SimpleNamespace, figures: Figures) -> Figures:
+    """The figures, once DBOS is destroyed, with its polls and the durability it ran at."""
+    DBOS.destroy()
+    polls = {"queue_poll_seconds": args.queue_poll_ms / 1000}
+    return {**figures, **polls, "result_poll_seconds": RESULT_POLL, "durability": SEEN}
+
+
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    main("dbos", [command(run) for run in [*commands, queue_worker, roundtrip, debounce]])
+    main(
+        "dbos",
+        [
+            *(command(run) for run in [*commands, queue_worker, roundtrip, debounce]),
+            *(relaunched(run) for run in [queue_drain, small_key]),
+        ],
+    )

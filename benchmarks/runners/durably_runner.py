@@ -9,7 +9,9 @@ app.start(...).result() here, the worker a `durably worker` process polling once
 that only its wake-ups move a run; starts (durably's own) times --workflows starts on an empty
 store by --mode loop (app.start), batch (start_many of 100) or threads (8 calling app.start);
 debounce times --starts debounced starts (a window of a minute) by --mode one-key, keys (100)
-or threads (8 on one key). The clock of cold-start starts before anything is imported.
+or threads (8 on one key). queue-drain and small-key (the queues benchmark) start a backlog
+first (start_many), on a queue the app declares, then run it.
+The clock of cold-start starts before anything is imported.
 """
 
 # ruff: noqa: E402  (the clock starts before the imports)
@@ -230,6 +232,78 @@ def queue_throughput(args: SimpleNamespace) -> Figures:
     return {"total_seconds": ended - began}
 
 
+def queue_drain(args: SimpleNamespace) -> Figures:
+    """--workflows runs of chain(i, --steps) started first (start_many), on the queue of kind
+    --queue, over --keys keys; only app.run_until_idle (concurrency --concurrency) timed."""
+    app = bench_app(args.store)
+    queue = declare(app, args.queue, args.per_key)
+    keys = args.keys if queue else 0
+    handles = start_backlog(app, args.workflows, args.steps, queue, keys)
+    began = time.perf_counter()
+    finished = app.run_until_idle(concurrency=args.concurrency)
+    seconds = time.perf_counter() - began
+    check_completed(app, handles, Load(args.workflows, args.steps), finished)
+    app.close()
+    return {"total_seconds": seconds}
+
+
+def small_key(args: SimpleNamespace) -> Figures:
+    """--backlog runs of key "big" on a fair queue, then a worker in a thread busy on them
+    (--concurrency slots, every one taken); once it has ended a slot's worth, one run of key
+    "small" at a time, --samples times: ms from app.start to its result."""
+    app = bench_app(args.store)
+    declare(app, "fair", None)
+    start_backlog(app, args.backlog, 1, protocol.QUEUE, 1, key="big")
+    worker, small_ms = app.worker(concurrency=args.concurrency), list[float]()
+    with in_thread(worker) as check:
+        while worker.completed < args.concurrency:
+            check()
+            time.sleep(0.001)
+        for n in range(args.samples):
+            began = time.perf_counter()
+            handle = app.start("chain", n, 1, queue=protocol.QUEUE, key="small")
+            if (result := handle.result(timeout="60s")) != n + 1:
+                raise BenchmarkError(f"a small run returned {result!r}, not {n + 1}")
+            small_ms.append(1000 * (time.perf_counter() - began))
+        big_ended = worker.completed - args.samples
+    app.close()
+    if big_ended >= args.backlog:
+        raise BenchmarkError(f"the backlog of {args.backlog} ran out before the small runs did")
+    return {"small_ms": small_ms, "big_ended": big_ended}
+
+
+def declare(app: durably.App, kind: str, per_key: int | None) -> str | None:
+    """The queue of kind `kind` (protocol.QUEUE_KINDS) declared on `app`: its name, or None
+    for runs on no queue."""
+    if kind not in protocol.QUEUE_KINDS:
+        raise BenchmarkError(f"no queue of kind {kind!r}")
+    if kind != "none":
+        app.queue(protocol.QUEUE, concurrency_per_key=per_key if kind == "per-key" else None)
+    return protocol.QUEUE if kind in ("fair", "per-key") else None
+
+
+def start_backlog(
+    app: durably.App,
+    workflows: int,
+    steps: int,
+    queue: str | None,
+    keys: int,
+    key: str | None = None,
+) -> list[durably.RunHandle]:
+    """chain(i, steps) for i below `workflows`, started a thousand a batch, on `queue`, each
+    with `key`, else over `keys` keys (protocol.key_of; none if 0); the store opened first."""
+    handles: list[durably.RunHandle] = []
+    for first in range(0, workflows, 1_000):
+        batch = range(first, min(workflows, first + 1_000))
+        keyed = [key or (protocol.key_of(i, workflows, keys) if keys else None) for i in batch]
+        starts = [
+            durably.Start("chain", (i, steps), queue=queue, key=k)
+            for i, k in zip(batch, keyed, strict=True)
+        ]
+        handles += app.start_many(starts)
+    return handles
+
+
 def cold_start(args: SimpleNamespace) -> Figures:
     """durably was imported after LOADED: here, App(url), its workflows, the store opened."""
     app = bench_app(args.store)
@@ -300,4 +374,4 @@ def debounce(args: SimpleNamespace) -> Figures:
 
 if __name__ == "__main__":
     commands = [throughput, w3_work, w3_recover, queue_hop, queue_throughput, cold_start]
-    main("durably", [*commands, roundtrip, starts, debounce])
+    main("durably", [*commands, roundtrip, starts, debounce, queue_drain, small_key])

@@ -4,9 +4,10 @@ on the empty store at URL (WAL and synchronous=FULL, or synchronous_commit=on; f
 off). It prints one JSON object, the last line of its stdout, and exits non-zero, saying why,
 if the engine did not do the work. Commands: throughput, w3-work (prints {"started": N}, then
 works until SIGKILLed), w3-recover, queue-hop, queue-throughput, cold-start, roundtrip,
-debounce. Here
-too: the steps both runners share, and W3's effects in a SQLite file outside every store (a
-key applied twice: an effect that happened twice in the world, a card charged twice).
+debounce; the queues benchmark's queue-drain and small-key (on QUEUE, of a kind in
+QUEUE_KINDS, runs keyed by key_of). Here too: the steps both runners share, and W3's effects
+in a SQLite file outside every store (a key applied twice: an effect that happened twice in
+the world, a card charged twice).
 Standard library only: runners import this once their cold-start clock runs."""
 
 import asyncio
@@ -23,6 +24,11 @@ from typing import Any
 
 Figures = dict[str, Any]  # a command's answer
 STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the chain step input that kills a worker process
+QUEUE = "tenants"  # the queue the queue commands put keyed runs on
+# How queue-drain puts its runs on a queue: none (no queue, no key); declared (no queue, no
+# key, by an app that declares a fair queue it never uses); fair (a fair queue, no limits);
+# per-key (at most `per_key` runs of a key at once; DBOS: a partitioned queue).
+QUEUE_KINDS = ("none", "declared", "fair", "per-key")
 _local = threading.local()  # each thread's connection to the effects file
 
 
@@ -92,6 +98,12 @@ def count_effects(path: Path) -> tuple[int, int]:
 def keys(mode: str) -> int:
     """How many debounce keys the starts of a debounce `mode` spread over."""
     return 100 if mode == "keys" else 1
+
+
+def key_of(run: int, workflows: int, keys: int) -> str:
+    """The key of run `run` of `workflows` spread over `keys`: a key's runs are started
+    together, as a customer's batch is."""
+    return f"customer-{run * keys // workflows}"
 
 
 async def add_one(x: int) -> int:
