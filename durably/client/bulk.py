@@ -17,9 +17,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from durably.client import control, dead_letters, restarts
+from durably.clock import Clock
+from durably.core.audit import Via
 from durably.core.bulk import (
     AlreadySettled,
     BulkAction,
@@ -34,9 +36,6 @@ from durably.core.bulk import (
 from durably.core.names import check_name
 from durably.errors import DurablyError, PayloadError, StoreError, UnknownBulkJob
 from durably.stores.protocol import Store
-
-if TYPE_CHECKING:
-    from durably.client.client import Client
 
 __all__ = ["BATCH", "Begun", "Bulk"]
 
@@ -55,11 +54,25 @@ class Begun:
     resumed: bool
 
 
+class Host(Protocol):
+    """What a bulk job needs of the client it acts through."""
+
+    @property
+    def store(self) -> Store: ...
+
+    clock: Clock
+    via: Via
+
+    def who(self, by: str | None) -> str: ...
+
+    def notify(self) -> None: ...
+
+
 class Bulk:
     """Bulk jobs on the client's store, as the client's person (`by`) through its way in
     (`via`); `app.client.bulk`."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Host) -> None:
         self._client = client
 
     @property
@@ -102,7 +115,7 @@ class Bulk:
             if wanted not in _REASONED:
                 raise PayloadError(f"a {wanted} takes no reason: only a cancel or a pause does")
             check_name(reason, "the reason")
-        who = self._client._who(by)
+        who = self._client.who(by)
         new = NewBulkJob(_new_id(), wanted, run_filter, who, self._client.via, reason)
         found = self.unfinished(wanted, run_filter, by=who)
         if found is None and self._store.matching(run_filter, limit=0).total == 0:
@@ -115,7 +128,7 @@ class Bulk:
     ) -> BulkJob | None:
         """The person's unfinished job of this action and filter, if there is one: what
         `begin` resumes."""
-        wanted, who = _action_of(action), self._client._who(by)
+        wanted, who = _action_of(action), self._client.who(by)
         for job in self._store.bulk_jobs(limit=1000, unfinished=True):
             if job.by == who and job.action is wanted and job.filter == run_filter:
                 return job

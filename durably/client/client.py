@@ -205,7 +205,7 @@ class Client(RunReader):
     def retry(self, run_id: str, *, by: str | None = None, from_step: int | None = None) -> None:
         """Fresh attempts for a parked run, with the same idempotency keys (or every step
         from `from_step`, none of which may have completed)."""
-        by = self._who(by)
+        by = self.who(by)
         now, via = self.clock.now(), self.via
         dead_letters.retry(self.store, run_id, now=now, by=by, via=via, from_step=from_step)
         self.notify()
@@ -213,7 +213,7 @@ class Client(RunReader):
     def skip_step(self, run_id: str, *, by: str | None = None, result: Any = None) -> None:
         """Record `result` for the failed step (or answer an escalation); the run goes on.
         It is checked against the step's return type hint like the step's own result."""
-        by = self._who(by)
+        by = self.who(by)
         hint = self._skipped_hint(run_id)
         self._skip(run_id, encode(result, hint, what=_SKIPPED), by)
 
@@ -221,7 +221,7 @@ class Client(RunReader):
         """`skip_step` with the result as JSON a person wrote. With the app's registry it is
         read strictly through the step's return type hint (PayloadError if it does not fit);
         without one, it is recorded as given (it must be JSON)."""
-        by = self._who(by)
+        by = self.who(by)
         if self.registry is None:
             self._skip(run_id, result, by)
             return
@@ -233,7 +233,7 @@ class Client(RunReader):
         self, run_id: str, *, by: str | None = None, reason: str = "failed by a person"
     ) -> None:
         """Give up on a parked run: its completed steps are compensated, then it fails."""
-        by = self._who(by)
+        by = self.who(by)
         now, via = self.clock.now(), self.via
         dead_letters.fail(self.store, run_id, now=now, by=by, via=via, reason=reason)
         self.notify()
@@ -241,7 +241,7 @@ class Client(RunReader):
     def release(self, run_id: str, *, by: str | None = None) -> Released:
         """The run's worker is dead: end the leases it holds, this run's and its others', so
         that the next worker to poll takes them over now. Recorded in the audit trail."""
-        by = self._who(by)
+        by = self.who(by)
         now = self.clock.now()
         worker, count = dead_letters.release(self.store, run_id, now=now)
         entry = audit_of(Action.RELEASE, by, self.via, worker=worker, leases=count)
@@ -252,7 +252,7 @@ class Client(RunReader):
     def record(self, action: Action, *, by: str | None = None) -> None:
         """Record in the audit trail an action that is no write of the store's (a dashboard
         login or logout)."""
-        entry = audit_of(action, self._who(by), self.via)
+        entry = audit_of(action, self.who(by), self.via)
         self.store.record_audit(entry, now=self.clock.now())
 
     # -- steering a run: cancel, pause, resume --------------------------------------------
@@ -262,7 +262,7 @@ class Client(RunReader):
         in flight is cancelled, its completed steps are compensated in reverse order, and it
         ends `cancelled`. A second cancel changes nothing and says so; DurablyError for a run
         that has finished otherwise."""
-        by = self._who(by)
+        by = self.who(by)
         now, via = self.clock.now(), self.via
         steered = control.cancel(self.store, run_id, now=now, by=by, reason=reason, via=via)
         self.notify()
@@ -271,7 +271,7 @@ class Client(RunReader):
     def pause(self, run_id: str, *, by: str | None = None, reason: str | None = None) -> Steered:
         """Pause a pending or running run: it starts no new step or undo (one in flight
         finishes and is recorded), and timers that come due wait, until it is resumed."""
-        by = self._who(by)
+        by = self.who(by)
         now, via = self.clock.now(), self.via
         steered = control.pause(self.store, run_id, now=now, by=by, reason=reason, via=via)
         self.notify()
@@ -279,7 +279,7 @@ class Client(RunReader):
 
     def resume(self, run_id: str, *, by: str | None = None) -> Steered:
         """Resume a paused run from where it stopped."""
-        by = self._who(by)
+        by = self.who(by)
         steered = control.resume(self.store, run_id, now=self.clock.now(), by=by, via=self.via)
         self.notify()
         return steered
@@ -297,7 +297,7 @@ class Client(RunReader):
         default `<run>.restart-<n>`) that reuses the recorded outcomes before that step and
         runs for real from there, with fresh idempotency keys. Both histories link to each
         other."""
-        by = self._who(by)
+        by = self.who(by)
         now, via = self.clock.now(), self.via
         run = restarts.restart(
             self.store, run_id, from_step=from_step, now=now, by=by, via=via, new_id=id
@@ -324,7 +324,7 @@ class Client(RunReader):
     ) -> Decision:
         """Approve or reject the pending approval `name` of a run, as an operator (no token).
         An escalation (`name` "durably.escalate") is answered True or False."""
-        by = self._who(by)
+        by = self.who(by)
         if name == ESCALATION:  # answered like a skipped step; the comment is not recorded
             approvals.check_escalation(self.store, run_id)
             action = Action.APPROVE if approved else Action.REJECT
@@ -347,7 +347,7 @@ class Client(RunReader):
         self, token: str, *, approved: bool, by: str | None = None, comment: str | None = None
     ) -> Decision:
         """Approve or reject the approval `token` was made for: once, whoever holds it."""
-        by = self._who(by)
+        by = self.who(by)
         decision = approvals.decide_with_token(
             self.store,
             token,
@@ -384,7 +384,7 @@ class Client(RunReader):
             self.store,
             run_id,
             kind,
-            by=self._who(by),
+            by=self.who(by),
             via=self.via,
             name=name,
             data=data,
@@ -467,7 +467,7 @@ class Client(RunReader):
 
         return unsubscribe
 
-    def _who(self, by: str | None) -> str:
+    def who(self, by: str | None) -> str:
         """Who acts: `by`, else the client's (recorded in the run's history)."""
         return check_name(self.by if by is None else by, "who acts (by)")
 
@@ -486,7 +486,7 @@ class Client(RunReader):
         run = new_run(item, self.registry, max_payload=self.max_payload, now=self.clock.now())
         if by is None and self.via is Via.LIBRARY:
             return run
-        audit = audit_of(Action.START, self._who(by), self.via, debounce=run.debounce)
+        audit = audit_of(Action.START, self.who(by), self.via, debounce=run.debounce)
         return dataclasses.replace(run, audit=audit)
 
     def _create(self, new: NewRun) -> Started:
