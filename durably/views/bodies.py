@@ -4,9 +4,9 @@ name). What it answers is in durably.views.models."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from durably.client.correlation import MAX_LENGTH
 from durably.core.attributes import MAX_ATTRIBUTES, MAX_VALUE
@@ -26,6 +26,14 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid")
+
+
+def _time_text(value: object) -> object:
+    """A time as a person writes it in JSON: a text, not a number (which pydantic would read
+    as seconds since 1970, a time nobody meant)."""
+    if isinstance(value, str):
+        return value
+    raise ValueError("a time is an ISO 8601 text with its zone, e.g. 2026-12-01T09:00:00+00:00")
 
 
 class StartIn(BaseModel):
@@ -107,7 +115,7 @@ class StartIn(BaseModel):
         max_length=40,
         description="Due this long from now, not at once ('24h', '30m')",
     )
-    start_at: AwareDatetime | None = Field(
+    start_at: Annotated[AwareDatetime, BeforeValidator(_time_text)] | None = Field(
         default=None, description="Due at this time (ISO 8601, with its zone), not at once"
     )
 
