@@ -66,6 +66,7 @@ from durably.workflow.definitions import Step, StepOptions, Workflow
 from durably.workflow.determinism import deprecated_patch, now, patched, random, uuid4
 from durably.workflow.gather import gather
 from durably.workflow.heartbeats import heartbeat, last_heartbeat
+from durably.workflow.outputs import close_stream, progress, set_event, write_stream
 from durably.workflow.people import approval, escalate
 from durably.workflow.waits import sleep, sleep_until, wait_for_signal
 
@@ -124,6 +125,7 @@ __all__ = [
     "WorkflowFailed",
     "approval",
     "cancelled",
+    "close_stream",
     "connection",
     "continue_as_new",
     "deprecated_patch",
@@ -134,10 +136,13 @@ __all__ = [
     "last_heartbeat",
     "now",
     "patched",
+    "progress",
     "random",
+    "set_event",
     "sleep",
     "sleep_until",
     "start_child",
     "uuid4",
     "wait_for_signal",
+    "write_stream",
 ]

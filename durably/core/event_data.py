@@ -106,6 +106,7 @@ PAYLOAD_CLASSES: Mapping[EventKind, type[Payload] | None] = {
     EventKind.APPROVAL_ESCALATED: None,
     EventKind.APPROVAL_DECIDED: Decision,
     EventKind.STEP_HEARTBEAT: Result,
+    EventKind.EVENT_SET: Result,
 }
 
 

@@ -64,6 +64,11 @@ class EventKind(StrEnum):
     # durably.patched: which side of a change the run takes (name: the patch; data: true for
     # the new code, false for the old); no position: patches shift no step
     PATCH_DECIDED = "patch_decided"
+    # durably.set_event / durably.progress (name: the event's key; data: its value as JSON).
+    # From workflow code: no position (an event shifts no step); from a step: the step's
+    # position and attempt. The latest value of each key is also kept apart from the history
+    # (it outlives continue_as_new), where callers read and wait for it.
+    EVENT_SET = "event_set"
 
     @classmethod
     def _missing_(cls, value: object) -> EventKind | None:

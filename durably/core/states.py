@@ -36,6 +36,7 @@ _NEUTRAL = frozenset(
         EventKind.PATCH_DECIDED,
         EventKind.VALUE_RECORDED,
         EventKind.CHILD_STARTED,
+        EventKind.EVENT_SET,
     }
 )
 

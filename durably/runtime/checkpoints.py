@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 from durably.clock import Clock
@@ -65,6 +65,9 @@ class HistoryWriter:
         self.outbox: tuple[Message, ...] = ()  # messages to other runs, sent by the next commit
         self.input: str | None = None  # the run continues as new with it, at the next commit
         self.version: str | None = None  # and with this version of its workflow
+        self.publishes = False  # an event was set (EVENT_SET), for the next commit
+        # what the run's streams hold back, to be in the store before the next commit
+        self.before_commit: Callable[[], Awaitable[None]] | None = None
         self._received: set[int] = set()  # every inbox message this writer appended
         self._next_seq = max((event.seq for event in claim.events), default=0) + 1
         self._committer = committer
@@ -83,6 +86,8 @@ class HistoryWriter:
         data: str | None = None,
     ) -> Event:
         event = Event(self._next_seq, kind, self._clock.now(), position, name, attempt, data)
+        if kind is EventKind.EVENT_SET:
+            self.publishes = True
         self.pending.append(event)
         self.events.append(event)
         self._next_seq += 1
@@ -111,20 +116,23 @@ class HistoryWriter:
         """Commit what is pending (and the run's new status, if any), behind the fence."""
         if status is not None:  # a leased run is running: it may move only as the table says
             check_transition(RunStatus.RUNNING, status)
+        if self.before_commit is not None:  # stream items written so far go in first
+            await self.before_commit()
         checkpoint = self.draft(status, result=result, error=error, available_at=available_at)
         try:
             committed = await self._committer.commit(checkpoint)
         except Exception as exc:  # the engine failed, not the workflow: stop, keep nothing
-            self._lose()
+            self.lose()
             raise CheckpointFailed(exc) from exc
         if not committed:
-            self._lose()
+            self.lose()
             raise LeaseLost(
                 f"run {self.run_id!r}: lease epoch {self.epoch} was taken over by another worker; "
                 "this worker's writes are refused"
             )
 
-    def _lose(self) -> None:
+    def lose(self) -> None:
+        """The lease is gone (or a write failed): write nothing more, stop what runs."""
         self.lost = True
         if self._on_lost is not None:
             self._on_lost()
@@ -153,6 +161,7 @@ class HistoryWriter:
         outbox, self.outbox = self.outbox, ()
         new_input, self.input = self.input, None
         version, self.version = self.version, None
+        publishes, self.publishes = self.publishes, False
         return Checkpoint(
             self.run_id,
             self.epoch,
@@ -166,6 +175,7 @@ class HistoryWriter:
             outbox,
             new_input,
             version,
+            publishes=publishes,
         )
 
     def restore(self, draft: Checkpoint) -> None:
@@ -176,6 +186,7 @@ class HistoryWriter:
         self.outbox = draft.messages + self.outbox
         self.input = draft.input if self.input is None else self.input
         self.version = draft.version if self.version is None else self.version
+        self.publishes = self.publishes or draft.publishes
 
     def reserve(self) -> int:
         """The next seq, kept for an event that is made elsewhere (a transaction's outcome,

@@ -72,6 +72,7 @@ from durably.runtime.flow import (
     WaitForPerson,
 )
 from durably.runtime.interrupts import Interrupts
+from durably.runtime.outputs import RunOutputs
 from durably.runtime.patches import Patches
 from durably.runtime.steps import StepRunner
 from durably.runtime.waits import Waits
@@ -137,6 +138,15 @@ class RunExecution:
         self.trace_parent = family.trace_parent  # for the traces (observability.tracing)
         self.children = Children(self, self._writer, engine.registry, lambda: self.deadline)
         self.patches = Patches(self._writer, self._where)
+        store = engine.store
+        self.outputs = RunOutputs(
+            self._writer,
+            committer,
+            lambda writes, now: store.append_stream(claim.run_id, claim.epoch, writes, now=now),
+            self._clock,
+            loop,
+            generation=generations.generation(claim.events),
+        )
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
         self.interrupts = Interrupts()  # async step bodies a cancel cancels

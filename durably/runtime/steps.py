@@ -36,6 +36,7 @@ from durably.runtime.engine import Engine
 from durably.runtime.flow import Suspend
 from durably.runtime.heartbeats import Heartbeats
 from durably.runtime.interrupts import AttemptCancelled, Interrupts
+from durably.runtime.outputs import RunOutputs, StepOutputs
 from durably.workflow.context import StepScope, step_key
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class Running(Protocol):
     call_scope: str
     control: Control
     interrupts: Interrupts
+    outputs: RunOutputs
 
     @property
     def input_secrets(self) -> list[str]: ...
@@ -131,7 +133,10 @@ class StepRunner:
             timeout=step.options.heartbeat_seconds,
             previous=action.heartbeat,
         )
-        scope = StepScope(execution.run_id, position, step.name, action.attempt, key, beats)
+        publisher = StepOutputs(execution.outputs, self._loop, position, step.name, action.attempt)
+        scope = StepScope(
+            execution.run_id, position, step.name, action.attempt, key, beats, outputs=publisher
+        )
         data = event_data.step_started_data(key, input_json, undo=step.compensate_fn is not None)
         transactional = step.options.transactional
         if transactional:  # what came before commits first; its start goes with its outcome

@@ -26,6 +26,7 @@ from typing import Any
 from durably.codec.encryption import PREFIX, Keyring, sealed_key
 from durably.core.audit import Audit, AuditEntry
 from durably.core.history import Event, EventKind
+from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
@@ -52,6 +53,7 @@ SEALED_WHOLE = frozenset(
         EventKind.STEP_SKIPPED,
         EventKind.VALUE_RECORDED,
         EventKind.STEP_HEARTBEAT,
+        EventKind.EVENT_SET,
     }
 )
 # Kinds whose data is a JSON object with one field that holds a value
@@ -326,6 +328,37 @@ class EncryptedStore:
 
     def watch_finished(self, *args: Any, **kwargs: Any) -> Any:
         return self.inner.watch_finished(*args, **kwargs)
+
+    # -- what runs publish: event values and stream items are the workflow's values ------
+
+    def append_stream(
+        self, run_id: str, epoch: int, writes: Sequence[StreamWrite], *, now: datetime
+    ) -> bool:
+        sealed = [
+            write
+            if write.value is None
+            else dataclasses.replace(write, value=self._seal(write.value))
+            for write in writes
+        ]
+        return self.inner.append_stream(run_id, epoch, sealed, now=now)
+
+    def published_events(
+        self, run_id: str, keys: Sequence[str] | None = None
+    ) -> list[PublishedEvent]:
+        found = self.inner.published_events(run_id, keys)
+        return [dataclasses.replace(event, value=self._open(event.value)) for event in found]
+
+    def read_stream(
+        self, run_id: str, key: str, *, offset: int = 0, limit: int = 1_000
+    ) -> list[StreamItem]:
+        items = self.inner.read_stream(run_id, key, offset=offset, limit=limit)
+        return [
+            item if item.value is None else dataclasses.replace(item, value=self._open(item.value))
+            for item in items
+        ]
+
+    def watch_outputs(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.watch_outputs(*args, **kwargs)
 
     def gates(self) -> dict[str, str]:
         return self.inner.gates()

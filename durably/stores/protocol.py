@@ -18,6 +18,7 @@ from durably.core.payloads import MessageReceived
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.stores.bulk import BulkStore
+from durably.stores.outputs import OutputStore
 
 __all__ = [
     "Checkpoint",
@@ -261,6 +262,9 @@ class Checkpoint:
     # A person's action (a leased parked run's retry, skip, fail, decision): recorded in the
     # audit trail if the checkpoint is fenced in (not again when a retried commit finds it in).
     audit: Audit | None = None
+    # Its events set durably events (EVENT_SET): their latest values are kept for callers
+    # (durably.stores.outputs), and callers waiting on the run are woken after the commit.
+    publishes: bool = False
 
 
 class EngineStore(Protocol):
@@ -577,7 +581,7 @@ class OperatorStore(Protocol):
         ...
 
 
-class Store(EngineStore, OperatorStore, BulkStore, Protocol):
+class Store(EngineStore, OperatorStore, BulkStore, OutputStore, Protocol):
     """Every store (SQLite, PostgreSQL) is all three; one contract suite (tests/contract) runs
     against each."""
 

@@ -148,6 +148,7 @@ _VALUES = {
     EventKind.STEP_SKIPPED: "a person gave the result",
     EventKind.VALUE_RECORDED: "recorded",
     EventKind.STEP_HEARTBEAT: "heartbeat",
+    EventKind.EVENT_SET: "set",
 }
 
 

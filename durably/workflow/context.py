@@ -80,6 +80,10 @@ class Execution(Protocol):
     @property
     def patches(self) -> Any: ...
 
+    # durably.set_event / write_stream from workflow code (a runtime.outputs.RunOutputs)
+    @property
+    def outputs(self) -> Publisher: ...
+
     # durably.gather: the calls' results in call order (see runtime.fanout)
     def gather(
         self,
@@ -89,6 +93,15 @@ class Execution(Protocol):
         return_exceptions: bool,
         cancel_on_failure: bool,
     ) -> Coroutine[Any, Any, list[Any]]: ...
+
+
+class Publisher(Protocol):
+    """How code publishes for callers (runtime.outputs): the run's workflow code through
+    `Execution.outputs`, a step's body through `StepScope.outputs`. Values are JSON."""
+
+    def set_event(self, key: str, value: str) -> None: ...
+
+    def write(self, key: str, value: str | None) -> None: ...  # None: the stream's end
 
 
 class Beats(Protocol):
@@ -111,6 +124,7 @@ class StepScope:
     key: str
     beats: Beats | None = None  # a step body's (none for compensations)
     connection: Any = None  # a transactional step's, to write through (durably.connection)
+    outputs: Publisher | None = None  # a step body's: durably.set_event / write_stream
 
 
 class ReplayFrontier(BaseException):

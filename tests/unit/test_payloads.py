@@ -226,6 +226,7 @@ WRITTEN: list[tuple[EventKind, str, Payload]] = [
         Decision(True, "maria", AT, None, "token"),
     ),
     (EventKind.STEP_HEARTBEAT, '{"rows": 1200}', Result('{"rows": 1200}')),
+    (EventKind.EVENT_SET, '{"done": 3, "total": 5}', Result('{"done": 3, "total": 5}')),
     (
         EventKind.RUN_STARTED,
         '{"restarted_from": "order-7", "from_step": 2, "by": "erin"}',

@@ -13,12 +13,13 @@ import psycopg
 
 from durably.core.status import RunStatus
 from durably.stores.protocol import Checkpoint
-from durably.stores.sql import audit, effects, reads
+from durably.stores.sql import audit, effects, outputs, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, ts
 
-__all__ = ["EVENT_ARRAYS", "WAKE_CHANNEL", "Batch", "commit_sql"]
+__all__ = ["EVENT_ARRAYS", "OUTPUTS_CHANNEL", "WAKE_CHANNEL", "Batch", "commit_sql"]
 
 WAKE_CHANNEL = "durably_due"
+OUTPUTS_CHANNEL = "durably_outputs"  # payload: the ids of runs that published, a line each
 
 _COMMIT = """
 WITH v AS (
@@ -125,6 +126,12 @@ EVENT_ARRAYS = (
 )
 
 
+def run_lines(run_ids: Sequence[str]) -> str:
+    """A NOTIFY payload naming runs, a line each ("": any run, past the 8,000-byte limit)."""
+    text = "\n".join(run_ids)
+    return text if len(text) < 7_900 else ""
+
+
 class Batch:
     """Checkpoints to commit in one statement: `apply(db)` runs it on a connection (in a
     transaction when `many`: their effects on other runs take more statements) and returns
@@ -153,7 +160,7 @@ class Batch:
         self._acting = [
             c
             for c in checkpoints
-            if c.starts or c.messages or c.input is not None or c.audit is not None
+            if c.starts or c.messages or c.input is not None or c.audit is not None or c.publishes
         ]
         self.many = bool(self._acting)  # more than one statement: in one transaction
 
@@ -161,9 +168,12 @@ class Batch:
         rows = db.execute(commit_sql(again=again, **self._parts), self._values).fetchall()
         fenced_now = {row[0] for row in rows if row[1]}
         woken = False  # effects on other runs of what this statement fenced in
+        published: list[str] = []
         for checkpoint in self._acting:
             if checkpoint.run_id not in fenced_now:
                 continue
+            if checkpoint.publishes and outputs.publish(db, reads.POSTGRES, checkpoint):
+                published.append(checkpoint.run_id)
             if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
                 woken |= effects.apply(db, reads.POSTGRES, checkpoint, now=self._now)
             if checkpoint.audit is not None:  # a person's action, fenced in now: once
@@ -171,4 +181,6 @@ class Batch:
                 audit.record(db, reads.POSTGRES, checkpoint.audit, now=self._now, run_id=run_id)
         if woken:
             db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))  # sent at commit
+        if published:
+            db.execute("SELECT pg_notify(%s, %s)", (OUTPUTS_CHANNEL, run_lines(published)))
         return {row[0] for row in rows}

@@ -29,7 +29,7 @@ from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres import claims
-from durably.stores.postgres.commit import WAKE_CHANNEL, Batch
+from durably.stores.postgres.commit import OUTPUTS_CHANNEL, WAKE_CHANNEL, Batch, run_lines
 from durably.stores.postgres.connections import Connections, redact
 from durably.stores.postgres.listen import Listener
 from durably.stores.protocol import (
@@ -392,14 +392,20 @@ class PostgresStore(SqlStore):
         return Listener(self._url, self.url, _WAKE_CHANNEL, lambda _: wake(), poke).stop
 
     def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        # one notification a batch: the ids of the runs it ended, a line each
+        return self._listen(_DONE_CHANNEL, wake)
+
+    def watch_outputs(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        return self._listen(OUTPUTS_CHANNEL, wake)
+
+    def _listen(self, channel: str, wake: Callable[[str | None], None]) -> Callable[[], None]:
         def heard(payload: str | None) -> None:
-            # one notification a batch: the ids of the runs it ended, a line each ("": a
-            # poke, or too many to name: any run may have ended)
-            for run_id in (payload or "").split("\n") if payload else [None]:
+            # the ids of runs, a line each ("": a poke, or too many to name: any run)
+            for run_id in payload.split("\n") if payload else [None]:
                 wake(run_id)
 
-        poke = functools.partial(self._notify, _DONE_CHANNEL)
-        return Listener(self._url, self.url, _DONE_CHANNEL, heard, poke).stop
+        poke = functools.partial(self._notify, channel)
+        return Listener(self._url, self.url, channel, heard, poke).stop
 
     def _notify(self, channel: str) -> None:
         self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))
@@ -427,6 +433,16 @@ class PostgresStore(SqlStore):
 
     def _writing(self, write: Callable[[Any], R]) -> R:
         return self._db.run(write, transaction=True)
+
+    def _writing_outputs(self, write: Callable[[Any], R], told: Callable[[R], list[str]]) -> R:
+        def writing(db: psycopg.Connection[Any]) -> R:
+            done = write(db)
+            named = told(done)
+            if named:  # sent at commit
+                db.execute("SELECT pg_notify(%s, %s)", (OUTPUTS_CHANNEL, run_lines(named)))
+            return done
+
+        return self._db.run(writing, transaction=True)
 
     def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
         def writing(db: psycopg.Connection[Any]) -> R:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from durably.core.status import FINAL
-from durably.stores.sql import attributes
+from durably.stores.sql import attributes, outputs
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import ts
 
@@ -37,6 +37,7 @@ def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> 
     deleted = db.execute(f"DELETE FROM durably_runs WHERE {runs} AND {ended}", [*more, *params])
     count = int(deleted.rowcount)
     attributes.forget(db, dialect, ids)
+    outputs.forget(db, dialect, ids)
     return count
 
 

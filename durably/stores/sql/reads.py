@@ -46,6 +46,7 @@ class Dialect:
     mark: str  # how a parameter is written
     arrays: bool  # whether a list of values is one array parameter (PostgreSQL)
     whole: str  # the whole part of a positive number, `{}` for it (SQLite may lack floor())
+    row_lock: str = ""  # after a SELECT: hold its rows until the transaction ends (PostgreSQL)
 
     def one_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
         """`column` is one of `values` (none: false), with its parameters."""
@@ -55,7 +56,7 @@ class Dialect:
 
 
 SQLITE = Dialect("?", arrays=False, whole="CAST({} AS INTEGER)")  # `IN ()` matches nothing
-POSTGRES = Dialect("%s", arrays=True, whole="floor({})")
+POSTGRES = Dialect("%s", arrays=True, whole="floor({})", row_lock=" FOR UPDATE")
 
 
 def get_run(db: Connection, dialect: Dialect, run_id: str) -> RunRecord | None:

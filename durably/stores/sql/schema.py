@@ -247,7 +247,35 @@ _V9 = [
     " WHERE debounce IS NOT NULL AND lease_epoch = 0",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+_V10 = [
+    # What runs publish for callers (durably.core.outputs). The latest value of each event key
+    # a run set (its history holds every set; this outlives continue_as_new, and a caller
+    # reads or waits for a key by its primary key), written in the transaction of the
+    # checkpoint that records the set.
+    """CREATE TABLE durably_published_events (
+        run_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        at {real} NOT NULL,
+        PRIMARY KEY (run_id, key)
+    ){without_rowid}""",
+    # Streams: items in the order written (`item`: 0, 1, ... per run and key; value NULL: the
+    # stream's end). `place` names the write (durably.core.outputs): the same place written
+    # again (a replay, a step retried after a crash) is ignored, so no item is there twice.
+    """CREATE TABLE durably_stream_items (
+        run_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        item INTEGER NOT NULL,
+        value TEXT,
+        place TEXT NOT NULL,
+        attempt INTEGER,
+        at {real} NOT NULL,
+        PRIMARY KEY (run_id, key, item)
+    ){without_rowid}""",
+    "CREATE UNIQUE INDEX durably_stream_places ON durably_stream_items (run_id, key, place)",
+]
+
+_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).

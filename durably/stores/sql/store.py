@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from durably.core.audit import Audit, AuditEntry
 from durably.core.bulk import BulkJob, BulkRun, Matching, NewBulkJob, Outcome, RunFilter
 from durably.core.history import Event
+from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.status import RunStatus
 from durably.stores.protocol import (
     Ended,
@@ -39,6 +40,7 @@ from durably.stores.sql import (
     effects,
     forking,
     inbox,
+    outputs,
     pruning,
     reads,
     rekeying,
@@ -74,6 +76,11 @@ class SqlStore(ABC):
     def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
         """`write(connection)` in one transaction; if `woke(its answer)`, runs are due now:
         the workers listening are woken once it has committed."""
+
+    @abstractmethod
+    def _writing_outputs(self, write: Callable[[Any], R], told: Callable[[R], list[str]]) -> R:
+        """`write(connection)` in one transaction; callers waiting on the runs `told(its
+        answer)` names are woken once it has committed (durably.stores.outputs)."""
 
     @abstractmethod
     def _update_state(
@@ -161,6 +168,28 @@ class SqlStore(ABC):
             self._writing_waking(lambda db: waking.wake(db, self.dialect, run_ids, now=now), bool)
 
     # -- reading ------------------------------------------------------------------------
+
+    # -- what runs publish (durably.stores.outputs) ---------------------------------------
+
+    def append_stream(
+        self, run_id: str, epoch: int, writes: Sequence[StreamWrite], *, now: datetime
+    ) -> bool:
+        def append(db: Any) -> bool | None:
+            return outputs.append(db, self.dialect, run_id, epoch, writes, now=now)
+
+        return self._writing_outputs(append, lambda new: [run_id] if new else []) is not None
+
+    def published_events(
+        self, run_id: str, keys: Sequence[str] | None = None
+    ) -> list[PublishedEvent]:
+        return self._reading(lambda db: outputs.events(db, self.dialect, run_id, keys))
+
+    def read_stream(
+        self, run_id: str, key: str, *, offset: int = 0, limit: int = 1_000
+    ) -> list[StreamItem]:
+        return self._reading(
+            lambda db: outputs.stream(db, self.dialect, run_id, key, offset=offset, limit=limit)
+        )
 
     def get_run(self, run_id: str) -> RunRecord | None:
         return self._reading(lambda db: reads.get_run(db, self.dialect, run_id))

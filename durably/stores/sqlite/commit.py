@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from durably.stores.protocol import Checkpoint
-from durably.stores.sql import audit, effects, inbox, reads
+from durably.stores.sql import audit, effects, inbox, outputs, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, from_ts
 
 __all__ = ["apply"]
@@ -66,6 +66,8 @@ def apply(
                 _INSERT_EVENT, [event_row(checkpoint.run_id, e) for e in checkpoint.events]
             )
             inbox.consume(db, reads.SQLITE, checkpoint.run_id, checkpoint.consumed)
+            if checkpoint.publishes:
+                outputs.publish(db, reads.SQLITE, checkpoint)
             if checkpoint.starts or checkpoint.messages or checkpoint.input is not None:
                 woken = effects.apply(db, reads.SQLITE, checkpoint, now=from_ts(at))
                 due_now |= woken

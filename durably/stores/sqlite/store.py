@@ -6,6 +6,7 @@ a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers 
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
@@ -100,6 +101,7 @@ class SQLiteStore(SqlStore):
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._wakeups = LocalWakeups(self.path)
         self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
+        self._outputs = LocalWakeups(self.path, "outputs")  # runs that published, to callers
         if create:
             self.schema_found = self._migrate()
         else:
@@ -267,6 +269,11 @@ class SQLiteStore(SqlStore):
         ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
         if ended:
             self._finishes.notify(run_messages(ended))
+        published = [
+            c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and c.publishes
+        ]
+        if published:
+            self._outputs.notify(run_messages(published))
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         at = ts(now)
@@ -281,13 +288,18 @@ class SQLiteStore(SqlStore):
         return self._wakeups.watch(lambda _message: wake())
 
     def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
-        def heard(message: bytes) -> None:
-            if not message:  # any run
-                wake(None)
-            for run_id in message.decode().splitlines():
-                wake(run_id)
+        return self._finishes.watch(functools.partial(_heard, wake))
 
-        return self._finishes.watch(heard)
+    def watch_outputs(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
+        return self._outputs.watch(functools.partial(_heard, wake))
+
+    def _writing_outputs(self, write: Callable[[Any], R], told: Callable[[R], list[str]]) -> R:
+        with self._write() as db:
+            done = write(db)
+        named = told(done)
+        if named:
+            self._outputs.notify(run_messages(named))
+        return done
 
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
@@ -310,6 +322,7 @@ class SQLiteStore(SqlStore):
         self._local = threading.local()
         self._wakeups.close()
         self._finishes.close()
+        self._outputs.close()
 
     # -- connections and transactions ---------------------------------------------------
 
@@ -467,6 +480,14 @@ def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
         run.queue,
         run.key,
     )
+
+
+def _heard(wake: Callable[[str | None], None], message: bytes) -> None:
+    """A datagram of run ids, one a line, given to `wake` one by one (empty: any run)."""
+    if not message:
+        wake(None)
+    for run_id in message.decode().splitlines():
+        wake(run_id)
 
 
 def _write_start(db: sqlite3.Connection, run: NewRun, at: float, now: datetime) -> None:
