@@ -48,6 +48,7 @@ __all__ = [
     "DeadlineExceeded",
     "DurablyError",
     "Escalated",
+    "EventNotSet",
     "HeartbeatTimeout",
     "LeaseLost",
     "MissingCompensation",
@@ -115,6 +116,10 @@ class RunConflict(DurablyError):
 
 class RunNotFound(DurablyError):
     """No run has that id."""
+
+
+class EventNotSet(DurablyError, LookupError):
+    """A run ended without setting the event a caller waited for (durably.set_event)."""
 
 
 class UnknownWorkflow(DurablyError):

@@ -4,10 +4,14 @@ through the client that made it."""
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from durably.client.client import Client
 from durably.client.outcomes import DEFAULT_POLL
+from durably.client.published import MISSING
+from durably.core.outputs import Progress, StreamItem
 from durably.core.status import RunStatus
 from durably.durations import Duration
 
@@ -48,6 +52,96 @@ class RunHandle:
         thread, and the wait for the run's end is on the loop."""
         record = await self.client.wait_async(self.id, timeout=timeout, poll=poll)
         return self.client.outcome(record)
+
+    # -- what the run publishes (durably.set_event, progress, write_stream) -------------
+
+    def get_event(
+        self,
+        key: str,
+        timeout: Duration | None = None,
+        *,
+        default: Any = MISSING,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """The latest value of the run's event `key` (durably.set_event), waiting until the
+        run sets it: woken by the store, without polling (and reading again every `poll` in
+        case that word is lost). If the run ends without setting it: EventNotSet; after
+        `timeout`: TimeoutError; or, with `default=`, that value instead of either."""
+        return self.client.published.get_event(
+            self.id, key, timeout=timeout, default=default, poll=poll
+        )
+
+    async def get_event_async(
+        self,
+        key: str,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (get_event()'s own, on the loop too)
+        *,
+        default: Any = MISSING,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """`get_event` from an event loop: reads run in a thread, the wait is on the loop."""
+        return await self.client.published.get_event_async(
+            self.id, key, timeout=timeout, default=default, poll=poll
+        )
+
+    def events(self) -> dict[str, Any]:
+        """The latest value of each event key the run set, by key."""
+        return self.client.published.events(self.id)
+
+    def progress(self) -> Progress | None:
+        """How far the run got, as durably.progress said last (None: it never said)."""
+        return self.client.published.progress(self.id)
+
+    def read_stream(
+        self,
+        key: str,
+        *,
+        offset: int = 0,
+        timeout: Duration | None = None,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Iterator[Any]:
+        """The values of the run's stream `key` (durably.write_stream), in order, as they
+        are written, from `offset` on (0: the first), until the stream is closed or the run
+        ends. TimeoutError after `timeout` without a new item. `stream_items` gives each
+        item's offset too, to resume from after a break."""
+        for item in self.stream_items(key, offset=offset, timeout=timeout, poll=poll):
+            yield json.loads(item.value or "null")
+
+    def stream_items(
+        self,
+        key: str,
+        *,
+        offset: int = 0,
+        timeout: Duration | None = None,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Iterator[StreamItem]:
+        """`read_stream`'s items as stored: offset, value (JSON), the step attempt that
+        wrote it (None: workflow code), when."""
+        return self.client.published.stream(self.id, key, offset=offset, timeout=timeout, poll=poll)
+
+    async def read_stream_async(
+        self,
+        key: str,
+        *,
+        offset: int = 0,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (read_stream()'s own)
+        poll: Duration = DEFAULT_POLL,
+    ) -> AsyncIterator[Any]:
+        """`read_stream` for an event loop: `async for token in handle.read_stream_async(k)`."""
+        async for item in self.stream_items_async(key, offset=offset, timeout=timeout, poll=poll):
+            yield json.loads(item.value or "null")
+
+    def stream_items_async(
+        self,
+        key: str,
+        *,
+        offset: int = 0,
+        timeout: Duration | None = None,
+        poll: Duration = DEFAULT_POLL,
+    ) -> AsyncIterator[StreamItem]:
+        return self.client.published.stream_async(
+            self.id, key, offset=offset, timeout=timeout, poll=poll
+        )
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

@@ -26,7 +26,14 @@ from durably.durations import Duration, parse_duration
 from durably.errors import StoreUnavailable
 from durably.stores import RunRecord, Store
 
-__all__ = ["DEFAULT_POLL", "Finishes", "Subscription", "wait_for_end", "wait_for_end_async"]
+__all__ = [
+    "DEFAULT_POLL",
+    "Finishes",
+    "Subscription",
+    "Watch",
+    "wait_for_end",
+    "wait_for_end_async",
+]
 
 DEFAULT_POLL = timedelta(seconds=1)
 _OUTAGE_FIRST = 0.05  # seconds; a store outage is re-read sooner than the poll, doubling
@@ -41,7 +48,7 @@ class Subscription:
         self, owner: Finishes, run_id: str, loop: asyncio.AbstractEventLoop | None
     ) -> None:
         self.run_id = run_id
-        self._owner = owner
+        self._owners = [owner]  # every listener it hears from (Finishes.attach)
         self._flag = threading.Event()
         self._loop = loop
         self._async_flag = asyncio.Event() if loop is not None else None
@@ -71,18 +78,30 @@ class Subscription:
                 self._loop.call_soon_threadsafe(self._async_flag.set)
 
     def close(self) -> None:
-        self._owner.unsubscribe(self)
+        for owner in self._owners:
+            owner.unsubscribe(self)
+
+
+# How a listener hears of runs: a store's watch (watch_finished, watch_outputs) given the call
+# to make with each run id it names; returns the stop call.
+Watch = Callable[[Store, Callable[[str | None], None]], Callable[[], None]]
+
+
+def _watch_finished(store: Store, heard: Callable[[str | None], None]) -> Callable[[], None]:
+    return store.watch_finished(heard)
 
 
 class Finishes:
-    """The runs that end, heard once for every waiter of a client.
+    """The runs that end (or, with another `watch`, that publish), heard once for every
+    waiter of a client.
 
     The store's listener starts on the first subscription (a client that never waits pays
     nothing) and stops on `close()`; a later subscription starts it again, on the store the
     client has then (App reopens its store after close)."""
 
-    def __init__(self, store: Callable[[], Store]) -> None:
+    def __init__(self, store: Callable[[], Store], watch: Watch = _watch_finished) -> None:
         self._store = store
+        self._watch = watch
         self._lock = threading.Lock()
         self._starting = threading.Lock()  # held while the listener starts: others wait
         self._waiting: dict[str, set[Subscription]] = {}
@@ -106,7 +125,14 @@ class Finishes:
             if self._stop is None:
                 with contextlib.suppress(StoreUnavailable):
                     # Returns once the listener hears: an end after this is not missed.
-                    self._stop = self._store().watch_finished(self._heard)
+                    self._stop = self._watch(self._store(), self._heard)
+
+    def attach(self, subscription: Subscription) -> None:
+        """Wake `subscription` (another listener's) for its run too, until it closes."""
+        with self._lock:
+            self._waiting.setdefault(subscription.run_id, set()).add(subscription)
+        subscription._owners.append(self)
+        self.listen()
 
     def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:

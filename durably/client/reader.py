@@ -15,6 +15,7 @@ from durably.client.audit import AuditPage, audit_page
 from durably.client.dead_letters import DeadLetter
 from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 from durably.client.pages import RunPage
+from durably.client.published import Published
 from durably.client.starts import Definitions
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import decode
@@ -46,6 +47,8 @@ class RunReader:
         self.registry = registry
         self.clock: Clock = clock or SystemClock()
         self._finishes = Finishes(lambda: self.store)  # listens from the first wait on
+        # what runs publish: events, progress, streams (listens from the first wait on)
+        self.published = Published(lambda: self.store, self.get, self._finishes)
 
     @property
     def store(self) -> Store:
@@ -150,6 +153,7 @@ class RunReader:
         """Stop listening for runs that end (until the next `wait`); the store is not
         closed: it is the caller's."""
         self._finishes.close()
+        self.published.close()
 
     def export(self, run_id: str) -> dict[str, Any]:
         """The run and its whole history as JSON-ready data (`durably runs export`), for a

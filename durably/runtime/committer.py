@@ -263,6 +263,7 @@ def _merged(commits: list[_Commit]) -> list[_Merged]:
                 consumed=first.consumed + checkpoint.consumed,
                 starts=first.starts + checkpoint.starts,
                 messages=first.messages + checkpoint.messages,
+                publishes=first.publishes or checkpoint.publishes,
             )
             before.futures.append(item.future)
             continue
