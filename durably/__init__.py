@@ -40,6 +40,8 @@ from durably.errors import (
     NotInWorkflow,
     PayloadError,
     PoisonPill,
+    QueryFailed,
+    QueryRefused,
     RunCancelled,
     RunConflict,
     RunNotFound,
@@ -54,6 +56,7 @@ from durably.errors import (
     Throttled,
     TransactionAborted,
     TransactionEnded,
+    UnknownQuery,
     UnknownWorkflow,
     WorkflowFailed,
 )
@@ -67,6 +70,7 @@ from durably.workflow.determinism import deprecated_patch, now, patched, random,
 from durably.workflow.gather import gather
 from durably.workflow.heartbeats import heartbeat, last_heartbeat
 from durably.workflow.people import approval, escalate
+from durably.workflow.queries import query
 from durably.workflow.waits import sleep, sleep_until, wait_for_signal
 
 __all__ = [
@@ -95,6 +99,8 @@ __all__ = [
     "PayloadError",
     "PendingApproval",
     "PoisonPill",
+    "QueryFailed",
+    "QueryRefused",
     "Retry",
     "RunCancelled",
     "RunConflict",
@@ -118,6 +124,7 @@ __all__ = [
     "Throttled",
     "TransactionAborted",
     "TransactionEnded",
+    "UnknownQuery",
     "UnknownWorkflow",
     "Worker",
     "Workflow",
@@ -134,6 +141,7 @@ __all__ = [
     "last_heartbeat",
     "now",
     "patched",
+    "query",
     "random",
     "sleep",
     "sleep_until",

@@ -2,7 +2,8 @@
 names what is wrong and what to do: 422 for a body or query that does not fit (naming the
 field), 404 for an unknown run or workflow, 409 for an action the run's state refuses or a
 start that conflicts, 401/403 for a missing or weak token, 429 (with Retry-After) from an
-address locked out for guessing tokens, 503 while the store is down."""
+address locked out for guessing tokens, 503 while the store is down, 504 for a query that got
+no answer in its time."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ _KIND = {
     404: "not_found",
     405: "method_not_allowed",
     429: "locked_out",
+    504: "timeout",
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
