@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features, queues
+from benchmarks.workloads import engines, features, queries, queues
 from benchmarks.workloads.features import Backlog
 from benchmarks.workloads.queues import Depths, Spread
 
@@ -163,6 +163,11 @@ QUEUES = Bench(
     ),
     engines=("durably", "dbos"),
 )
+QUERIES = Bench(
+    "queries",
+    "a query's answer (a replay of the history) for a run of 10, 100 and 1,000 completed steps",
+    (Workload("latency", queries.latency, (10, 100, 1_000), (10, 100)),),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -175,5 +180,6 @@ ALL = (
     FANOUT,
     DEBOUNCE,
     QUEUES,
+    QUERIES,
 )
 BENCHES = {bench.name: bench for bench in ALL}

@@ -40,6 +40,8 @@ from durably.errors import (
     NotInWorkflow,
     PayloadError,
     PoisonPill,
+    QueryFailed,
+    QueryRefused,
     RunCancelled,
     RunConflict,
     RunNotFound,
@@ -54,6 +56,7 @@ from durably.errors import (
     Throttled,
     TransactionAborted,
     TransactionEnded,
+    UnknownQuery,
     UnknownWorkflow,
     WorkflowFailed,
 )
@@ -68,6 +71,7 @@ from durably.workflow.gather import gather
 from durably.workflow.heartbeats import heartbeat, last_heartbeat
 from durably.workflow.outputs import close_stream, progress, set_event, write_stream
 from durably.workflow.people import approval, escalate
+from durably.workflow.queries import query
 from durably.workflow.waits import sleep, sleep_until, wait_for_signal
 
 __all__ = [
@@ -96,6 +100,8 @@ __all__ = [
     "PayloadError",
     "PendingApproval",
     "PoisonPill",
+    "QueryFailed",
+    "QueryRefused",
     "Retry",
     "RunCancelled",
     "RunConflict",
@@ -119,6 +125,7 @@ __all__ = [
     "Throttled",
     "TransactionAborted",
     "TransactionEnded",
+    "UnknownQuery",
     "UnknownWorkflow",
     "Worker",
     "Workflow",
@@ -137,6 +144,7 @@ __all__ = [
     "now",
     "patched",
     "progress",
+    "query",
     "random",
     "set_event",
     "sleep",

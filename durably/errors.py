@@ -23,6 +23,9 @@ DurablyError
 ├── SignalTimeout               durably.wait_for_signal: no signal before its timeout
 ├── RunCancelled                a person cancelled the run (its steps' and its own end)
 ├── NotInWorkflow               a durable call (sleep, now, ...) made outside workflow code
+│   └── QueryRefused            a query handler made a durable call: queries read, never act
+├── UnknownQuery                no handler of that name was registered where the replay got
+├── QueryFailed                 a query handler raised (.error_class and .message)
 ├── ChildFailed                 a child run ended other than completed (its class and message)
 ├── ChildIdTaken                durably.start_child(id=...) named a run that is not its child
 ├── TransactionAborted          a transactional step went on after its SQL failed (retried)
@@ -56,6 +59,8 @@ __all__ = [
     "NotInWorkflow",
     "PayloadError",
     "PoisonPill",
+    "QueryFailed",
+    "QueryRefused",
     "RunCancelled",
     "RunConflict",
     "RunNotFound",
@@ -71,6 +76,7 @@ __all__ = [
     "TransactionAborted",
     "TransactionEnded",
     "UnknownBulkJob",
+    "UnknownQuery",
     "UnknownSchedule",
     "UnknownWorkflow",
     "UnsafeConcurrency",
@@ -212,6 +218,26 @@ class Escalated(DurablyError):
 class NotInWorkflow(DurablyError):
     """A call that is recorded in a workflow's history (durably.sleep, now, ...) was made
     outside workflow code: outside any run, or inside a step. Never retried."""
+
+
+class QueryRefused(NotInWorkflow):
+    """A query handler (durably.query) called a durable function (a step, durably.sleep,
+    ...): a query reads the run's state as replay rebuilt it, it never acts."""
+
+
+class UnknownQuery(DurablyError):
+    """No query handler of that name was registered by the point the run's replay reached
+    (the message lists the names that were)."""
+
+
+class QueryFailed(DurablyError):
+    """A query handler raised: `.error_class` and `.message` are its exception's."""
+
+    def __init__(self, name: str, error_class: str, message: str) -> None:
+        super().__init__(f"query {name!r} raised {error_class}: {message}")
+        self.name = name
+        self.error_class = error_class
+        self.message = message
 
 
 class SignalTimeout(DurablyError):

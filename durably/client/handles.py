@@ -4,6 +4,7 @@ through the client that made it."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from durably.client.client import Client
 from durably.client.outcomes import DEFAULT_POLL
 from durably.client.published import MISSING
+from durably.client.queries import encoded_args
 from durably.core.outputs import Progress, StreamItem
 from durably.core.status import RunStatus
 from durably.durations import Duration
@@ -142,6 +144,24 @@ class RunHandle:
         return self.client.published.stream_async(
             self.id, key, offset=offset, timeout=timeout, poll=poll
         )
+
+    def query(self, name: str, *args: Any, timeout: Duration | None = None) -> Any:
+        """Ask the run the query `name` (a handler its workflow registered with
+        `@durably.query`), passing it `args` (JSON values): its value as the run's state
+        stands at its last checkpoint, or at its end. The run's history is replayed in this
+        process against the app's code, running no step and changing nothing; the cost grows
+        with the history. TimeoutError once `timeout` passes (the replay is abandoned)."""
+        text = encoded_args(name, args)
+        return self.client.ask(self.id, name, text, timeout=timeout).value
+
+    async def query_async(
+        self,
+        name: str,
+        *args: Any,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (query()'s own, in its thread)
+    ) -> Any:
+        """`query` from an event loop: the replay runs in a thread."""
+        return await asyncio.to_thread(functools.partial(self.query, name, *args, timeout=timeout))
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

@@ -9,13 +9,14 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-from durably.client import approvals, dead_letters, exports, pages
+from durably.client import approvals, dead_letters, exports, pages, queries
 from durably.client.approvals import PendingApproval
 from durably.client.audit import AuditPage, audit_page
 from durably.client.dead_letters import DeadLetter
 from durably.client.outcomes import DEFAULT_POLL, Finishes, wait_for_end, wait_for_end_async
 from durably.client.pages import RunPage
 from durably.client.published import Published
+from durably.client.queries import Answer
 from durably.client.starts import Definitions
 from durably.clock import Clock, SystemClock
 from durably.codec.encoding import decode
@@ -170,6 +171,16 @@ class RunReader:
         """The run's events in order; RunNotFound if no run has this id."""
         self.get(run_id)
         return self.store.history(run_id)
+
+    def ask(
+        self, run_id: str, name: str, args: str = "[]", *, timeout: Duration | None = None
+    ) -> Answer:
+        """The run's answer to the query `name` (a handler its workflow registered with
+        durably.query), with `args` (a JSON list): its history is replayed here against the
+        app's code (which this client must know), running no step and writing nothing.
+        TimeoutError once `timeout` passes; see durably.runtime.queries for the rest."""
+        registry = queries.registry_of(self.registry)
+        return queries.ask(self.store, registry, run_id, name, args, timeout=timeout)
 
     def attributes(self, run_id: str) -> dict[str, str]:
         """The attributes the run was started with, by name (durably.core.attributes);

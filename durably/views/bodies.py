@@ -16,6 +16,7 @@ from durably.core.priority import MAX_PRIORITY
 __all__ = [
     "DecideIn",
     "FailIn",
+    "QueryIn",
     "ReasonIn",
     "RestartIn",
     "RetryIn",
@@ -128,6 +129,20 @@ class SignalIn(BaseModel):
         min_length=1,
         max_length=200,
         description="The same key twice stores the signal once",
+    )
+
+
+class QueryIn(BaseModel):
+    model_config = _STRICT
+    args: list[Any] = Field(
+        default_factory=list,
+        description="The handler's arguments by position, each a JSON value",
+    )
+    timeout: float = Field(
+        default=30,
+        gt=0,
+        le=300,
+        description="Seconds to wait for the answer; then 504, and the replay is abandoned",
     )
 
 

@@ -62,6 +62,13 @@ class SignalOut(BaseModel):
     stored: bool = Field(description="False: a signal with the same dedupe_key was there")
 
 
+class QueryOut(BaseModel):
+    run: str
+    query: str
+    answer: Any = Field(description="The handler's value, as JSON")
+    calls: int = Field(description="The recorded calls the replay went through before it")
+
+
 class ReleaseOut(BaseModel):
     run: str
     worker: str = Field(description="The dead worker whose leases were ended")

@@ -9,11 +9,12 @@ need a token with the write role. /api/health and /api/ready are open (for probe
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi import Body as FastBody
+from starlette.exceptions import HTTPException
 
 from durably.client.client import Client
 from durably.client.exports import redacted
@@ -27,6 +28,7 @@ from durably.stores.protocol import Happened, RunRecord
 from durably.views.bodies import (
     DecideIn,
     FailIn,
+    QueryIn,
     ReasonIn,
     RestartIn,
     RetryIn,
@@ -44,6 +46,7 @@ from durably.views.models import (
     BreakerOut,
     DeadLetterOut,
     HistoryOut,
+    QueryOut,
     QueueOut,
     ReleaseOut,
     RunOut,
@@ -313,6 +316,32 @@ def export(run_id: RunId, state: State, who: Reader) -> dict[str, Any]:
     """The run and its whole history, as `durably runs export` writes it (for replay tests),
     with secrets redacted."""
     return redacted(state.client_for(who).export(run_id))
+
+
+@router.post(
+    "/runs/{run_id}/queries/{name}",
+    tags=["runs"],
+    responses={504: {"description": "No answer within the timeout: the replay was abandoned"}},
+)
+def query(
+    run_id: RunId, name: Name, state: State, who: Reader, body: Body[QueryIn] = None
+) -> QueryOut:
+    """Ask the run the query `name` (a handler its workflow registered with durably.query):
+    the server replays the run's history against the app's code, running no step and
+    writing nothing, and answers with the handler's value. A read: it changes nothing."""
+    client = state.client_for(who)
+    if client is not state.client:  # a token that may not see the run's payloads
+        raise HTTPException(
+            403, "a query's answer is made from the run's payloads, which this token may not see"
+        )
+    body = body or QueryIn()
+    try:
+        answer = client.ask(
+            run_id, name, json.dumps(body.args), timeout=timedelta(seconds=body.timeout)
+        )
+    except TimeoutError as exc:
+        raise HTTPException(504, f"{exc} (the body's timeout, in seconds)") from None
+    return QueryOut(run=run_id, query=name, answer=json.loads(answer.text), calls=answer.calls)
 
 
 @router.post("/runs/{run_id}/signals/{name}", tags=["steer"], status_code=202)

@@ -2,7 +2,8 @@
 names what is wrong and what to do: 422 for a body or query that does not fit (naming the
 field), 404 for an unknown run or workflow, 409 for an action the run's state refuses or a
 start that conflicts, 401/403 for a missing or weak token, 429 (with Retry-After) from an
-address locked out for guessing tokens, 503 while the store is down."""
+address locked out for guessing tokens, 503 while the store is down, 504 for a query that got
+no answer in its time."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from durably.errors import (
     RunNotFound,
     StoreUnavailable,
     UnknownBulkJob,
+    UnknownQuery,
     UnknownSchedule,
     UnknownWorkflow,
 )
@@ -35,6 +37,7 @@ _BY_CLASS: Sequence[tuple[type[DurablyError], int, str]] = (
     (UnknownWorkflow, 404, "not_found"),
     (UnknownSchedule, 404, "not_found"),
     (UnknownBulkJob, 404, "not_found"),
+    (UnknownQuery, 404, "not_found"),
     (RunConflict, 409, "conflict"),
     (PayloadError, 422, "validation"),
     (ConfigError, 422, "validation"),
@@ -47,6 +50,7 @@ _KIND = {
     404: "not_found",
     405: "method_not_allowed",
     429: "locked_out",
+    504: "timeout",
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -54,7 +58,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, what in (
         (401, "No token, or one the server does not know"),
         (403, "The token may only read"),
-        (404, "No such run, workflow, schedule or bulk job"),
+        (404, "No such run, workflow, schedule, bulk job or query handler"),
         (409, "The run's state refuses the action, or the id is taken by another start"),
         (422, "The body or query does not fit: the message names the field"),
         (429, "Too many unknown tokens from this address: wait the seconds of Retry-After"),

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from durably.errors import DurablyError, NotInWorkflow
+from durably.errors import DurablyError, NotInWorkflow, QueryRefused
 
 __all__ = [
     "Beats",
@@ -23,6 +23,7 @@ __all__ = [
     "current_step",
     "idempotency_key",
     "in_step",
+    "refuse_in_query",
     "replay_only",
     "step_key",
 ]
@@ -43,6 +44,7 @@ class Waits(Protocol):
 class Execution(Protocol):
     """The run a workflow body executes in, as its step calls see it (a RunExecution)."""
 
+    run_id: str
     is_async: bool
 
     @property
@@ -136,6 +138,8 @@ class ReplayFrontier(BaseException):
 _replay_only: ContextVar[bool] = ContextVar("durably_replay_only", default=False)
 _execution: ContextVar[Execution | None] = ContextVar("durably_execution", default=None)
 _step: ContextVar[StepScope | None] = ContextVar("durably_step", default=None)
+# The name of the query whose handler runs here (durably.workflow.queries), if one does.
+answering: ContextVar[str | None] = ContextVar("durably_answering", default=None)
 
 
 def current_execution() -> Execution | None:
@@ -223,9 +227,24 @@ def cancelled() -> bool:
 # -- what every durable call of workflow code shares ------------------------------------
 
 
+def refuse_in_query(what: str) -> None:
+    """Before a durable call made where no run executes: QueryRefused if a query's handler
+    makes it (its run was replayed, and is not executing: the call would act, or run a step
+    for real)."""
+    name = answering.get()
+    if name is not None:
+        raise QueryRefused(
+            f"the handler of query {name!r} called {what}; a query reads the state the run's "
+            "replay rebuilt and never acts: make the call in the workflow's code, and let the "
+            "handler return what it has"
+        )
+
+
 def here(what: str) -> Execution:
     """The run whose workflow code calls durably.`what`; NotInWorkflow if none does."""
     execution = current_execution()
+    if execution is None:
+        refuse_in_query(f"durably.{what}()")
     if execution is None or in_step():
         where = "inside a step" if execution is not None else "outside a workflow"
         raise NotInWorkflow(

@@ -13,7 +13,7 @@ from durably.codec.encoding import encode_call, return_hint
 from durably.core.retry import Retry
 from durably.core.schedules import Spec
 from durably.errors import ConfigError
-from durably.workflow.context import current_execution, in_step
+from durably.workflow.context import current_execution, in_step, refuse_in_query
 from durably.workflow.versions import code_version, source_tokens
 
 __all__ = ["Schedule", "Step", "StepOptions", "Workflow"]
@@ -66,6 +66,8 @@ class Workflow:
         an async workflow); a ChildFailed if the child does not complete. Anywhere else (a
         test, a step): a plain call of the function."""
         execution = current_execution()
+        if execution is None:
+            refuse_in_query(f"the workflow {self.name!r}")
         if execution is None or in_step():
             return self.fn(*args, **kwargs)
         return execution.children.call(self, args, kwargs)
@@ -115,6 +117,7 @@ class Step:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         execution = current_execution()
         if execution is None:
+            refuse_in_query(f"the step {self.name!r}")
             return self.fn(*args, **kwargs)
         if execution.is_async:
             return execution.call_step(self, args, kwargs)
