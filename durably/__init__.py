@@ -33,6 +33,7 @@ from durably.errors import (
     DeadlineExceeded,
     DurablyError,
     Escalated,
+    EventNotSet,
     HeartbeatTimeout,
     LeaseLost,
     MissingCompensation,
@@ -58,6 +59,7 @@ from durably.errors import (
     TransactionEnded,
     UnknownQuery,
     UnknownWorkflow,
+    UpdateRefused,
     WorkflowFailed,
 )
 from durably.resilience import Breaker, Dependency
@@ -72,6 +74,7 @@ from durably.workflow.heartbeats import heartbeat, last_heartbeat
 from durably.workflow.outputs import close_stream, progress, set_event, write_stream
 from durably.workflow.people import approval, escalate
 from durably.workflow.queries import query
+from durably.workflow.updates import update
 from durably.workflow.waits import sleep, sleep_until, wait_for_signal
 
 __all__ = [
@@ -92,6 +95,7 @@ __all__ = [
     "Escalated",
     "Event",
     "EventKind",
+    "EventNotSet",
     "HeartbeatTimeout",
     "LeaseLost",
     "MissingCompensation",
@@ -127,6 +131,7 @@ __all__ = [
     "TransactionEnded",
     "UnknownQuery",
     "UnknownWorkflow",
+    "UpdateRefused",
     "Worker",
     "Workflow",
     "WorkflowFailed",
@@ -150,6 +155,7 @@ __all__ = [
     "sleep",
     "sleep_until",
     "start_child",
+    "update",
     "uuid4",
     "wait_for_signal",
     "write_stream",

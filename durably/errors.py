@@ -80,6 +80,7 @@ __all__ = [
     "UnknownSchedule",
     "UnknownWorkflow",
     "UnsafeConcurrency",
+    "UpdateRefused",
     "WorkflowFailed",
 ]
 
@@ -126,6 +127,15 @@ class RunNotFound(DurablyError):
 
 class EventNotSet(DurablyError, LookupError):
     """A run ended without setting the event a caller waited for (durably.set_event)."""
+
+
+class UpdateRefused(DurablyError):
+    """The run refused an update (durably.update): `.by` says what refused it ("validator",
+    "handler", or "run" when it ended first), `.error_class` and `.detail` what was raised."""
+
+    def __init__(self, message: str, *, name: str, by: str, error_class: str, detail: str) -> None:
+        super().__init__(message)
+        self.name, self.by, self.error_class, self.detail = name, by, error_class, detail
 
 
 class UnknownWorkflow(DurablyError):

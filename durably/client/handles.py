@@ -9,15 +9,22 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from durably.client import updates
 from durably.client.client import Client
 from durably.client.outcomes import DEFAULT_POLL
 from durably.client.published import MISSING
 from durably.client.queries import encoded_args
 from durably.core.outputs import Progress, StreamItem
 from durably.core.status import RunStatus
+from durably.core.updates import UPDATE_KIND, Answer, Request, answer_key
 from durably.durations import Duration
+from durably.errors import EventNotSet
 
 __all__ = ["RunHandle"]
+
+
+def _dedupe(request: Request) -> str:
+    return f"durably:update:{request.id}"  # the same update sent again is stored once
 
 
 class RunHandle:
@@ -162,6 +169,72 @@ class RunHandle:
     ) -> Any:
         """`query` from an event loop: the replay runs in a thread."""
         return await asyncio.to_thread(functools.partial(self.query, name, *args, timeout=timeout))
+
+    # -- updates (durably.update) --------------------------------------------------------
+
+    def update(
+        self,
+        name: str,
+        *args: Any,
+        timeout: Duration | None = None,
+        update_id: str | None = None,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """Send the run the update `name` with `args` (JSON values) and return its handler's
+        value once the run has applied it (at its workflow's next durable call). The run
+        answers each update once: give `update_id` to ask again after a lost answer (the
+        same id is applied once, and answered with the same value, even after the run ended).
+        UpdateRefused if its validator or handler raised, or if the run ended without
+        applying it; TimeoutError after `timeout`."""
+        request = updates.request(name, args, update_id)
+        answered = self._answered(name, request.id)
+        if answered is not None:
+            return answered
+        self.client.send(
+            self.id, UPDATE_KIND, name=name, data=request.to_data(), dedupe_key=_dedupe(request)
+        )
+        try:
+            data = self.client.published.get_event(
+                self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll
+            )
+        except EventNotSet as exc:
+            raise updates.ended_first(self.id, name) from exc
+        except TimeoutError as exc:
+            raise updates.not_yet(self.id, name, request.id, str(exc)) from exc
+        return Answer.from_data(data).result(name)
+
+    async def update_async(
+        self,
+        name: str,
+        *args: Any,
+        timeout: Duration | None = None,  # noqa: ASYNC109 (update()'s own, on the loop too)
+        update_id: str | None = None,
+        poll: Duration = DEFAULT_POLL,
+    ) -> Any:
+        """`update` from an event loop: store calls run in a thread, the wait is on the loop."""
+        request = updates.request(name, args, update_id)
+        answered = await asyncio.to_thread(self._answered, name, request.id)
+        if answered is not None:
+            return answered
+        await self.client.send_async(
+            self.id, UPDATE_KIND, name=name, data=request.to_data(), dedupe_key=_dedupe(request)
+        )
+        try:
+            data = await self.client.published.get_event_async(
+                self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll
+            )
+        except EventNotSet as exc:
+            raise updates.ended_first(self.id, name) from exc
+        except TimeoutError as exc:
+            raise updates.not_yet(self.id, name, request.id, str(exc)) from exc
+        return Answer.from_data(data).result(name)
+
+    def _answered(self, name: str, update_id: str) -> Any:
+        """The answer already recorded for `update_id` (None: none yet)."""
+        found = self.client.store.published_events(self.id, [answer_key(update_id)])
+        if not found:
+            return None
+        return Answer.from_json(found[0].value).result(name)
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id!r}>"

@@ -21,6 +21,7 @@ from typing import Any
 from durably.client.outcomes import DEFAULT_POLL, Finishes, Subscription
 from durably.core.outputs import PROGRESS, Progress, PublishedEvent, StreamItem, check_key
 from durably.core.status import FINAL
+from durably.core.updates import is_answer_key
 from durably.durations import Duration, parse_duration
 from durably.errors import EventNotSet
 from durably.stores.protocol import RunRecord, Store
@@ -56,16 +57,15 @@ class Published:
 
     def events(self, run_id: str) -> dict[str, Any]:
         """The latest value of each event key the run set (RunNotFound for no such run)."""
-        found = self._store().published_events(run_id)
-        if not found:
-            self._get(run_id)
-        return {event.key: json.loads(event.value) for event in found}
+        return {event.key: json.loads(event.value) for event in self.event_records(run_id)}
 
     def event_records(self, run_id: str) -> list[PublishedEvent]:
+        """The run's events as stored, but for the answers to updates (durably.core.updates),
+        which their callers read."""
         found = self._store().published_events(run_id)
         if not found:
             self._get(run_id)
-        return found
+        return [event for event in found if not is_answer_key(event.key)]
 
     def progress(self, run_id: str) -> Progress | None:
         """What durably.progress said last in the run (None: it never did)."""

@@ -75,6 +75,7 @@ from durably.runtime.interrupts import Interrupts
 from durably.runtime.outputs import RunOutputs
 from durably.runtime.patches import Patches
 from durably.runtime.steps import StepRunner
+from durably.runtime.updates import Updates
 from durably.runtime.waits import Waits
 from durably.stores.protocol import Claim, Delivery
 from durably.workflow.context import (
@@ -147,6 +148,7 @@ class RunExecution:
             loop,
             generation=generations.generation(claim.events),
         )
+        self.updates = Updates(self._writer, self.outputs)
         self._phase: RunPhase | None = None
         self.control = Control()  # what people asked of the run (cancel, pause), so far
         self.interrupts = Interrupts()  # async step bodies a cancel cancels
@@ -411,6 +413,7 @@ class RunExecution:
         position = self._position
         self._position += 1
         action = next_action(self._phase.steps, position, step.name)
+        self.updates.before_call(position, new=not isinstance(action, Replay))
         if isinstance(action, Replay):
             return replayed(step, action.record)
         return await self._steps.run(step, position, action, args, kwargs, hide=hide)
@@ -490,7 +493,9 @@ class RunExecution:
         assert self._phase is not None
         position = self._position
         self._position += 1
-        return position, next_wait(self._phase.steps, position, name)
+        record = next_wait(self._phase.steps, position, name)
+        self.updates.before_call(position, new=record is None or not record.completed)
+        return position, record
 
     # -- time ---------------------------------------------------------------------------
 

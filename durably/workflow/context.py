@@ -82,6 +82,10 @@ class Execution(Protocol):
     @property
     def patches(self) -> Any: ...
 
+    # durably.update handlers (a runtime.updates.Updates: register)
+    @property
+    def updates(self) -> Any: ...
+
     # durably.set_event / write_stream from workflow code (a runtime.outputs.RunOutputs)
     @property
     def outputs(self) -> Publisher: ...
@@ -202,6 +206,11 @@ def replay_only() -> Iterator[None]:
         yield
     finally:
         _replay_only.reset(token)
+
+
+def replaying_only() -> bool:
+    """Whether workers here only replay (a rehearsal, a query): they make nothing new."""
+    return _replay_only.get()
 
 
 def at_frontier(what: str) -> None:
