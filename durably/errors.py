@@ -63,6 +63,7 @@ __all__ = [
     "QueryRefused",
     "RunCancelled",
     "RunConflict",
+    "RunEnded",
     "RunNotFound",
     "SchemaTooNew",
     "SchemaTooOld",
@@ -127,6 +128,10 @@ class RunNotFound(DurablyError):
 
 class EventNotSet(DurablyError, LookupError):
     """A run ended without setting the event a caller waited for (durably.set_event)."""
+
+
+class RunEnded(DurablyError):
+    """A message (a signal, an update) was sent to a run that has ended: none reaches it."""
 
 
 class UpdateRefused(DurablyError):

@@ -11,6 +11,7 @@ from durably.cli import (  # noqa: F401  (each registers its commands)
     schema,
     serve,
     steer,
+    updates,
 )
 from durably.cli.base import cli, main
 

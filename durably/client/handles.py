@@ -18,7 +18,7 @@ from durably.core.outputs import Progress, StreamItem
 from durably.core.status import RunStatus
 from durably.core.updates import UPDATE_KIND, Answer, Request, answer_key
 from durably.durations import Duration
-from durably.errors import EventNotSet
+from durably.errors import EventNotSet, RunEnded
 
 __all__ = ["RunHandle"]
 
@@ -178,6 +178,7 @@ class RunHandle:
         *args: Any,
         timeout: Duration | None = None,
         update_id: str | None = None,
+        by: str | None = None,
         poll: Duration = DEFAULT_POLL,
     ) -> Any:
         """Send the run the update `name` with `args` (JSON values) and return its handler's
@@ -185,14 +186,24 @@ class RunHandle:
         answers each update once: give `update_id` to ask again after a lost answer (the
         same id is applied once, and answered with the same value, even after the run ended).
         UpdateRefused if its validator or handler raised, or if the run ended without
-        applying it; TimeoutError after `timeout`."""
+        applying it; TimeoutError after `timeout`. `by`: who sends it, for the audit trail."""
         request = updates.request(name, args, update_id)
         answered = self._answered(name, request.id)
         if answered is not None:
             return answered
-        self.client.send(
-            self.id, UPDATE_KIND, name=name, data=request.to_data(), dedupe_key=_dedupe(request)
-        )
+        try:
+            self.client.send(
+                self.id,
+                UPDATE_KIND,
+                by=by,
+                name=name,
+                data=request.to_data(),
+                dedupe_key=_dedupe(request),
+            )
+        except RunEnded as exc:  # sent before, by an earlier try with this id?
+            if updates.was_sent(self.client.history(self.id), request.id):
+                raise updates.ended_first(self.id, name) from exc
+            raise
         try:
             data = self.client.published.get_event(
                 self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll
@@ -209,6 +220,7 @@ class RunHandle:
         *args: Any,
         timeout: Duration | None = None,  # noqa: ASYNC109 (update()'s own, on the loop too)
         update_id: str | None = None,
+        by: str | None = None,
         poll: Duration = DEFAULT_POLL,
     ) -> Any:
         """`update` from an event loop: store calls run in a thread, the wait is on the loop."""
@@ -216,9 +228,20 @@ class RunHandle:
         answered = await asyncio.to_thread(self._answered, name, request.id)
         if answered is not None:
             return answered
-        await self.client.send_async(
-            self.id, UPDATE_KIND, name=name, data=request.to_data(), dedupe_key=_dedupe(request)
-        )
+        try:
+            await self.client.send_async(
+                self.id,
+                UPDATE_KIND,
+                by=by,
+                name=name,
+                data=request.to_data(),
+                dedupe_key=_dedupe(request),
+            )
+        except RunEnded as exc:
+            history = await asyncio.to_thread(self.client.history, self.id)
+            if updates.was_sent(history, request.id):
+                raise updates.ended_first(self.id, name) from exc
+            raise
         try:
             data = await self.client.published.get_event_async(
                 self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll

@@ -14,7 +14,7 @@ from durably.core.audit import Action, Via, audit_of
 from durably.core.control import CONTROL_KINDS
 from durably.core.signals import SIGNAL_KIND, check_signal_name
 from durably.core.status import RunStatus
-from durably.errors import DurablyError, RunNotFound
+from durably.errors import DurablyError, RunEnded, RunNotFound
 from durably.stores import Message, SentOutcome, Store
 
 __all__ = ["Delivered", "check_signal", "send"]
@@ -62,7 +62,7 @@ def send(
         raise RunNotFound(f"no run has the id {run_id!r} in {store.url}")
     if sent.outcome is SentOutcome.ENDED:
         what = f"the {kind} {name!r}" if name else f"the {kind!r} message"
-        raise DurablyError(
+        raise RunEnded(
             f"run {run_id!r} has finished ({sent.status}), so {what} cannot reach it: "
             "a message reaches only a run that has not ended"
         )

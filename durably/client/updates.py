@@ -9,11 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from durably.codec.encoding import encode
+from durably.core.event_data import read_payload
+from durably.core.history import Event, EventKind
 from durably.core.names import check_name
-from durably.core.updates import Request
+from durably.core.payloads import MessageReceived
+from durably.core.updates import UPDATE_KIND, Request
 from durably.errors import UpdateRefused
 
-__all__ = ["ended_first", "not_yet", "request"]
+__all__ = ["ended_first", "not_yet", "request", "was_sent"]
 
 
 def request(name: str, args: Sequence[Any], update_id: str | None) -> Request:
@@ -24,6 +27,17 @@ def request(name: str, args: Sequence[Any], update_id: str | None) -> Request:
         check_name(update_id, "an update's id")
     text = encode(list(args), what=f"the arguments of update {name!r}", path="args")
     return Request(update_id or uuid.uuid4().hex, json.loads(text))
+
+
+def was_sent(history: Sequence[Event], update_id: str) -> bool:
+    """Whether the run's history holds the update `update_id` (it was sent, and reached it)."""
+    for event in history:
+        if event.kind is EventKind.MESSAGE_RECEIVED:
+            message = read_payload(event, MessageReceived)
+            request = Request.from_json(message.data) if message.kind == UPDATE_KIND else None
+            if request is not None and request.id == update_id:
+                return True
+    return False
 
 
 def ended_first(run_id: str, name: str) -> UpdateRefused:

@@ -23,6 +23,7 @@ __all__ = [
     "SignalIn",
     "SkipIn",
     "StartIn",
+    "UpdateIn",
     "UpgradeIn",
 ]
 
@@ -143,6 +144,28 @@ class QueryIn(BaseModel):
         gt=0,
         le=300,
         description="Seconds to wait for the answer; then 504, and the replay is abandoned",
+    )
+
+
+class UpdateIn(BaseModel):
+    model_config = _STRICT
+    args: list[Any] = Field(
+        default_factory=list,
+        description="The handler's arguments by position, each a JSON value",
+    )
+    id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="The update's id: the same id is applied once and answered with the same "
+        "value (send it again after a lost answer); none: a new update",
+    )
+    timeout: float = Field(
+        default=30,
+        gt=0,
+        le=60,
+        description="Seconds to wait for the run to apply it; then 504 (the update stays "
+        "sent: ask again with its id)",
     )
 
 
