@@ -49,7 +49,8 @@ def runs_update(
     """Send run RUN_ID the update NAME (a handler its workflow registered with
     @durably.update), passing each ARGS_JSON as one argument (JSON: 3, '"text"', '{"a": 1}'),
     and print the handler's answer as JSON once the run has applied it (at its workflow's next
-    durable call). Exits non-zero, with the reason, if its validator or handler refused it."""
+    durable call). Exits non-zero, with the reason, if its validator or handler refused it.
+    Put `--` before an argument that starts with a dash: `... add_item -- -1`."""
     args = [_argument(text, number) for number, text in enumerate(args_json, start=1)]
     with client_for(app_target, store_url) as client:
         try:
