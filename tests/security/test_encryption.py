@@ -27,7 +27,13 @@ from durably.views.details import detail
 from durably.views.timeline import describe_run
 
 SECRET = "4111-1111-SECRET"
-_TABLES = ("durably_runs", "durably_events", "durably_inbox")
+_TABLES = (
+    "durably_runs",
+    "durably_events",
+    "durably_inbox",
+    "durably_published_events",
+    "durably_stream_items",
+)
 
 
 def ring(*ids: str, known: dict[str, str]) -> Keyring:
@@ -56,6 +62,8 @@ def shop(store_url: str, clock: FakeClock, keys: Keyring | None) -> durably.App:
     @app.workflow
     async def order(card: str) -> str:
         charged = await charge(card)
+        durably.set_event("card", card)  # what a run publishes is sealed too
+        durably.write_stream("cards", card)
         pin = await durably.wait_for_signal("pin", timeout="1h")
         decision = await durably.approval("ship", notify=notify, details={"card": card})
         return f"{charged['charged']} {pin} {decision.approved}"
@@ -158,6 +166,8 @@ def test_rotation_moves_every_row_to_the_new_key_and_old_values_stay_readable(
     only_new = shop(store_url, clock, ring("k2", known=known))
     for run_id in ("o-0", "o-1", "o-2"):
         assert only_new.handle(run_id).result() == f"{SECRET} pin-{SECRET} True"
+        assert only_new.handle(run_id).get_event("card") == SECRET
+        assert list(only_new.handle(run_id).read_stream("cards")) == [SECRET]
     only_new.run_until_idle()  # the pending run goes on under k2
     only_new.client.signal("o-open", "pin", "x")
     only_new.run_until_idle()

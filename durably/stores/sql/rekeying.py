@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from durably.stores.sql.reads import Connection, Dialect
 
@@ -26,7 +26,11 @@ def count(db: Connection, dialect: Dialect, kinds: Collection[str]) -> int:
     runs = db.execute("SELECT count(*) FROM durably_runs").fetchone()[0]
     events = db.execute(f"SELECT count(*) FROM durably_events WHERE {which}", params).fetchone()[0]
     mail = db.execute("SELECT count(*) FROM durably_inbox WHERE data IS NOT NULL").fetchone()[0]
-    return int(runs) + int(events) + int(mail)
+    published = sum(
+        int(db.execute(f"SELECT count(*) FROM {table.table}").fetchone()[0])
+        for table in _published(dialect, str)
+    )
+    return int(runs) + int(events) + int(mail) + published
 
 
 def rewrite(
@@ -38,12 +42,14 @@ def rewrite(
     *,
     batch: int,
 ) -> Iterator[int]:
-    """Rewrite the payloads of runs, events of `kinds` and inbox messages, `batch` rows a
-    transaction (through `writing`); yields the rows each batch read."""
-    tables = (
+    """Rewrite the payloads of runs, events of `kinds`, inbox messages and what runs published
+    (events' latest values, stream items), `batch` rows a transaction (through `writing`);
+    yields the rows each batch read."""
+    tables: tuple[_Table, ...] = (
         _Runs(dialect, change),
         _Events(dialect, change, change_event, kinds),
         _Inbox(dialect, change),
+        *_published(dialect, change),
     )
     for table in tables:
         after = table.start
@@ -53,6 +59,12 @@ def rewrite(
                 break
             after = read[-1]
             yield len(read)
+
+
+class _Table(Protocol):
+    start: tuple[Any, ...]
+
+    def rewrite(self, db: Any, *, after: tuple[Any, ...], batch: int) -> list[tuple[Any, ...]]: ...
 
 
 class _Runs:
@@ -139,3 +151,50 @@ class _Inbox:
                     [new, message_id, data],
                 )
         return [(row[0],) for row in rows]
+
+
+def _published(dialect: Dialect, change: TextChange) -> tuple[_Values, ...]:
+    """What runs publish (durably.stores.outputs): each a value of the workflow's."""
+    return (
+        _Values(dialect, change, "durably_published_events", ("run_id", "key"), ("", "")),
+        _Values(dialect, change, "durably_stream_items", ("run_id", "key", "item"), ("", "", -1)),
+    )
+
+
+class _Values:
+    """A table's `value` column, by its primary key (`keys`), in key order; a NULL value (a
+    stream's end) carries nothing to seal."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        change: TextChange,
+        table: str,
+        keys: tuple[str, ...],
+        start: tuple[Any, ...],
+    ) -> None:
+        self.mark, self.change, self.table, self.keys, self.start = (
+            dialect.mark,
+            change,
+            table,
+            keys,
+            start,
+        )
+
+    def rewrite(self, db: Any, *, after: tuple[Any, ...], batch: int) -> list[tuple[Any, ...]]:
+        mark, columns = self.mark, ", ".join(self.keys)
+        marks = ", ".join([mark] * len(self.keys))
+        rows = db.execute(
+            f"SELECT {columns}, value FROM {self.table} WHERE ({columns}) > ({marks})"
+            f" ORDER BY {columns} LIMIT {mark}",
+            [*after, batch],
+        ).fetchall()
+        where = " AND ".join(f"{key} = {mark}" for key in self.keys)
+        for *key, value in rows:
+            new = None if value is None else self.change(value)
+            if new != value:
+                db.execute(
+                    f"UPDATE {self.table} SET value = {mark} WHERE {where} AND value = {mark}",
+                    [new, *key, value],
+                )
+        return [tuple(row[: len(self.keys)]) for row in rows]
