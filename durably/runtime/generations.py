@@ -26,6 +26,7 @@ from durably.core.event_data import encode_payload, read_payload
 from durably.core.history import Event, EventKind
 from durably.core.payloads import MessageReceived, RunStarted, SignalReceived
 from durably.core.status import RunStatus
+from durably.core.updates import ANSWER_PREFIX, UPDATE_KIND, Request, is_answer_key
 from durably.errors import DurablyError, PayloadError
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.lineage import cancel_children
@@ -86,13 +87,18 @@ def generation(events: Sequence[Event]) -> int:
 
 
 def unused_messages(events: Sequence[Event]) -> list[Event]:
-    """The `message_received` events the run has not used: signals no wait took, and kinds
-    the engine does not consume (a person's commands and children's ends are used as they
-    are folded)."""
+    """The `message_received` events the run has not used: signals no wait took, updates it
+    did not answer, and kinds the engine does not consume (a person's commands and children's
+    ends are used as they are folded)."""
     taken = {
         read_payload(event, SignalReceived).message
         for event in events
         if event.kind is EventKind.SIGNAL_RECEIVED
+    }
+    answered = {
+        event.name.removeprefix(ANSWER_PREFIX)
+        for event in events
+        if event.kind is EventKind.EVENT_SET and event.name and is_answer_key(event.name)
     }
     unused = []
     for event in events:
@@ -101,5 +107,9 @@ def unused_messages(events: Sequence[Event]) -> list[Event]:
         message = read_payload(event, MessageReceived)
         if message.kind in CONTROL_KINDS or message.kind == CHILD or message.id in taken:
             continue
+        if message.kind == UPDATE_KIND:
+            request = Request.from_json(message.data)
+            if request is None or request.id in answered:
+                continue  # answered (its answer stays readable): the next generation owes none
         unused.append(event)
     return unused

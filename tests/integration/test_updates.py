@@ -180,6 +180,18 @@ def test_async_callers_are_answered_too(shop: durably.App, worker: Serving) -> N
     assert asyncio.run(add()) == [1, 3]
 
 
+def test_an_update_answered_before_continue_as_new_is_not_applied_again(
+    shop: durably.App, worker: Serving
+) -> None:
+    handle = shop.start("tally", 0, 2, id="t-1")
+    assert handle.update("add", 5, update_id="a-1", timeout=WAIT) == 5
+    shop.client.signal("t-1", "next")  # continues as new with 5
+    assert handle.update("add", 1, timeout=WAIT) == 6
+    assert handle.update("add", 5, update_id="a-1") == 5  # the first answer is kept
+    shop.client.signal("t-1", "next")
+    assert handle.result(timeout=WAIT) == 6
+
+
 def test_registering_an_update_outside_a_workflow_is_refused() -> None:
     with pytest.raises(durably.NotInWorkflow, match="update"):
 

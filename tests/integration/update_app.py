@@ -3,7 +3,8 @@ signal "checkout", then charges the total in a step.
 
 `add_item(price)` (validator: a price is a whole number >= 0) appends to the cart and answers
 the new total; `remove_last()` fails (its handler raises) on an empty cart; `total()` is a
-query. `slow_cart(seconds)` first runs a step that reports progress for `seconds` (so an
+query. `tally(total, rounds)` adds by update and continues as new on each "next" signal.
+`slow_cart(seconds)` first runs a step that reports progress for `seconds` (so an
 update comes in, and is folded into the history, while a step runs) before it waits. A real
 `durably worker` process serves it in the crash test."""
 
@@ -58,6 +59,20 @@ def define(app: durably.App) -> durably.App:
     async def slow_cart(seconds: float) -> str:
         await prepare(seconds)
         return await take_items([])
+
+    @app.workflow(name="tally", version="1")
+    async def tally(total: int, rounds: int) -> int:
+        state = [total]
+
+        @durably.update
+        def add(n: int) -> int:
+            state[0] += n
+            return state[0]
+
+        await durably.wait_for_signal("next")
+        if rounds > 1:
+            durably.continue_as_new(state[0], rounds - 1)
+        return state[0]
 
     return app
 
