@@ -179,3 +179,21 @@ def test_an_idle_stream_sends_keep_alive_comments(
         seen = sse(_stream(web, f"/api/runs/{handle.id}/streams/log"), until="comment")
     assert seen[-1] == {"comment": "keep-alive"}
     app.client.cancel(handle.id, by="test")  # the server's reader ended with the client
+
+
+def test_the_run_page_draws_the_progress_bar_and_the_events(store_url: str, keys: Keys) -> None:
+    app = make_app(store_url)
+    handle = app.start("order", 2)
+    app.run_until_idle()
+    app.client.signal(handle.id, "go", None)
+    app.run_until_idle()
+    try:
+        with serving(app, keys, open_reads=True) as running, httpx.Client() as web:
+            page = web.get(f"{running.url}/runs/{handle.id}")
+    finally:
+        app.close()
+    assert page.status_code == 200
+    assert '<progress max="2.0" value="2.0"' in page.text
+    assert "[####################] 2/2 items packed" in page.text
+    assert "<code>status</code>" in page.text
+    assert "&#34;shipped&#34;" in page.text or "&quot;shipped&quot;" in page.text
