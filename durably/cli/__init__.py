@@ -6,6 +6,7 @@ from durably.cli import (  # noqa: F401  (each registers its commands)
     commands,
     evolve,
     keys,
+    published,
     queries,
     schedules,
     schema,

@@ -44,6 +44,7 @@ from durably.views.models import (
     RunOut,
     RunPageOut,
 )
+from durably.views.published import PublishedOut, published_pairs
 from durably.views.timeline import describe_run, timeline
 
 __all__ = ["bench", "demo", "runs", "runs_show", "start", "worker"]
@@ -398,13 +399,22 @@ def runs_show(
     with client_for(app_target, store_url) as client:
         run, history = client.get(run_id), client.history(run_id)
         workers, now, attributes = client.workers(), client.clock.now(), client.attributes(run_id)
+        published = client.store.published_events(run_id)
     if as_json:
         shown = RunOut.of(run, history, workers, now, attributes)
-        echo_json({"run": shown, "history": HistoryOut.of(run_id, history).events})
+        echo_json(
+            {
+                "run": shown,
+                "published": PublishedOut.of(published),
+                "history": HistoryOut.of(run_id, history).events,
+            }
+        )
         return
     for label, value in describe_run(run, history, workers, now, attributes):
         text = click.style(value, bold=True) if label == "now" else value
         click.echo(f"{label + ':':<15}{text}")
+    for label, value in published_pairs(published):
+        click.echo(f"{label + ':':<15}{value}")
     click.echo("")
     echo_table(
         [

@@ -188,6 +188,12 @@ class Published:
 
     # -- shared -------------------------------------------------------------------------
 
+    def subscribe(self, run_id: str, loop: asyncio.AbstractEventLoop | None = None) -> Subscription:
+        """Wake-ups for a reader that watches several of the run's keys at once (`durably
+        runs follow`): woken when the run publishes or ends. clear() it before reading,
+        wait() after (best effort: read again now and then); close() it when done."""
+        return self._subscribe(run_id, loop)
+
     def _subscribe(
         self, run_id: str, loop: asyncio.AbstractEventLoop | None = None
     ) -> Subscription:

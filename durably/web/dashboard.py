@@ -36,6 +36,7 @@ from durably.views.deploys import summary
 from durably.views.details import short
 from durably.views.explaining import explain, root_cause
 from durably.views.gantt import gantt, span_seconds
+from durably.views.published import event_rows, progress_of
 from durably.views.timeline import describe_run, timeline
 from durably.web.access import Served, count_failure, locked_out, lockout_message, served
 from durably.web.auth import Identity
@@ -266,7 +267,7 @@ def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Respon
     except RunNotFound as exc:
         return _page(request, state, who, "missing.html", message=str(exc))
     events, workers, now = client.history(run_id), client.workers(), client.clock.now()
-    attributes = client.attributes(run_id)
+    attributes, published = client.attributes(run_id), client.store.published_events(run_id)
     pending = [a for a in fold_approvals(events) if a.pending and run.status not in FINAL]
     # a run under way: its chart runs to now; one that ended or waits for a person: its own
     until = None if run.status in FINAL or run.status in PARKED else now
@@ -282,6 +283,8 @@ def run_page(request: Request, run_id: str, state: State, who: Viewer) -> Respon
         else root_cause(events),
         pairs=[p for p in describe_run(run, events, workers, now) if p[0] != "now"],
         attributes=attributes,  # each a link to the runs that share it
+        progress=progress_of(published),  # durably.progress, and durably.set_event's keys
+        published=event_rows(published),
         rows=timeline(events),
         gantt=gantt(events, until),
         span=span_seconds(events, until),

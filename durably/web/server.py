@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
-from durably.web import api, bulk, dashboard, errors, updates
+from durably.web import api, bulk, dashboard, errors, published, updates
 from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
@@ -69,6 +69,7 @@ def create_app(
     errors.install(web)
     web.add_exception_handler(dashboard.LogInFirst, dashboard.log_in_first)  # type: ignore[arg-type]
     web.include_router(api.router)
+    web.include_router(published.router)
     web.include_router(dashboard.router)
     web.include_router(bulk.router)
     web.include_router(updates.router)
