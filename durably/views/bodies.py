@@ -156,7 +156,8 @@ class UpdateIn(BaseModel):
     id: str | None = Field(
         default=None,
         min_length=1,
-        max_length=200,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
         description="The update's id: the same id is applied once and answered with the same "
         "value (send it again after a lost answer); none: a new update",
     )
