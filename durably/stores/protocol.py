@@ -18,6 +18,7 @@ from durably.core.payloads import MessageReceived
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.stores.bulk import BulkStore
+from durably.stores.webhooks import WebhookStore
 
 __all__ = [
     "Checkpoint",
@@ -577,7 +578,7 @@ class OperatorStore(Protocol):
         ...
 
 
-class Store(EngineStore, OperatorStore, BulkStore, Protocol):
+class Store(EngineStore, OperatorStore, BulkStore, WebhookStore, Protocol):
     """Every store (SQLite, PostgreSQL) is all three; one contract suite (tests/contract) runs
     against each."""
 

@@ -7,9 +7,11 @@ queries compare numbers the engine passed in, never the database's own clock.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from durably.core.priority import MAX_PRIORITY, PRIORITY_STEP_SECONDS
+from durably.core.webhooks import KIND_OF_STATUS
 from durably.errors import ConfigError, SchemaTooOld
 from durably.stores.sql.rows import check_version
 
@@ -247,7 +249,101 @@ _V9 = [
     " WHERE debounce IS NOT NULL AND lease_epoch = 0",
 ]
 
-_VERSIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# Outbound webhooks (durably.core.webhooks). A subscription, and its kinds one row each (with
+# its workflow filter), which the trigger below reads by kind.
+_NOTICE_STATUSES = ", ".join(f"'{status}'" for status in KIND_OF_STATUS)
+_KIND_OF_NEW = (
+    "CASE NEW.status "
+    + " ".join(f"WHEN '{status}' THEN '{kind}'" for status, kind in KIND_OF_STATUS.items())
+    + " END"
+)
+# One delivery per subscription of the kind a run's new status is, inserted in the transaction
+# that changes the status, whatever the write (a worker's commit, one statement for a batch on
+# PostgreSQL; a person's action; a bulk job): there exactly when the change is. The WHEN clause
+# keeps it to changes to a status some kind stands for; with no webhook, the insert's read of
+# the empty kinds table by its primary key is all it costs.
+_NOTICE_INSERT = f"""INSERT INTO durably_deliveries (webhook, kind, run_id, workflow, status,
+        queue, queue_key, correlation_id, at, state, attempts, due_at)
+    SELECT k.webhook, k.kind, NEW.id, NEW.workflow, NEW.status, NEW.queue, NEW.queue_key,
+        NEW.correlation_id, NEW.updated_at, 'due', 0, NEW.updated_at
+    FROM durably_webhook_kinds AS k
+    WHERE k.kind = {_KIND_OF_NEW} AND (k.workflow IS NULL OR k.workflow = NEW.workflow)"""
+_NOTICE_WHEN = f"NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ({_NOTICE_STATUSES})"
+
+_V10: list[str | dict[str, str]] = [
+    """CREATE TABLE durably_webhooks (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        kinds TEXT NOT NULL,
+        secret TEXT,
+        workflow TEXT,
+        attempts INTEGER NOT NULL,
+        created_at {real} NOT NULL
+    )""",
+    """CREATE TABLE durably_webhook_kinds (
+        kind TEXT NOT NULL,
+        webhook TEXT NOT NULL,
+        workflow TEXT,
+        PRIMARY KEY (kind, webhook)
+    ){without_rowid}""",
+    # Deliveries: due (due_at: the next try, or the end of the lease of the worker sending it),
+    # delivered, or dead (every attempt failed: the webhooks' dead-letter list).
+    """CREATE TABLE durably_deliveries (
+        id {identity},
+        webhook TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        workflow TEXT NOT NULL,
+        status TEXT NOT NULL,
+        queue TEXT,
+        queue_key TEXT,
+        correlation_id TEXT,
+        at {real} NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        due_at {real},
+        last_error TEXT,
+        delivered_at {real}
+    )""",
+    "CREATE INDEX durably_deliveries_due ON durably_deliveries (due_at) WHERE state = 'due'",
+    "CREATE INDEX durably_deliveries_by_webhook ON durably_deliveries (webhook, id)",
+    "CREATE INDEX durably_deliveries_dead ON durably_deliveries (id) WHERE state = 'dead'",
+    {
+        "sqlite": "CREATE TRIGGER durably_runs_notices AFTER UPDATE OF status ON durably_runs"
+        f" WHEN {_NOTICE_WHEN.replace('IS DISTINCT FROM', 'IS NOT')}"
+        f" BEGIN {_NOTICE_INSERT}; END",
+        "postgres": "CREATE FUNCTION durably_run_notices() RETURNS trigger LANGUAGE plpgsql"
+        f" SET search_path FROM CURRENT AS $$ BEGIN {_NOTICE_INSERT}; RETURN NULL; END $$",
+    },
+    {  # SQLite's trigger above is whole; PostgreSQL's calls the function
+        "postgres": "CREATE TRIGGER durably_runs_notices AFTER UPDATE OF status ON durably_runs"
+        f" FOR EACH ROW WHEN ({_NOTICE_WHEN}) EXECUTE FUNCTION durably_run_notices()",
+    },
+    # PostgreSQL's change stream (durably listen): a NOTIFY per status change, sent by a
+    # trigger that `durably changes on` makes (and `off` drops), so that it costs nothing
+    # while it is off. SQLite's is sent by the store's own connections (stores/sqlite).
+    {
+        "postgres": "CREATE FUNCTION durably_run_changed() RETURNS trigger LANGUAGE plpgsql"
+        " AS $$ BEGIN PERFORM pg_notify('durably_changes', json_build_object('run', NEW.id,"
+        " 'workflow', NEW.workflow, 'status', NEW.status, 'at', NEW.updated_at)::text);"
+        " RETURN NULL; END $$",
+    },
+]
+
+# A statement is the same on both databases (with the words of _DIALECTS), or a dict of each
+# database's own (a database not in it has none).
+_VERSIONS: list[Sequence[str | dict[str, str]]] = [
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+    _V10,
+]
 LATEST_VERSION = len(_VERSIONS)
 
 # Whether the version table exists, asked without failing (and so aborting the transaction).
@@ -277,7 +373,14 @@ def migrations(dialect: str, current: int) -> list[tuple[int, list[str]]]:
     """The statements that bring a database at version `current` to the latest."""
     words = _DIALECTS[dialect]
     return [
-        (version, [statement.format(**words) for statement in statements])
+        (
+            version,
+            [
+                statement.format(**words) if isinstance(statement, str) else statement[dialect]
+                for statement in statements
+                if isinstance(statement, str) or dialect in statement
+            ],
+        )
         for version, statements in enumerate(_VERSIONS, start=1)
         if version > current
     ]

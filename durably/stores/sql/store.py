@@ -21,6 +21,7 @@ from durably.core.audit import Audit, AuditEntry
 from durably.core.bulk import BulkJob, BulkRun, Matching, NewBulkJob, Outcome, RunFilter
 from durably.core.history import Event
 from durably.core.status import RunStatus
+from durably.core.webhooks import NewWebhook, Outgoing, Webhook, WebhookDelivery
 from durably.stores.protocol import (
     Ended,
     Happened,
@@ -44,10 +45,12 @@ from durably.stores.sql import (
     rekeying,
     versions,
     waking,
+    webhooks,
     workers,
 )
 from durably.stores.sql.reads import Dialect
 from durably.stores.sql.stats import activity, run_stats
+from durably.stores.webhooks import Retried
 
 __all__ = ["SqlStore"]
 
@@ -61,6 +64,7 @@ class SqlStore(ABC):
     url: str
     dialect: Dialect
     schema_found: int  # the schema version opening found: 0 if it created it, less if it migrated
+    _skip_locked = ""  # how a take keeps concurrent takers apart (SQLite: its write lock)
 
     @abstractmethod
     def _reading(self, read: Callable[[Any], R]) -> R:
@@ -334,3 +338,64 @@ class SqlStore(ABC):
     ) -> BulkJob | None:
         # Twice, on a lost connection: a run settled by the first try is left as it is.
         return self._writing(lambda db: bulk.settle(db, self.dialect, job_id, skipped, now=now))
+
+    # -- webhooks (durably.core.webhooks); their deliveries are made by a trigger ----------
+
+    def add_webhook(self, webhook: NewWebhook, *, now: datetime) -> Webhook:
+        # Repeated on PostgreSQL after a lost connection: the second try's insert of the same
+        # id fails, and the caller's add is reported as failed though it was made; rare, and
+        # `webhooks list` shows it.
+        return self._writing(lambda db: webhooks.add(db, self.dialect, webhook, now=now))
+
+    def webhooks(self) -> list[Webhook]:
+        return self._reading(webhooks.listed)
+
+    def remove_webhook(self, webhook_id: str) -> bool:
+        return self._writing(lambda db: webhooks.remove(db, self.dialect, webhook_id))
+
+    def take_deliveries(self, *, now: datetime, lease: timedelta, limit: int) -> list[Outgoing]:
+        # Repeated after a lost connection: deliveries the first try leased stay leased until
+        # their lease ends, and are sent then (at least once, never lost).
+        def take(db: Any) -> list[Outgoing]:
+            return webhooks.take(
+                db, self.dialect, now=now, lease=lease, limit=limit, lock=self._skip_locked
+            )
+
+        return self._writing(take)
+
+    def settle_delivery(
+        self,
+        delivery_id: int,
+        *,
+        attempts: int,
+        now: datetime,
+        error: str | None = None,
+        retry_at: datetime | None = None,
+    ) -> bool:
+        def settle(db: Any) -> bool:
+            return webhooks.settle(
+                db,
+                self.dialect,
+                delivery_id,
+                attempts=attempts,
+                now=now,
+                error=error,
+                retry_at=retry_at,
+            )
+
+        return self._writing(settle)
+
+    def deliveries(
+        self, *, webhook: str | None = None, dead: bool = False, limit: int = 100
+    ) -> list[WebhookDelivery]:
+        return self._reading(
+            lambda db: webhooks.deliveries(
+                db, self.dialect, webhook=webhook, dead=dead, limit=limit
+            )
+        )
+
+    def retry_delivery(self, delivery_id: int, *, now: datetime) -> Retried:
+        return self._writing(lambda db: webhooks.retry(db, self.dialect, delivery_id, now=now))
+
+    def due_deliveries(self, *, now: datetime) -> int:
+        return self._reading(lambda db: webhooks.due(db, self.dialect, now=now))

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from durably.core.history import EventKind
 from durably.core.queues import Queue
 from durably.core.status import FINAL, PARKED, RunStatus
+from durably.core.webhooks import StatusChange
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.protocol import (
     Checkpoint,
@@ -42,6 +43,7 @@ from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
     RUN_COLUMNS,
     claimed_data,
+    from_ts,
     run_of,
     ts,
 )
@@ -95,11 +97,12 @@ class SQLiteStore(SqlStore):
         self._busy_timeout = busy_timeout
         self._create = create
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[_Changing] = []
         self._lock = threading.Lock()
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._wakeups = LocalWakeups(self.path)
         self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
+        self._changes = LocalWakeups(self.path, "changes")  # every status change: durably listen
         if create:
             self.schema_found = self._migrate()
         else:
@@ -289,6 +292,21 @@ class SQLiteStore(SqlStore):
 
         return self._finishes.watch(heard)
 
+    def watch_status_changes(self, heard: Callable[[StatusChange], None]) -> Callable[[], None]:
+        def received(message: bytes) -> None:
+            for line in message.decode().splitlines():
+                heard(StatusChange.from_json(line))
+
+        return self._changes.watch(received)
+
+    def set_status_changes(self, on: bool | None = None) -> bool:
+        if on is False:
+            raise ConfigError(
+                "the SQLite store's change stream cannot be turned off: it costs nothing while "
+                "nobody listens (a datagram to each listening process of this machine)"
+            )
+        return True
+
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
     ) -> T:
@@ -310,11 +328,12 @@ class SQLiteStore(SqlStore):
         self._local = threading.local()
         self._wakeups.close()
         self._finishes.close()
+        self._changes.close()
 
     # -- connections and transactions ---------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+    def _connection(self) -> _Changing:
+        db: _Changing | None = getattr(self._local, "db", None)
         if db is None:
             db = self._connect()
             self._local.db = db
@@ -324,7 +343,7 @@ class SQLiteStore(SqlStore):
 
     def _release_connection(self) -> None:
         """Close this thread's connection (the next call here opens another)."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        db: _Changing | None = getattr(self._local, "db", None)
         if db is None:
             return
         self._local.db = None
@@ -333,7 +352,7 @@ class SQLiteStore(SqlStore):
                 self._connections.remove(db)
         db.close()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> _Changing:
         # mode=rw: a file that does not exist is an error, never created (create=False)
         target = self.path if self._create else f"{Path(self.path).absolute().as_uri()}?mode=rw"
         try:
@@ -343,11 +362,14 @@ class SQLiteStore(SqlStore):
                 isolation_level=None,  # transactions are begun explicitly
                 check_same_thread=False,  # only so close() can close every thread's one
                 uri=not self._create,
+                factory=_Changing,
             )
             if self._create:  # a durably store is in WAL mode already (it persists)
                 self._enable_wal(db)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
+            db.create_function("durably_status_changed", 4, db.changed)
+            _watch_changes(db)
         except sqlite3.Error as exc:
             raise StoreUnavailable(
                 f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
@@ -385,17 +407,17 @@ class SQLiteStore(SqlStore):
         return done
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[_Changing]:
         with self._transaction("BEGIN IMMEDIATE") as db:
             yield db
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> Iterator[_Changing]:
         with self._transaction("BEGIN") as db:
             yield db
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, begin: str) -> Iterator[_Changing]:
         db = self._connection()
         try:
             db.execute(begin)
@@ -407,6 +429,7 @@ class SQLiteStore(SqlStore):
             yield db
             db.execute("COMMIT")
         except BaseException as exc:
+            db.changes.clear()  # changes rolled back: none happened
             if db.in_transaction:
                 db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
@@ -414,10 +437,15 @@ class SQLiteStore(SqlStore):
                     f"the SQLite store {self.path!r} failed: {exc}{_hint(self.path, exc)}"
                 ) from exc
             raise
+        if db.changes:  # after the commit, best effort (durably listen)
+            self._changes.notify(run_messages([change.to_json() for change in db.changes]))
+            db.changes.clear()
 
     def _migrate(self) -> int:
         with self._write() as db:
-            return migrate(db, "sqlite", self.url)
+            found = migrate(db, "sqlite", self.url)
+        _watch_changes(db)  # its runs table may be new
+        return found
 
     def _check_schema(self) -> None:
         with self._read() as db:
@@ -445,6 +473,31 @@ class SQLiteStore(SqlStore):
         data = claimed_data(owner, epoch, previous_status, previous_owner)
         db.execute(_INSERT_EVENT, (run_id, count, EventKind.CLAIMED, at, None, None, None, data))
         return run_id, workflow, input_, epoch, mail, priority
+
+
+class _Changing(sqlite3.Connection):
+    """A connection that keeps the status changes of its transaction (a temporary trigger
+    calls `changed`), for the store to send once it has committed (durably listen)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.changes: list[StatusChange] = []
+
+    def changed(self, run_id: str, workflow: str, status: str, at: float) -> None:
+        self.changes.append(StatusChange(run_id, workflow, status, from_ts(at)))
+
+
+def _watch_changes(db: sqlite3.Connection) -> None:
+    """Have `db` keep the status changes it writes. A temporary trigger, this connection's
+    own: another program's connection (the sqlite3 shell) knows no durably_status_changed and
+    is not asked to call it."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'durably_runs'").fetchone():
+        db.execute(
+            "CREATE TEMP TRIGGER IF NOT EXISTS durably_status_changes"
+            " AFTER UPDATE OF status ON main.durably_runs WHEN NEW.status IS NOT OLD.status"
+            " BEGIN SELECT durably_status_changed(NEW.id, NEW.workflow, NEW.status,"
+            " NEW.updated_at); END"
+        )
 
 
 def _left(db: sqlite3.Connection) -> str:
