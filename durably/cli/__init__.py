@@ -10,6 +10,7 @@ from durably.cli import (  # noqa: F401  (each registers its commands)
     schema,
     serve,
     steer,
+    webhooks,
 )
 from durably.cli.base import cli, main
 

@@ -14,6 +14,7 @@ from typing import Protocol
 from durably.clock import Clock
 from durably.core.webhooks import (
     DEFAULT_ATTEMPTS,
+    DeliveryNotDead,
     NewWebhook,
     UnknownDelivery,
     UnknownWebhook,
@@ -105,7 +106,7 @@ class Webhooks:
                 "--failed` lists the dead ones"
             )
         if done is Retried.NOT_DEAD:
-            raise UnknownDelivery(
+            raise DeliveryNotDead(
                 f"webhook delivery {delivery_id} is not dead (it is due, being sent, or was "
                 "delivered): only a delivery whose every attempt failed is retried"
             )

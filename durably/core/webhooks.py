@@ -33,6 +33,7 @@ __all__ = [
     "KIND_OF_STATUS",
     "MAX_ATTEMPTS",
     "MAX_ERROR",
+    "DeliveryNotDead",
     "DeliveryState",
     "NewWebhook",
     "Outgoing",
@@ -91,7 +92,11 @@ class UnknownWebhook(DurablyError):
 
 
 class UnknownDelivery(DurablyError):
-    """No webhook delivery has the given id, or it is not one that may be retried."""
+    """No webhook delivery has the given id."""
+
+
+class DeliveryNotDead(DurablyError):
+    """A retry of a webhook delivery that is not dead (due, being sent, or delivered)."""
 
 
 @dataclass(frozen=True, slots=True)

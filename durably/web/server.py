@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
-from durably.web import api, bulk, dashboard, errors
+from durably.web import api, bulk, dashboard, errors, webhooks
 from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
@@ -71,6 +71,7 @@ def create_app(
     web.include_router(api.router)
     web.include_router(dashboard.router)
     web.include_router(bulk.router)
+    web.include_router(webhooks.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
     _mount_docs(web)
     web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably.core.webhooks import DeliveryState, UnknownDelivery, UnknownWebhook, verify
+from durably.core.webhooks import (
+    DeliveryNotDead,
+    DeliveryState,
+    UnknownDelivery,
+    UnknownWebhook,
+    verify,
+)
 from durably.errors import ConfigError
 from durably.runtime.webhooks import BACKOFF, Courier
 from durably.testing import FakeClock
@@ -173,7 +179,7 @@ def test_the_last_failed_attempt_makes_it_dead_and_a_retry_sends_it_again(
     assert courier.deliver_due().delivered == 1
     arrivals = [receiver.received.get(timeout=WAIT) for _ in range(3)]
     assert "Durably-Signature" not in arrivals[-1].headers
-    with pytest.raises(UnknownDelivery, match="is not dead"):
+    with pytest.raises(DeliveryNotDead, match="is not dead"):
         app.client.webhooks.retry(dead.id)
 
 
