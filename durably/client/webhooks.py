@@ -99,7 +99,9 @@ class Webhooks:
 
     def retry(self, delivery_id: int) -> None:
         """Send a dead delivery again: due now, with its webhook's attempts anew."""
-        done = self._store.retry_delivery(delivery_id, now=self._client.clock.now())
+        known = 0 < delivery_id < 2**63  # what a database's integer holds
+        now = self._client.clock.now()
+        done = self._store.retry_delivery(delivery_id, now=now) if known else Retried.NO_DELIVERY
         if done is Retried.NO_DELIVERY:
             raise UnknownDelivery(
                 f"no webhook delivery has the id {delivery_id}: `durably webhooks deliveries "

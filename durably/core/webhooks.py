@@ -233,6 +233,8 @@ def check_webhook(webhook: NewWebhook) -> NewWebhook:
         )
     if webhook.secret is not None and not webhook.secret:
         raise ConfigError("a webhook's secret may not be empty: give one, or none")
+    if webhook.secret is not None and any(ord(c) < 32 or ord(c) == 127 for c in webhook.secret):
+        raise ConfigError("a webhook's secret may not hold control characters")
     return webhook
 
 

@@ -29,8 +29,7 @@ class WebhookIn(BaseModel):
 
     model_config = _STRICT
     url: str = Field(min_length=1, max_length=2000, description="http:// or https:// URL")
-    events: list[str] = Field(
-        min_length=1,
+    events: list[str] = Field(  # none, or an unknown kind: refused by name (422)
         max_length=10,
         description="Kinds: run_completed, run_failed, run_cancelled, needs_attention, run_paused",
     )
@@ -38,6 +37,7 @@ class WebhookIn(BaseModel):
         default=None,
         min_length=1,
         max_length=500,
+        pattern=NAME_PATTERN,  # no control character
         description="Signs each delivery (Durably-Signature); never shown again",
     )
     workflow: Name | None = Field(default=None, description="Only this workflow's runs")

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 
-from durably.core.names import MAX_NAME
+from durably.core.names import MAX_NAME, NAME_PATTERN
 from durably.views.webhooks import DeliveryOut, RetriedOut, WebhookIn, WebhookOut
 from durably.web.access import Served, Writer, served
 from durably.web.errors import ERROR_RESPONSES
@@ -18,8 +18,11 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api", responses=ERROR_RESPONSES, tags=["webhooks"])
 State = Annotated[Served, Depends(served)]
-WebhookId = Annotated[str, Path(min_length=1, max_length=MAX_NAME, description="The webhook's id")]
-DeliveryId = Annotated[int, Path(ge=1, description="The delivery's id")]
+WebhookId = Annotated[
+    str,
+    Path(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN, description="The webhook's id"),
+]
+DeliveryId = Annotated[int, Path(ge=1, le=2**63 - 1, description="The delivery's id")]
 
 
 @router.get("/webhooks")
@@ -46,7 +49,7 @@ def add_webhook(body: WebhookIn, state: State, who: Writer) -> WebhookOut:
 def deliveries(
     state: State,
     who: Writer,
-    webhook: Annotated[str | None, Query(max_length=MAX_NAME)] = None,
+    webhook: Annotated[str | None, Query(max_length=MAX_NAME, pattern=NAME_PATTERN)] = None,
     failed: Annotated[bool, Query(description="Only the dead: every attempt failed")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[DeliveryOut]:

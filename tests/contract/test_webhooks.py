@@ -212,7 +212,7 @@ def test_removing_a_webhook_stops_its_deliveries(store: Store, clock: FakeClock)
 def test_every_status_change_reaches_a_listener_of_another_store(
     store: Store, other: Store, clock: FakeClock
 ) -> None:
-    assert other.set_status_changes(True) is True
+    assert other.set_status_changes() is True  # on by default
     heard: queue.Queue[StatusChange] = queue.Queue()
     stop = other.watch_status_changes(heard.put)
     try:
@@ -232,14 +232,15 @@ def test_every_status_change_reaches_a_listener_of_another_store(
 
 
 @pytest.mark.postgres
-def test_the_postgres_change_stream_is_off_until_turned_on(postgres_url: str) -> None:
+def test_the_postgres_change_stream_is_on_until_turned_off(postgres_url: str) -> None:
     store = open_store(postgres_url)
     try:
-        assert store.set_status_changes() is False
-        assert store.set_status_changes(True) is True
         assert store.set_status_changes() is True
         assert store.set_status_changes(False) is False
         assert store.set_status_changes() is False
+        assert store.set_status_changes(False) is False
+        assert store.set_status_changes(True) is True
+        assert store.set_status_changes() is True
     finally:
         store.close()
 

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import durably
-from durably.stores import open_store
 from durably.testing import FakeClock
 
 from .test_cli import REPO, durably_cli, refused
@@ -80,7 +79,9 @@ def test_listen_prints_the_changes_another_process_commits(
 
     try:
         app.store  # noqa: B018 - made before anyone listens
-        if not store_url.startswith("sqlite"):
+        if not store_url.startswith("sqlite"):  # on by default; off, then on again
+            off = durably_cli("changes", "off", "--store", store_url, cwd=tmp_path)
+            assert off.stdout == "the change stream is off\n", off.stderr
             on = durably_cli("changes", "on", "--store", store_url, cwd=tmp_path)
             assert on.stdout == "the change stream is on\n", on.stderr
         env = {k: v for k, v in os.environ.items() if k != "DURABLY_STORE"}
@@ -104,7 +105,3 @@ def test_listen_prints_the_changes_another_process_commits(
         ]
     finally:
         app.close()
-        if not store_url.startswith("sqlite"):
-            store = open_store(store_url)
-            store.set_status_changes(False)
-            store.close()

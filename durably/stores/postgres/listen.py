@@ -14,6 +14,7 @@ import psycopg
 
 from durably.errors import StoreUnavailable
 from durably.stores.postgres.connections import redact
+from durably.stores.sql.schema import CHANGES_TRIGGER
 
 __all__ = ["CHANGES_CHANNEL", "Listener", "switch_changes"]
 
@@ -89,9 +90,9 @@ class Listener:
 
 def switch_changes(db: psycopg.Connection[Any], on: bool | None) -> bool:
     """Turn the change stream on (make the trigger that NOTIFYs CHANGES_CHANNEL of every
-    status change, durably.stores.sql.schema) or off (drop it), in the caller's transaction;
-    whether it is on. A trigger rather than a setting it reads: while off, it costs nothing.
-    Making or dropping it needs the table's owner, like a migration."""
+    status change, as the migration does: durably.stores.sql.schema) or off (drop it), in the
+    caller's transaction; whether it is on. A trigger rather than a setting it reads: while
+    off, it costs nothing. Making or dropping it needs the table's owner, like a migration."""
     db.execute("SELECT pg_advisory_xact_lock(%s)", (_CHANGES_LOCK,))
     found = db.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgname = 'durably_runs_changes'"
@@ -99,11 +100,7 @@ def switch_changes(db: psycopg.Connection[Any], on: bool | None) -> bool:
     ).fetchone()
     is_on = bool(found and found[0])
     if on and not is_on:
-        db.execute(
-            "CREATE TRIGGER durably_runs_changes AFTER UPDATE OF status ON durably_runs"
-            " FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)"
-            " EXECUTE FUNCTION durably_run_changed()"
-        )
+        db.execute(CHANGES_TRIGGER)
     elif on is False and is_on:
         db.execute("DROP TRIGGER durably_runs_changes ON durably_runs")
     return is_on if on is None else on
