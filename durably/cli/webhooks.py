@@ -9,7 +9,7 @@ import threading
 
 import click
 
-from durably.cli.base import PRECEDENCE, cli, client_for, where
+from durably.cli.base import BY, PRECEDENCE, cli, client_for, where
 from durably.cli.output import AS_JSON, Column, echo_json, echo_table
 from durably.core.webhooks import StatusChange, WebhookKind
 from durably.views.webhooks import DeliveryOut, WebhookOut
@@ -45,6 +45,7 @@ def webhooks() -> None:
     type=click.IntRange(1, 50),
     help="Attempts per delivery before it is dead.",
 )
+@BY
 @AS_JSON
 def webhooks_add(
     app_target: str | None,
@@ -55,6 +56,7 @@ def webhooks_add(
     secret_env: str | None,
     workflow: str | None,
     attempts: int,
+    by: str,
     as_json: bool,
 ) -> None:
     """Subscribe URL to the kinds of change --events names."""
@@ -66,7 +68,7 @@ def webhooks_add(
             raise click.UsageError(f"--secret-env {secret_env}: that variable is not set or empty")
     with client_for(app_target, store_url) as client:
         made = client.webhooks.add(
-            url, events.split(","), secret=secret, workflow=workflow, attempts=attempts
+            url, events.split(","), secret=secret, workflow=workflow, attempts=attempts, by=by
         )
     if as_json:
         echo_json(WebhookOut.of(made))
@@ -114,10 +116,13 @@ def webhooks_list(app_target: str | None, store_url: str | None, as_json: bool) 
 @webhooks.command("remove", epilog=PRECEDENCE)
 @where
 @click.argument("webhook_id", metavar="ID")
-def webhooks_remove(app_target: str | None, store_url: str | None, webhook_id: str) -> None:
+@BY
+def webhooks_remove(
+    app_target: str | None, store_url: str | None, webhook_id: str, by: str
+) -> None:
     """Unsubscribe the webhook ID; its deliveries go with it."""
     with client_for(app_target, store_url) as client:
-        client.webhooks.remove(webhook_id)
+        client.webhooks.remove(webhook_id, by=by)
     click.echo(f"webhook {webhook_id} removed")
 
 
@@ -173,10 +178,13 @@ def webhooks_deliveries(
 @webhooks.command("retry", epilog=PRECEDENCE)
 @where
 @click.argument("delivery_id", metavar="DELIVERY_ID", type=int)
-def webhooks_retry(app_target: str | None, store_url: str | None, delivery_id: int) -> None:
+@BY
+def webhooks_retry(
+    app_target: str | None, store_url: str | None, delivery_id: int, by: str
+) -> None:
     """Send the dead delivery DELIVERY_ID again (the workers do, at once)."""
     with client_for(app_target, store_url) as client:
-        client.webhooks.retry(delivery_id)
+        client.webhooks.retry(delivery_id, by=by)
     click.echo(f"delivery {delivery_id} is due again; a worker sends it")
 
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from durably.clock import Clock
+from durably.core.audit import Action, Via, audit_of
 from durably.core.webhooks import (
     DEFAULT_ATTEMPTS,
     DeliveryNotDead,
@@ -37,6 +38,9 @@ class Host(Protocol):
     def store(self) -> Store: ...
 
     clock: Clock
+    via: Via
+
+    def who(self, by: str | None) -> str: ...
 
 
 class Webhooks:
@@ -57,10 +61,12 @@ class Webhooks:
         secret: str | None = None,
         workflow: str | None = None,
         attempts: int = DEFAULT_ATTEMPTS,
+        by: str | None = None,
     ) -> Webhook:
         """Subscribe `url` to these event kinds (durably.core.webhooks.WebhookKind) of the
         runs of `workflow` (None: of every workflow), signed with `secret` if one is given,
-        each delivery tried up to `attempts` times. ConfigError names what does not fit."""
+        each delivery tried up to `attempts` times. ConfigError names what does not fit.
+        Recorded in the audit trail as `by`'s (without the URL: it may hold a credential)."""
         if isinstance(events, str):
             events = events.split(",")
         webhook = NewWebhook(
@@ -71,7 +77,10 @@ class Webhooks:
             workflow=workflow,
             attempts=attempts,
         )
-        return self._store.add_webhook(check_webhook(webhook), now=self._client.clock.now())
+        made = self._store.add_webhook(check_webhook(webhook), now=self._client.clock.now())
+        kinds = ",".join(made.kinds)
+        self._record(Action.ADD_WEBHOOK, by, webhook=made.id, events=kinds, workflow=workflow)
+        return made
 
     def list(self) -> list[Webhook]:
         """Every webhook, oldest first: whether it has a secret, never the secret."""
@@ -83,10 +92,11 @@ class Webhooks:
                 return webhook
         raise self._unknown(webhook_id)
 
-    def remove(self, webhook_id: str) -> None:
+    def remove(self, webhook_id: str, *, by: str | None = None) -> None:
         """Unsubscribe it; its deliveries, sent or not, go with it."""
         if not self._store.remove_webhook(webhook_id):
             raise self._unknown(webhook_id)
+        self._record(Action.REMOVE_WEBHOOK, by, webhook=webhook_id)
 
     def deliveries(
         self, webhook_id: str | None = None, *, failed: bool = False, limit: int = 100
@@ -97,7 +107,7 @@ class Webhooks:
             self.get(webhook_id)
         return self._store.deliveries(webhook=webhook_id, dead=failed, limit=limit)
 
-    def retry(self, delivery_id: int) -> None:
+    def retry(self, delivery_id: int, *, by: str | None = None) -> None:
         """Send a dead delivery again: due now, with its webhook's attempts anew."""
         known = 0 < delivery_id < 2**63  # what a database's integer holds
         now = self._client.clock.now()
@@ -112,11 +122,17 @@ class Webhooks:
                 f"webhook delivery {delivery_id} is not dead (it is due, being sent, or was "
                 "delivered): only a delivery whose every attempt failed is retried"
             )
+        self._record(Action.RETRY_DELIVERY, by, delivery=delivery_id)
 
     def deliver(self, *, timeout: timedelta = timedelta(seconds=10)) -> Passed:
         """Send the deliveries due now, once (what every worker does in the background)."""
         courier = Courier(self._store, self._client.clock, timeout=timeout)
         return courier.deliver_due()
+
+    def _record(self, action: Action, by: str | None, **detail: str | int | None) -> None:
+        """`action` in the audit trail, once done (no write of its own to go with)."""
+        entry = audit_of(action, self._client.who(by), self._client.via, **detail)
+        self._store.record_audit(entry, now=self._client.clock.now())
 
     def _unknown(self, webhook_id: str) -> UnknownWebhook:
         return UnknownWebhook(

@@ -41,6 +41,7 @@ def add_webhook(body: WebhookIn, state: State, who: Writer) -> WebhookOut:
         secret=body.secret,
         workflow=body.workflow,
         attempts=body.attempts,
+        by=who.name,
     )
     return WebhookOut.of(made)
 
@@ -61,12 +62,12 @@ def deliveries(
 @router.post("/webhooks/deliveries/{delivery_id}/retry", status_code=202)
 def retry_delivery(delivery_id: DeliveryId, state: State, who: Writer) -> RetriedOut:
     """Send a dead delivery again (a worker does, at once); 409 if it is not dead."""
-    state.api.webhooks.retry(delivery_id)
+    state.api.webhooks.retry(delivery_id, by=who.name)
     return RetriedOut(delivery=delivery_id)
 
 
 @router.delete("/webhooks/{webhook_id}", status_code=204)
 def remove_webhook(webhook_id: WebhookId, state: State, who: Writer) -> Response:
     """Unsubscribe the webhook; its deliveries go with it."""
-    state.api.webhooks.remove(webhook_id)
+    state.api.webhooks.remove(webhook_id, by=who.name)
     return Response(status_code=204)

@@ -255,3 +255,22 @@ def test_sqlite_change_stream_cannot_be_turned_off(sqlite_url: str) -> None:
             store.set_status_changes(False)
     finally:
         store.close()
+
+
+def test_pruning_a_run_deletes_its_delivered_deliveries_only(
+    store: Store, clock: FakeClock
+) -> None:
+    store.add_webhook(_hook(attempts=1), now=clock.now())
+    _finish(store, clock, "sent", RunStatus.COMPLETED)
+    _finish(store, clock, "dead", RunStatus.COMPLETED)
+    taken = {
+        t.delivery.run_id: t
+        for t in store.take_deliveries(now=clock.now(), lease=SEND_LEASE, limit=10)
+    }
+    store.settle_delivery(taken["sent"].delivery.id, attempts=1, now=clock.now())
+    store.settle_delivery(taken["dead"].delivery.id, attempts=1, now=clock.now(), error="HTTP 500")
+    clock.advance("1d")
+
+    assert store.prune(clock.now(), limit=10) == 2
+
+    assert [(d.run_id, d.state) for d in store.deliveries()] == [("dead", DeliveryState.DEAD)]

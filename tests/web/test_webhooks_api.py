@@ -33,6 +33,12 @@ def test_a_webhook_is_added_listed_and_removed(live: Live) -> None:
         assert gone.status_code == 404
         assert body["id"] in gone.json()["message"]
         assert web.get("/api/webhooks").json() == []
+    trail = live.app.client.audit(limit=10).entries
+    assert [(e.action, e.by, e.via) for e in trail] == [
+        ("remove_webhook", "erin", "api"),
+        ("add_webhook", "erin", "api"),
+    ]
+    assert "hooks.example.com" not in (trail[1].detail or "")  # a URL may hold a credential
 
 
 def test_bad_webhooks_are_refused_by_name(live: Live) -> None:

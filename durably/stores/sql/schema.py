@@ -316,6 +316,7 @@ _V10: list[str | dict[str, str]] = [
     "CREATE INDEX durably_deliveries_due ON durably_deliveries (due_at) WHERE state = 'due'",
     "CREATE INDEX durably_deliveries_by_webhook ON durably_deliveries (webhook, id)",
     "CREATE INDEX durably_deliveries_dead ON durably_deliveries (id) WHERE state = 'dead'",
+    "CREATE INDEX durably_deliveries_by_run ON durably_deliveries (run_id)",  # pruning
     {
         "sqlite": "CREATE TRIGGER durably_runs_notices AFTER UPDATE OF status ON durably_runs"
         f" WHEN {_NOTICE_WHEN.replace('IS DISTINCT FROM', 'IS NOT')}"
