@@ -37,6 +37,7 @@ __all__ = [
     "DeliveryState",
     "NewWebhook",
     "Outgoing",
+    "Settlement",
     "StatusChange",
     "UnknownDelivery",
     "UnknownWebhook",
@@ -154,6 +155,17 @@ class Outgoing:
     url: str
     secret: str | None
     max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How attempt number `attempts` of a leased delivery ended: delivered (no `error`), to
+    be tried again at `retry_at`, or dead (an error and no retry)."""
+
+    delivery_id: int
+    attempts: int
+    error: str | None = None
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from durably.clock import Clock
 from durably.core.retry import Classification, Retry, RetryAt, decide
-from durably.core.webhooks import MAX_ERROR, Outgoing, body, headers
+from durably.core.webhooks import MAX_ERROR, Outgoing, Settlement, body, headers
 from durably.errors import StoreUnavailable
 from durably.runtime.hooks import Hooks
 from durably.stores.protocol import Store
@@ -90,7 +90,13 @@ class Courier:
             return Passed()
         with ThreadPoolExecutor(len(taken), thread_name_prefix="durably-webhook") as pool:
             errors = list(pool.map(self._send, taken))
-        outcomes = [self._settle(item, error) for item, error in zip(taken, errors, strict=True)]
+        # One transaction for the pass's settlements: a pass costs the store two writes
+        decided = [self._decide(item, error) for item, error in zip(taken, errors, strict=True)]
+        self.store.settle_deliveries([settled for settled, _ in decided], now=self.clock.now())
+        outcomes = [outcome for _, outcome in decided]
+        if self.hooks is not None:
+            for item, outcome in zip(taken, outcomes, strict=True):
+                self.hooks.webhook_attempted(item.delivery.webhook, outcome)
         return Passed(*(outcomes.count(kind) for kind in ("delivered", "failed", "dead")))
 
     async def run(self, every: timedelta = _EVERY) -> None:
@@ -110,35 +116,28 @@ class Courier:
         sent = headers(item.delivery, payload, item.secret, at=self.clock.now())
         return post(item.url, payload, sent, timeout=self.timeout)
 
-    def _settle(self, item: Outgoing, error: str | None) -> str:
-        delivery, now = item.delivery, self.clock.now()
-        attempt = delivery.attempts + 1
+    def _decide(self, item: Outgoing, error: str | None) -> tuple[Settlement, str]:
+        """How the attempt ended: delivered, to try again after the backoff, or dead."""
+        delivery, attempt = item.delivery, item.delivery.attempts + 1
         if error is None:
-            outcome, retry_at = "delivered", None
-        else:
-            policy = _with_attempts(self.backoff, item.max_attempts)
-            decided = decide(
-                policy,
-                Classification(True),
-                attempt=attempt,
-                first_attempt_at=delivery.at,
-                now=now,
-                rng=self._rng,
-            )
-            retry_at = decided.due if isinstance(decided, RetryAt) else None
-            outcome = "failed" if retry_at is not None else "dead"
-            log.log(
-                logging.WARNING if retry_at is None else logging.INFO,
-                "webhook %s: delivery %s (%s of run %s), attempt %d of %d: %s%s",
-                *(delivery.webhook, delivery.id, delivery.kind, delivery.run_id, attempt),
-                *(item.max_attempts, error, "" if retry_at else "; it is dead"),
-            )
-        self.store.settle_delivery(
-            delivery.id, attempts=attempt, now=now, error=error, retry_at=retry_at
+            return Settlement(delivery.id, attempt), "delivered"
+        decided = decide(
+            _with_attempts(self.backoff, item.max_attempts),
+            Classification(True),
+            attempt=attempt,
+            first_attempt_at=delivery.at,
+            now=self.clock.now(),
+            rng=self._rng,
         )
-        if self.hooks is not None:
-            self.hooks.webhook_attempted(delivery.webhook, outcome)
-        return outcome
+        retry_at = decided.due if isinstance(decided, RetryAt) else None
+        log.log(
+            logging.WARNING if retry_at is None else logging.INFO,
+            "webhook %s: delivery %s (%s of run %s), attempt %d of %d: %s%s",
+            *(delivery.webhook, delivery.id, delivery.kind, delivery.run_id, attempt),
+            *(item.max_attempts, error, "" if retry_at else "; it is dead"),
+        )
+        outcome = "failed" if retry_at is not None else "dead"
+        return Settlement(delivery.id, attempt, error, retry_at), outcome
 
 
 def post(

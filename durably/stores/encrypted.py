@@ -400,8 +400,8 @@ class EncryptedStore:
     def remove_webhook(self, webhook_id: str) -> bool:
         return self.inner.remove_webhook(webhook_id)
 
-    def settle_delivery(self, *args: Any, **kwargs: Any) -> bool:
-        return self.inner.settle_delivery(*args, **kwargs)
+    def settle_deliveries(self, *args: Any, **kwargs: Any) -> list[bool]:
+        return self.inner.settle_deliveries(*args, **kwargs)
 
     def deliveries(self, **kwargs: Any) -> Any:
         return self.inner.deliveries(**kwargs)

@@ -4,12 +4,19 @@ due, settles them, lists the dead ones, and streams every status change to liste
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
-from durably.core.webhooks import NewWebhook, Outgoing, StatusChange, Webhook, WebhookDelivery
+from durably.core.webhooks import (
+    NewWebhook,
+    Outgoing,
+    Settlement,
+    StatusChange,
+    Webhook,
+    WebhookDelivery,
+)
 
 __all__ = ["Retried", "WebhookStore"]
 
@@ -46,18 +53,10 @@ class WebhookStore(Protocol):
         next taker after it, so a delivery is sent at least once)."""
         ...
 
-    def settle_delivery(
-        self,
-        delivery_id: int,
-        *,
-        attempts: int,
-        now: datetime,
-        error: str | None = None,
-        retry_at: datetime | None = None,
-    ) -> bool:
-        """Record attempt number `attempts` of a leased delivery: delivered (no `error`), to
-        be tried again at `retry_at`, or dead (an error and no retry). False, writing
-        nothing, if the delivery moved on meanwhile (another taker recorded this attempt)."""
+    def settle_deliveries(self, settled: Sequence[Settlement], *, now: datetime) -> list[bool]:
+        """Record how these attempts of leased deliveries ended, in one transaction; for each,
+        False (writing nothing of it) if the delivery moved on meanwhile (another taker
+        recorded this attempt after the lease ran out)."""
         ...
 
     def deliveries(

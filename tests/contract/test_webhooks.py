@@ -15,7 +15,13 @@ import pytest
 
 from durably.codec.encryption import sealed_key
 from durably.core.status import RunStatus
-from durably.core.webhooks import DeliveryState, NewWebhook, StatusChange, WebhookKind
+from durably.core.webhooks import (
+    DeliveryState,
+    NewWebhook,
+    Settlement,
+    StatusChange,
+    WebhookKind,
+)
 from durably.stores import Store, open_store
 from durably.stores.encrypted import EncryptedStore
 from durably.stores.webhooks import Retried
@@ -160,10 +166,10 @@ def test_settling_records_each_attempt_until_delivered_or_dead(
     delivery_id = first.delivery.id
     retry_at = clock.now() + timedelta(seconds=30)
 
-    assert store.settle_delivery(
-        delivery_id, attempts=1, now=clock.now(), error="HTTP 500", retry_at=retry_at
-    )
-    assert not store.settle_delivery(delivery_id, attempts=1, now=clock.now())  # fenced
+    failed = Settlement(delivery_id, 1, "HTTP 500", retry_at)
+    assert store.settle_deliveries([failed], now=clock.now()) == [True]
+    fenced = Settlement(delivery_id, 1)  # this attempt is recorded already
+    assert store.settle_deliveries([fenced], now=clock.now()) == [False]
     [due] = store.deliveries()
     assert (due.state, due.attempts, due.due_at, due.last_error) == (
         DeliveryState.DUE,
@@ -174,7 +180,8 @@ def test_settling_records_each_attempt_until_delivered_or_dead(
     assert store.take_deliveries(now=clock.now(), lease=SEND_LEASE, limit=10) == []
     clock.advance("30s")
     assert len(store.take_deliveries(now=clock.now(), lease=SEND_LEASE, limit=10)) == 1
-    assert store.settle_delivery(delivery_id, attempts=2, now=clock.now(), error="timed out")
+    timed_out = Settlement(delivery_id, 2, "timed out")  # no retry: dead
+    assert store.settle_deliveries([timed_out], now=clock.now()) == [True]
 
     [dead] = store.deliveries(dead=True)
     assert (dead.state, dead.attempts, dead.due_at, dead.last_error) == (
@@ -188,7 +195,7 @@ def test_settling_records_each_attempt_until_delivered_or_dead(
     [back] = store.take_deliveries(now=clock.now(), lease=SEND_LEASE, limit=10)
     assert back.delivery.attempts == 0
     assert store.retry_delivery(delivery_id, now=clock.now()) is Retried.NOT_DEAD
-    assert store.settle_delivery(delivery_id, attempts=1, now=clock.now())
+    assert store.settle_deliveries([Settlement(delivery_id, 1)], now=clock.now()) == [True]
     [done] = store.deliveries()
     assert (done.state, done.delivered_at, done.due_at) == (
         DeliveryState.DELIVERED,
@@ -267,8 +274,11 @@ def test_pruning_a_run_deletes_its_delivered_deliveries_only(
         t.delivery.run_id: t
         for t in store.take_deliveries(now=clock.now(), lease=SEND_LEASE, limit=10)
     }
-    store.settle_delivery(taken["sent"].delivery.id, attempts=1, now=clock.now())
-    store.settle_delivery(taken["dead"].delivery.id, attempts=1, now=clock.now(), error="HTTP 500")
+    sent, dead = (
+        Settlement(taken["sent"].delivery.id, 1),
+        Settlement(taken["dead"].delivery.id, 1, "x"),
+    )
+    assert store.settle_deliveries([sent, dead], now=clock.now()) == [True, True]
     clock.advance("1d")
 
     assert store.prune(clock.now(), limit=10) == 2

@@ -21,7 +21,7 @@ from durably.core.audit import Audit, AuditEntry
 from durably.core.bulk import BulkJob, BulkRun, Matching, NewBulkJob, Outcome, RunFilter
 from durably.core.history import Event
 from durably.core.status import RunStatus
-from durably.core.webhooks import NewWebhook, Outgoing, Webhook, WebhookDelivery
+from durably.core.webhooks import NewWebhook, Outgoing, Settlement, Webhook, WebhookDelivery
 from durably.stores.protocol import (
     Ended,
     Happened,
@@ -363,27 +363,10 @@ class SqlStore(ABC):
 
         return self._writing(take)
 
-    def settle_delivery(
-        self,
-        delivery_id: int,
-        *,
-        attempts: int,
-        now: datetime,
-        error: str | None = None,
-        retry_at: datetime | None = None,
-    ) -> bool:
-        def settle(db: Any) -> bool:
-            return webhooks.settle(
-                db,
-                self.dialect,
-                delivery_id,
-                attempts=attempts,
-                now=now,
-                error=error,
-                retry_at=retry_at,
-            )
-
-        return self._writing(settle)
+    def settle_deliveries(self, settled: Sequence[Settlement], *, now: datetime) -> list[bool]:
+        # Repeated on PostgreSQL after a lost connection: what the first try wrote is fenced
+        # out (False), as it was recorded.
+        return self._writing(lambda db: webhooks.settle(db, self.dialect, settled, now=now))
 
     def deliveries(
         self, *, webhook: str | None = None, dead: bool = False, limit: int = 100

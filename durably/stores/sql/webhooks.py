@@ -14,6 +14,7 @@ from durably.core.webhooks import (
     DeliveryState,
     NewWebhook,
     Outgoing,
+    Settlement,
     Webhook,
     WebhookDelivery,
     WebhookKind,
@@ -124,28 +125,33 @@ def take(
 
 
 def settle(
-    db: Connection,
-    dialect: Dialect,
-    delivery_id: int,
-    *,
-    attempts: int,
-    now: datetime,
-    error: str | None,
-    retry_at: datetime | None,
-) -> bool:
-    """Record attempt number `attempts`, fenced by the attempts recorded before it."""
-    mark = dialect.mark
-    if error is None:
+    db: Connection, dialect: Dialect, settled: Sequence[Settlement], *, now: datetime
+) -> list[bool]:
+    """Record each attempt, fenced by the attempts recorded before it, in the caller's
+    transaction."""
+    return [_settle(db, dialect.mark, item, now) for item in settled]
+
+
+def _settle(db: Connection, mark: str, item: Settlement, now: datetime) -> bool:
+    if item.error is None:
         state, due_at, delivered_at = DeliveryState.DELIVERED, None, ts(now)
-    elif retry_at is not None:
-        state, due_at, delivered_at = DeliveryState.DUE, ts(retry_at), None
+    elif item.retry_at is not None:
+        state, due_at, delivered_at = DeliveryState.DUE, ts(item.retry_at), None
     else:
         state, due_at, delivered_at = DeliveryState.DEAD, None, None
     done = db.execute(
         f"UPDATE durably_deliveries SET state = {mark}, attempts = {mark}, due_at = {mark},"
         f" last_error = coalesce({mark}, last_error), delivered_at = {mark}"
         f" WHERE id = {mark} AND state = 'due' AND attempts = {mark}",
-        (str(state), attempts, due_at, error, delivered_at, delivery_id, attempts - 1),
+        (
+            str(state),
+            item.attempts,
+            due_at,
+            item.error,
+            delivered_at,
+            item.delivery_id,
+            item.attempts - 1,
+        ),
     )
     return bool(done.rowcount)
 
