@@ -77,7 +77,7 @@ class WebhookStore(Protocol):
         """Call `heard(change)`, from a thread of the store's, for each run status change any
         process commits from now on; returns the call that stops listening. Not durable:
         changes made while nobody listens are not kept (webhooks are the durable way).
-        PostgreSQL: NOTIFY on the channel durably_changes, unless turned off
+        PostgreSQL: NOTIFY on the channel durably_changes, once turned on
         (set_status_changes); SQLite: datagrams to the processes of this machine."""
         ...
 

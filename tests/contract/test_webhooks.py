@@ -219,7 +219,7 @@ def test_removing_a_webhook_stops_its_deliveries(store: Store, clock: FakeClock)
 def test_every_status_change_reaches_a_listener_of_another_store(
     store: Store, other: Store, clock: FakeClock
 ) -> None:
-    assert other.set_status_changes() is True  # on by default
+    assert other.set_status_changes(True) is True  # PostgreSQL's is off by default
     heard: queue.Queue[StatusChange] = queue.Queue()
     stop = other.watch_status_changes(heard.put)
     try:
@@ -239,15 +239,15 @@ def test_every_status_change_reaches_a_listener_of_another_store(
 
 
 @pytest.mark.postgres
-def test_the_postgres_change_stream_is_on_until_turned_off(postgres_url: str) -> None:
+def test_the_postgres_change_stream_is_off_until_turned_on(postgres_url: str) -> None:
     store = open_store(postgres_url)
     try:
-        assert store.set_status_changes() is True
-        assert store.set_status_changes(False) is False
         assert store.set_status_changes() is False
-        assert store.set_status_changes(False) is False
         assert store.set_status_changes(True) is True
         assert store.set_status_changes() is True
+        assert store.set_status_changes(True) is True
+        assert store.set_status_changes(False) is False
+        assert store.set_status_changes() is False
     finally:
         store.close()
 
@@ -284,3 +284,23 @@ def test_pruning_a_run_deletes_its_delivered_deliveries_only(
     assert store.prune(clock.now(), limit=10) == 2
 
     assert [(d.run_id, d.state) for d in store.deliveries()] == [("dead", DeliveryState.DEAD)]
+
+
+def test_sqlite_has_its_notices_trigger_only_while_a_webhook_exists(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    def triggers() -> list[tuple[str]]:
+        return execute_sql(sqlite_url, "SELECT name FROM sqlite_master WHERE type = 'trigger'")
+
+    store = open_store(sqlite_url)
+    try:
+        assert triggers() == []  # nothing to pay for on each run's end
+        store.add_webhook(_hook("wh_a"), now=clock.now())
+        store.add_webhook(_hook("wh_b"), now=clock.now())
+        assert triggers() == [("durably_runs_notices",)]
+        store.remove_webhook("wh_a")
+        assert triggers() == [("durably_runs_notices",)]
+        store.remove_webhook("wh_b")
+        assert triggers() == []
+    finally:
+        store.close()

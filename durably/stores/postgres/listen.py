@@ -90,9 +90,9 @@ class Listener:
 
 def switch_changes(db: psycopg.Connection[Any], on: bool | None) -> bool:
     """Turn the change stream on (make the trigger that NOTIFYs CHANGES_CHANNEL of every
-    status change, as the migration does: durably.stores.sql.schema) or off (drop it), in the
-    caller's transaction; whether it is on. A trigger rather than a setting it reads: while
-    off, it costs nothing. Making or dropping it needs the table's owner, like a migration."""
+    status change: durably.stores.sql.schema) or off (drop it), in the caller's transaction;
+    whether it is on. A trigger rather than a setting it reads: while off, it costs nothing.
+    Making or dropping it needs the table's owner, like a migration."""
     db.execute("SELECT pg_advisory_xact_lock(%s)", (_CHANGES_LOCK,))
     found = db.execute(
         "SELECT count(*) FROM pg_trigger WHERE tgname = 'durably_runs_changes'"

@@ -20,6 +20,7 @@ __all__ = [
     "CLAIM_RANK",
     "CREATE_META",
     "LATEST_VERSION",
+    "SQLITE_NOTICES_TRIGGER",
     "check_schema",
     "migrate",
     "migrations",
@@ -258,11 +259,16 @@ _KIND_OF_NEW = (
     + " ".join(f"WHEN '{status}' THEN '{kind}'" for status, kind in KIND_OF_STATUS.items())
     + " END"
 )
-# One delivery per subscription of the kind a run's new status is, inserted in the transaction
-# that changes the status, whatever the write (a worker's commit, one statement for a batch on
-# PostgreSQL; a person's action; a bulk job): there exactly when the change is. The WHEN clause
-# keeps it to changes to a status some kind stands for; with no webhook, the insert's read of
-# the empty kinds table by its primary key is all it costs.
+# One delivery per subscription of the kind a run's new status is, inserted by a trigger in the
+# transaction that changes the status, whatever the write (a worker's commit, one statement for
+# a batch on PostgreSQL; a person's action; a bulk job): there exactly when the change is. The
+# WHEN clause keeps it to changes to a status some kind stands for. With no webhook it must
+# cost next to nothing, and a trigger that runs its insert (even one that reads an empty
+# table) cost 8-12% of the store's claim-and-commit path (measured, both databases). So:
+# PostgreSQL's function looks for a webhook first and returns (its call alone was within the
+# measurement's noise); SQLite's trigger exists only while a webhook does (add_webhook makes
+# it, the last remove drops it: SQLite has no privileges to stand in the way, and every
+# connection sees a schema change at its next statement).
 _NOTICE_INSERT = f"""INSERT INTO durably_deliveries (webhook, kind, run_id, workflow, status,
         queue, queue_key, correlation_id, at, state, attempts, due_at)
     SELECT k.webhook, k.kind, NEW.id, NEW.workflow, NEW.status, NEW.queue, NEW.queue_key,
@@ -271,7 +277,12 @@ _NOTICE_INSERT = f"""INSERT INTO durably_deliveries (webhook, kind, run_id, work
     WHERE k.kind = {_KIND_OF_NEW} AND (k.workflow IS NULL OR k.workflow = NEW.workflow)"""
 _NOTICE_WHEN = f"NEW.status IS DISTINCT FROM OLD.status AND NEW.status IN ({_NOTICE_STATUSES})"
 
-# Made by the migration, dropped and made again by `durably changes off|on`.
+SQLITE_NOTICES_TRIGGER = (
+    "CREATE TRIGGER IF NOT EXISTS durably_runs_notices AFTER UPDATE OF status ON durably_runs"
+    f" WHEN {_NOTICE_WHEN.replace('IS DISTINCT FROM', 'IS NOT')} BEGIN {_NOTICE_INSERT}; END"
+)
+
+# Made and dropped by `durably changes on|off` (durably.stores.postgres.listen).
 CHANGES_TRIGGER = (
     "CREATE TRIGGER durably_runs_changes AFTER UPDATE OF status ON durably_runs"
     " FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)"
@@ -317,28 +328,26 @@ _V10: list[str | dict[str, str]] = [
     "CREATE INDEX durably_deliveries_by_webhook ON durably_deliveries (webhook, id)",
     "CREATE INDEX durably_deliveries_dead ON durably_deliveries (id) WHERE state = 'dead'",
     "CREATE INDEX durably_deliveries_by_run ON durably_deliveries (run_id)",  # pruning
-    {
-        "sqlite": "CREATE TRIGGER durably_runs_notices AFTER UPDATE OF status ON durably_runs"
-        f" WHEN {_NOTICE_WHEN.replace('IS DISTINCT FROM', 'IS NOT')}"
-        f" BEGIN {_NOTICE_INSERT}; END",
+    {  # SQLite's: SQLITE_NOTICES_TRIGGER, made with the first webhook
         "postgres": "CREATE FUNCTION durably_run_notices() RETURNS trigger LANGUAGE plpgsql"
-        f" SET search_path FROM CURRENT AS $$ BEGIN {_NOTICE_INSERT}; RETURN NULL; END $$",
+        " SET search_path FROM CURRENT AS $$ BEGIN"
+        " IF NOT EXISTS (SELECT 1 FROM durably_webhook_kinds) THEN RETURN NULL; END IF;"
+        f" {_NOTICE_INSERT}; RETURN NULL; END $$",
     },
-    {  # SQLite's trigger above is whole; PostgreSQL's calls the function
+    {
         "postgres": "CREATE TRIGGER durably_runs_notices AFTER UPDATE OF status ON durably_runs"
         f" FOR EACH ROW WHEN ({_NOTICE_WHEN}) EXECUTE FUNCTION durably_run_notices()",
     },
     # PostgreSQL's change stream (durably listen): a NOTIFY per status change, sent at the
-    # commit by a trigger. On by default: a commit NOTIFYs already (runs due, runs ended), and
-    # the benchmarks (W1, W2) showed no cost past their noise; `durably changes off` drops the
-    # trigger (and `on` makes it again). SQLite's is sent by the store's own connections.
+    # commit by a trigger that `durably changes on` makes. Off by default: a NOTIFY per change
+    # cost 7% of the store's claim-and-commit path (measured). SQLite's is sent by the store's
+    # own connections, while a process of the machine listens (durably.stores.sqlite).
     {
         "postgres": "CREATE FUNCTION durably_run_changed() RETURNS trigger LANGUAGE plpgsql"
         " AS $$ BEGIN PERFORM pg_notify('durably_changes', json_build_object('run', NEW.id,"
         " 'workflow', NEW.workflow, 'status', NEW.status, 'at', NEW.updated_at)::text);"
         " RETURN NULL; END $$",
     },
-    {"postgres": CHANGES_TRIGGER},
 ]
 
 # A statement is the same on both databases (with the words of _DIALECTS), or a dict of each

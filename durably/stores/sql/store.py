@@ -65,6 +65,7 @@ class SqlStore(ABC):
     dialect: Dialect
     schema_found: int  # the schema version opening found: 0 if it created it, less if it migrated
     _skip_locked = ""  # how a take keeps concurrent takers apart (SQLite: its write lock)
+    _notices_trigger: str | None = None  # made with the first webhook (durably.stores.sql.schema)
 
     @abstractmethod
     def _reading(self, read: Callable[[Any], R]) -> R:
@@ -345,13 +346,21 @@ class SqlStore(ABC):
         # Repeated on PostgreSQL after a lost connection: the second try's insert of the same
         # id fails, and the caller's add is reported as failed though it was made; rare, and
         # `webhooks list` shows it.
-        return self._writing(lambda db: webhooks.add(db, self.dialect, webhook, now=now))
+        trigger = self._notices_trigger
+
+        def add(db: Any) -> Webhook:
+            return webhooks.add(db, self.dialect, webhook, now=now, trigger=trigger)
+
+        return self._writing(add)
 
     def webhooks(self) -> list[Webhook]:
         return self._reading(webhooks.listed)
 
     def remove_webhook(self, webhook_id: str) -> bool:
-        return self._writing(lambda db: webhooks.remove(db, self.dialect, webhook_id))
+        trigger = self._notices_trigger is not None
+        return self._writing(
+            lambda db: webhooks.remove(db, self.dialect, webhook_id, trigger=trigger)
+        )
 
     def take_deliveries(self, *, now: datetime, lease: timedelta, limit: int) -> list[Outgoing]:
         # Repeated after a lost connection: deliveries the first try leased stay leased until

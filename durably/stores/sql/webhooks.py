@@ -41,8 +41,18 @@ _DELIVERY = (
 )
 
 
-def add(db: Connection, dialect: Dialect, webhook: NewWebhook, *, now: datetime) -> Webhook:
-    """Insert the webhook and its kinds, in the caller's transaction."""
+def add(
+    db: Connection,
+    dialect: Dialect,
+    webhook: NewWebhook,
+    *,
+    now: datetime,
+    trigger: str | None = None,
+) -> Webhook:
+    """Insert the webhook and its kinds, in the caller's transaction; `trigger`: the notices
+    trigger to make if it is not there (SQLite's, which exists only while a webhook does)."""
+    if trigger is not None:
+        db.execute(trigger)
     mark = dialect.mark
     kinds = ",".join(webhook.kinds)
     db.execute(
@@ -80,12 +90,15 @@ def listed(db: Connection) -> list[Webhook]:
     return [_webhook_of(row) for row in rows.fetchall()]
 
 
-def remove(db: Connection, dialect: Dialect, webhook_id: str) -> bool:
-    """Delete the webhook, its kinds and its deliveries, in the caller's transaction."""
+def remove(db: Connection, dialect: Dialect, webhook_id: str, *, trigger: bool = False) -> bool:
+    """Delete the webhook, its kinds and its deliveries, in the caller's transaction; with
+    `trigger`, drop the notices trigger once no webhook is left (SQLite's)."""
     mark = dialect.mark
     db.execute(f"DELETE FROM durably_webhook_kinds WHERE webhook = {mark}", (webhook_id,))
     db.execute(f"DELETE FROM durably_deliveries WHERE webhook = {mark}", (webhook_id,))
     gone = db.execute(f"DELETE FROM durably_webhooks WHERE id = {mark}", (webhook_id,))
+    if trigger and db.execute("SELECT 1 FROM durably_webhooks LIMIT 1").fetchone() is None:
+        db.execute("DROP TRIGGER IF EXISTS durably_runs_notices")
     return bool(gone.rowcount)
 
 

@@ -6,6 +6,7 @@ a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -43,11 +44,15 @@ from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
     RUN_COLUMNS,
     claimed_data,
-    from_ts,
     run_of,
     ts,
 )
-from durably.stores.sql.schema import LATEST_VERSION, check_schema, migrate
+from durably.stores.sql.schema import (
+    LATEST_VERSION,
+    SQLITE_NOTICES_TRIGGER,
+    check_schema,
+    migrate,
+)
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
 from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
@@ -72,7 +77,14 @@ _CREATE = (
 
 
 class SQLiteStore(SqlStore):
+    _notices_trigger = SQLITE_NOTICES_TRIGGER
     """A SQLite file; each thread gets its own connection.
+
+    Every status change its connections commit is sent to the processes of this machine that
+    listen (durably listen), after the commit, while any does: a temporary trigger of the
+    connection's own gathers them, made when a listener comes and dropped when the last goes
+    (a stat of a directory a write transaction), so that with nobody listening it costs
+    nothing.
 
     `create=False` opens only a durably store that exists, at this durably's schema version:
     the file is not created, nor the schema migrated (what the CLI's commands do, so that a
@@ -369,7 +381,6 @@ class SQLiteStore(SqlStore):
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
             db.create_function("durably_status_changed", 4, db.changed)
-            _watch_changes(db)
         except sqlite3.Error as exc:
             raise StoreUnavailable(
                 f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
@@ -419,6 +430,8 @@ class SQLiteStore(SqlStore):
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[_Changing]:
         db = self._connection()
+        if begin != "BEGIN" and db.gathering != self._changes.listened():
+            db.gather_changes(not db.gathering)
         try:
             db.execute(begin)
         except sqlite3.OperationalError as exc:
@@ -438,14 +451,11 @@ class SQLiteStore(SqlStore):
                 ) from exc
             raise
         if db.changes:  # after the commit, best effort (durably listen)
-            self._changes.notify(run_messages([change.to_json() for change in db.changes]))
-            db.changes.clear()
+            self._changes.notify(run_messages(db.sent_changes()))
 
     def _migrate(self) -> int:
         with self._write() as db:
-            found = migrate(db, "sqlite", self.url)
-        _watch_changes(db)  # its runs table may be new
-        return found
+            return migrate(db, "sqlite", self.url)
 
     def _check_schema(self) -> None:
         with self._read() as db:
@@ -481,23 +491,36 @@ class _Changing(sqlite3.Connection):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.changes: list[StatusChange] = []
+        self.changes: list[tuple[str, str, str, float]] = []  # run, workflow, status, at
+        self.gathering = False  # whether its trigger gathers them
 
     def changed(self, run_id: str, workflow: str, status: str, at: float) -> None:
-        self.changes.append(StatusChange(run_id, workflow, status, from_ts(at)))
+        self.changes.append((run_id, workflow, status, at))
 
+    def sent_changes(self) -> list[str]:
+        """The changes it gathered, as the lines the listeners read (StatusChange.from_json);
+        none gathered from then on, until the next."""
+        keys = ("run", "workflow", "status", "at")
+        lines = [json.dumps(dict(zip(keys, change, strict=True))) for change in self.changes]
+        self.changes.clear()
+        return lines
 
-def _watch_changes(db: sqlite3.Connection) -> None:
-    """Have `db` keep the status changes it writes. A temporary trigger, this connection's
-    own: another program's connection (the sqlite3 shell) knows no durably_status_changed and
-    is not asked to call it."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'durably_runs'").fetchone():
-        db.execute(
-            "CREATE TEMP TRIGGER IF NOT EXISTS durably_status_changes"
-            " AFTER UPDATE OF status ON main.durably_runs WHEN NEW.status IS NOT OLD.status"
-            " BEGIN SELECT durably_status_changed(NEW.id, NEW.workflow, NEW.status,"
-            " NEW.updated_at); END"
-        )
+    def gather_changes(self, on: bool) -> None:
+        """Make or drop the trigger that gathers them: temporary, this connection's own, so
+        that another program's connection (the sqlite3 shell), which knows no
+        durably_status_changed, is never asked to call it. Outside a transaction."""
+        if not on:
+            self.execute("DROP TRIGGER IF EXISTS temp.durably_status_changes")
+        elif self.execute("SELECT 1 FROM sqlite_master WHERE name = 'durably_runs'").fetchone():
+            self.execute(
+                "CREATE TEMP TRIGGER IF NOT EXISTS durably_status_changes"
+                " AFTER UPDATE OF status ON main.durably_runs WHEN NEW.status IS NOT OLD.status"
+                " BEGIN SELECT durably_status_changed(NEW.id, NEW.workflow, NEW.status,"
+                " NEW.updated_at); END"
+            )
+        else:
+            return  # no runs table yet: the next write transaction looks again
+        self.gathering = on
 
 
 def _left(db: sqlite3.Connection) -> str:
