@@ -13,6 +13,7 @@ from durably.cli import (  # noqa: F401  (each registers its commands)
     serve,
     steer,
     updates,
+    webhooks,
 )
 from durably.cli.base import cli, main
 

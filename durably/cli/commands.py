@@ -100,6 +100,13 @@ log = logging.getLogger("durably.worker")
     help="Take runs of these queues only (comma-separated; `default` is the default queue). "
     "Default: every queue the app declares, and the default one.",
 )
+@click.option(
+    "--webhook-timeout",
+    default="10s",
+    show_default=True,
+    type=DURATION,
+    help="How long a webhook delivery waits for its receiver's answer (docs/how-to/webhooks.md).",
+)
 @VERBOSE
 @click.option(
     "--upgrade",
@@ -119,6 +126,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     queues: str | None,
+    webhook_timeout: timedelta,
     upgrading: bool,
 ) -> None:
     """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
@@ -138,6 +146,7 @@ def worker(
         stop_grace=stop_grace,
         name=name,
         queues=None if queues is None else [q.strip() for q in queues.split(",") if q.strip()],
+        webhook_timeout=webhook_timeout,
     )
     if upgrading:
         upgrades = app.upgrade(by=f"worker {running.name}")

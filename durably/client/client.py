@@ -33,6 +33,7 @@ from durably.client.starts import (
     new_run,
     workflow_of,
 )
+from durably.client.webhooks import Webhooks
 from durably.clock import Clock
 from durably.codec.encoding import (
     decode_given,
@@ -304,6 +305,12 @@ class Client(RunReader):
         )
         self.notify()
         return run
+
+    @property
+    def webhooks(self) -> Webhooks:
+        """Outbound webhooks: subscribe URLs to runs' state changes, read and retry their
+        deliveries (durably.client.webhooks)."""
+        return Webhooks(self)
 
     @property
     def bulk(self) -> Bulk:

@@ -43,6 +43,9 @@ class Action(StrEnum):
     RESUME_SCHEDULE = "resume_schedule"
     TRIGGER_SCHEDULE = "trigger_schedule"  # started a run of it now (the entry names the run)
     BACKFILL_SCHEDULE = "backfill_schedule"  # started its missed ticks' runs
+    ADD_WEBHOOK = "add_webhook"  # subscribed a URL to runs' state changes (durably webhooks)
+    REMOVE_WEBHOOK = "remove_webhook"
+    RETRY_DELIVERY = "retry_delivery"  # sent a dead webhook delivery again
 
 
 class Via(StrEnum):

@@ -143,6 +143,13 @@ class Metrics(Hooks):
             registry=r,
         )
         self.store_available.set(1)
+        self.webhook_attempts = Counter(
+            "durably_webhook_deliveries",
+            "Webhook delivery attempts this worker made, by webhook and outcome: delivered "
+            "(2xx), failed (tried again later) or dead (its last attempt failed)",
+            ["webhook", "outcome"],
+            registry=r,
+        )
         if store is not None:
             r.register(_StoreCollector(store, self._clock))
 
@@ -213,6 +220,9 @@ class Metrics(Hooks):
             self.outages.inc()
         self.store_available.set(0 if reason is not None else 1)
 
+    def webhook_attempted(self, webhook: str, outcome: str) -> None:
+        self.webhook_attempts.labels(webhook, outcome).inc()
+
 
 def store_registry(store: Callable[[], Store], clock: Clock | None = None) -> CollectorRegistry:
     """A registry with the store's gauges alone: what a process that runs no worker (the
@@ -270,6 +280,12 @@ class _StoreCollector(Collector):
         for name, text in sorted(store.gates().items()):
             breakers.add_metric([name], 0.0 if GateState.load(text).breaker == "closed" else 1.0)
         yield breakers
+        yield GaugeMetricFamily(
+            "durably_webhook_deliveries_due",
+            "Webhook deliveries due now and not being sent: a backlog that grows while "
+            "receivers are down or no worker runs",
+            value=store.due_deliveries(now=now),
+        )
 
 
 def _queues(stats: RunStats, live: Sequence[WorkerBeat]) -> Iterator[Metric]:

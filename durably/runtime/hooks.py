@@ -61,6 +61,11 @@ class Hooks:
         """The worker's store calls began to fail (`reason`: why, as the store said: down,
         its disk full, its file read-only), and it retries them; None: they work again."""
 
+    def webhook_attempted(self, webhook: str, outcome: str) -> None:
+        """A worker sent a delivery of `webhook` (durably.runtime.webhooks): `outcome` is
+        "delivered" (the receiver answered 2xx), "failed" (it will be tried again) or "dead"
+        (its last attempt failed: the webhooks' dead-letter list)."""
+
 
 class HookChain(Hooks):
     """Several observers, called in order."""
@@ -116,6 +121,10 @@ class HookChain(Hooks):
     def store_outage(self, reason: str | None) -> None:
         for hook in self.hooks:
             hook.store_outage(reason)
+
+    def webhook_attempted(self, webhook: str, outcome: str) -> None:
+        for hook in self.hooks:
+            hook.webhook_attempted(webhook, outcome)
 
 
 def chain(hooks: Sequence[Hooks | None]) -> Hooks | None:

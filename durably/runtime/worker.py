@@ -28,6 +28,7 @@ from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
 from durably.runtime.neighbours import default_name, gone_here
 from durably.runtime.takeovers import first_claim, taken_over_from
+from durably.runtime.webhooks import Courier
 from durably.stores.protocol import Claim, Lease, Store, WorkerBeat
 
 __all__ = ["Worker"]
@@ -63,6 +64,7 @@ class Worker:
         stop_grace: Duration = "10s",
         name: str | None = None,
         queues: Collection[str] | None = None,
+        webhook_timeout: Duration | None = "10s",
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -75,6 +77,13 @@ class Worker:
             raise ValueError("lease must be at least 1s: heartbeats renew it every third of it")
         self.poll = parse_duration(poll, what="poll")
         self.stop_grace = parse_duration(stop_grace, what="stop_grace")
+        # Each webhook delivery's send waits this long for an answer (None: this worker sends
+        # none; the other workers do).
+        self.webhook_timeout = (
+            None
+            if webhook_timeout is None
+            else parse_duration(webhook_timeout, what="webhook_timeout")
+        )
         # A name given by the caller identifies this worker across restarts: runs still
         # leased to it belonged to a previous incarnation, now dead, and are recovered at
         # once. Two live workers must never share a name.
@@ -152,6 +161,13 @@ class Worker:
         heartbeat.add_done_callback(self._background_done)
         mail = asyncio.create_task(self._read_mail(committer), name=f"durably-mail-{self.name}")
         mail.add_done_callback(self._background_done)
+        background = [heartbeat, mail]
+        if not until_idle and self.webhook_timeout:  # webhook deliveries, in threads of their own
+            timeout = self.webhook_timeout
+            courier = Courier(store, self._clock, hooks=self._settings.hooks, timeout=timeout)
+            sending = asyncio.create_task(courier.run(), name=f"durably-webhooks-{self.name}")
+            sending.add_done_callback(self._background_done)
+            background.append(sending)
         idle_polls = 0
         try:
             await self._beat(committer)
@@ -175,9 +191,9 @@ class Worker:
             unsubscribe()
             unwatch()
             await self._shutdown()
-            heartbeat.cancel()
-            mail.cancel()
-            await asyncio.gather(heartbeat, mail, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             with contextlib.suppress(StoreUnavailable):  # it is presumed dead in time anyway
                 await committer.call(functools.partial(store.forget_worker, self.name))
             committer.stop()

@@ -29,6 +29,7 @@ from durably.core.history import Event, EventKind
 from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
+from durably.core.webhooks import NewWebhook, Outgoing, Webhook
 from durably.stores.protocol import (
     Checkpoint,
     Claim,
@@ -409,6 +410,46 @@ class EncryptedStore:
 
     def settle_bulk_runs(self, *args: Any, **kwargs: Any) -> Any:
         return self.inner.settle_bulk_runs(*args, **kwargs)
+
+    # webhooks: a webhook's secret is sealed; its deliveries carry no payload (no input or
+    # result, by design), and neither does the change stream
+
+    def add_webhook(self, webhook: NewWebhook, *, now: datetime) -> Webhook:
+        secret = None if webhook.secret is None else self._seal(webhook.secret)
+        return self.inner.add_webhook(dataclasses.replace(webhook, secret=secret), now=now)
+
+    def take_deliveries(self, *, now: datetime, lease: timedelta, limit: int) -> list[Outgoing]:
+        taken = self.inner.take_deliveries(now=now, lease=lease, limit=limit)
+        return [
+            item
+            if item.secret is None
+            else dataclasses.replace(item, secret=self._open(item.secret))
+            for item in taken
+        ]
+
+    def webhooks(self) -> Any:
+        return self.inner.webhooks()
+
+    def remove_webhook(self, webhook_id: str) -> bool:
+        return self.inner.remove_webhook(webhook_id)
+
+    def settle_deliveries(self, *args: Any, **kwargs: Any) -> list[bool]:
+        return self.inner.settle_deliveries(*args, **kwargs)
+
+    def deliveries(self, **kwargs: Any) -> Any:
+        return self.inner.deliveries(**kwargs)
+
+    def retry_delivery(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.retry_delivery(*args, **kwargs)
+
+    def due_deliveries(self, *, now: datetime) -> int:
+        return self.inner.due_deliveries(now=now)
+
+    def watch_status_changes(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.watch_status_changes(*args, **kwargs)
+
+    def set_status_changes(self, on: bool | None = None) -> bool:
+        return self.inner.set_status_changes(on)
 
     def close(self) -> None:
         self.inner.close()

@@ -19,6 +19,7 @@ from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.stores.bulk import BulkStore
 from durably.stores.outputs import OutputStore
+from durably.stores.webhooks import WebhookStore
 
 __all__ = [
     "Checkpoint",
@@ -581,7 +582,7 @@ class OperatorStore(Protocol):
         ...
 
 
-class Store(EngineStore, OperatorStore, BulkStore, OutputStore, Protocol):
+class Store(EngineStore, OperatorStore, BulkStore, OutputStore, WebhookStore, Protocol):
     """Every store (SQLite, PostgreSQL) is all three; one contract suite (tests/contract) runs
     against each."""
 

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from durably.core.webhooks import UnknownDelivery, UnknownWebhook
 from durably.errors import (
     ConfigError,
     DurablyError,
@@ -38,6 +39,8 @@ _BY_CLASS: Sequence[tuple[type[DurablyError], int, str]] = (
     (UnknownSchedule, 404, "not_found"),
     (UnknownBulkJob, 404, "not_found"),
     (UnknownQuery, 404, "not_found"),
+    (UnknownWebhook, 404, "not_found"),
+    (UnknownDelivery, 404, "not_found"),
     (RunConflict, 409, "conflict"),
     (PayloadError, 422, "validation"),
     (ConfigError, 422, "validation"),
@@ -58,7 +61,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for code, what in (
         (401, "No token, or one the server does not know"),
         (403, "The token may only read"),
-        (404, "No such run, workflow, schedule, bulk job or query handler"),
+        (404, "No such run, workflow, schedule, bulk job, query handler, webhook or delivery"),
         (409, "The run's state refuses the action, or the id is taken by another start"),
         (422, "The body or query does not fit: the message names the field"),
         (429, "Too many unknown tokens from this address: wait the seconds of Retry-After"),

@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
-from durably.web import api, bulk, dashboard, errors, published, updates
+from durably.web import api, bulk, dashboard, errors, published, updates, webhooks
 from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
 from durably.web.charts import Sampler
@@ -73,6 +73,7 @@ def create_app(
     web.include_router(dashboard.router)
     web.include_router(bulk.router)
     web.include_router(updates.router)
+    web.include_router(webhooks.router)
     web.mount("/static", StaticFiles(directory=_STATIC), name="static")
     _mount_docs(web)
     web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound

@@ -54,6 +54,9 @@ def _exercise(live: Live, strategy: st.SearchStrategy[schemathesis.Case], exampl
         # nothing needs all=true, since comes before until, only a cancel or a pause takes a
         # reason; a body that breaks one is refused (422), naming it.
         spanning = case.method == "POST" and case.path == "/api/runs/bulk"
+        # A webhook's URL must be http(s) with a host, and its events kinds durably knows
+        # (durably.core.webhooks), which the schema says in words: others are refused (422).
+        spanning |= case.method == "POST" and case.path == "/api/webhooks"
         case.validate_response(
             response,
             excluded_checks=[positive_data_acceptance] if opaque or spanning else None,

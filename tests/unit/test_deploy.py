@@ -42,6 +42,8 @@ METRICS = {
     "durably_breaker_open": "gauge",
     "durably_runs_lease_expired": "gauge",
     "durably_workers_live": "gauge",
+    "durably_webhook_deliveries": "counter",
+    "durably_webhook_deliveries_due": "gauge",
 }
 # The names a query can use: counters with `_total`, histograms' series, gauges as they are.
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}

@@ -1,5 +1,5 @@
 """PostgreSQL wake-ups: LISTEN on a connection and a thread of its own, for the channels on
-which commits NOTIFY (runs due now; runs that ended)."""
+which commits NOTIFY (runs due now; runs that ended; every status change, once turned on)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import os
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 import psycopg
 
 from durably.errors import StoreUnavailable
 from durably.stores.postgres.connections import redact
+from durably.stores.sql.schema import CHANGES_TRIGGER
 
-__all__ = ["Listener"]
+__all__ = ["CHANGES_CHANNEL", "Listener", "switch_changes"]
+
+CHANGES_CHANNEL = "durably_changes"
+_CHANGES_LOCK = 0x6475726163  # any fixed number; serialises concurrent switches
 
 log = logging.getLogger("durably.store")
 
@@ -81,3 +86,21 @@ class Listener:
                 interrupted = True
                 self._stopping.wait(pause)
                 pause = min(pause * 2, 5.0)
+
+
+def switch_changes(db: psycopg.Connection[Any], on: bool | None) -> bool:
+    """Turn the change stream on (make the trigger that NOTIFYs CHANGES_CHANNEL of every
+    status change: durably.stores.sql.schema) or off (drop it), in the caller's transaction;
+    whether it is on. A trigger rather than a setting it reads: while off, it costs nothing.
+    Making or dropping it needs the table's owner, like a migration."""
+    db.execute("SELECT pg_advisory_xact_lock(%s)", (_CHANGES_LOCK,))
+    found = db.execute(
+        "SELECT count(*) FROM pg_trigger WHERE tgname = 'durably_runs_changes'"
+        " AND tgrelid = 'durably_runs'::regclass"
+    ).fetchone()
+    is_on = bool(found and found[0])
+    if on and not is_on:
+        db.execute(CHANGES_TRIGGER)
+    elif on is False and is_on:
+        db.execute("DROP TRIGGER durably_runs_changes ON durably_runs")
+    return is_on if on is None else on

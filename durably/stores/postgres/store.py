@@ -27,11 +27,12 @@ from psycopg import sql
 from durably.core.history import EventKind
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
+from durably.core.webhooks import StatusChange
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres import claims
 from durably.stores.postgres.commit import OUTPUTS_CHANNEL, WAKE_CHANNEL, Batch, run_lines
 from durably.stores.postgres.connections import Connections, redact
-from durably.stores.postgres.listen import Listener
+from durably.stores.postgres.listen import CHANGES_CHANNEL, Listener, switch_changes
 from durably.stores.protocol import (
     Checkpoint,
     Claim,
@@ -136,6 +137,8 @@ class PostgresStore(SqlStore):
 
     `create=False` opens only a durably store that exists, at this durably's schema version:
     its tables are not created, nor migrated."""
+
+    _skip_locked = " FOR UPDATE SKIP LOCKED"  # concurrent takers of deliveries pass each other
 
     def __init__(
         self,
@@ -406,6 +409,17 @@ class PostgresStore(SqlStore):
 
         poke = functools.partial(self._notify, channel)
         return Listener(self._url, self.url, channel, heard, poke).stop
+
+    def watch_status_changes(self, heard: Callable[[StatusChange], None]) -> Callable[[], None]:
+        def received(payload: str | None) -> None:
+            if payload:  # "" is a poke; None, a lost connection: changes may have gone unheard
+                heard(StatusChange.from_json(payload))
+
+        poke = functools.partial(self._notify, CHANGES_CHANNEL)
+        return Listener(self._url, self.url, CHANGES_CHANNEL, received, poke).stop
+
+    def set_status_changes(self, on: bool | None = None) -> bool:
+        return self._db.run(lambda db: switch_changes(db, on), transaction=True)
 
     def _notify(self, channel: str) -> None:
         self._db.run(lambda db: db.execute(f"NOTIFY {channel}"))

@@ -1,6 +1,7 @@
 """Deleting ended runs past their retention, the same SQL for both stores: a batch of runs
 that ended (completed, failed, timed out, cancelled) before a time, with their events, any
-messages left in their inbox and their attributes, in one transaction. A parked run
+messages left in their inbox, their attributes and their delivered webhook deliveries, in one
+transaction. A parked run
 (needs_attention, compensation_failed), a paused one and one still to run are never
 deleted."""
 
@@ -38,6 +39,9 @@ def prune(db: Connection, dialect: Dialect, before: datetime, *, limit: int) -> 
     count = int(deleted.rowcount)
     attributes.forget(db, dialect, ids)
     outputs.forget(db, dialect, ids)
+    # their webhook deliveries that were delivered (a due one is still to send, a dead one
+    # waits for a person in the dead-letter list)
+    db.execute(f"DELETE FROM durably_deliveries WHERE {which} AND state = 'delivered'", more)
     return count
 
 

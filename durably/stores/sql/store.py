@@ -22,6 +22,7 @@ from durably.core.bulk import BulkJob, BulkRun, Matching, NewBulkJob, Outcome, R
 from durably.core.history import Event
 from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.status import RunStatus
+from durably.core.webhooks import NewWebhook, Outgoing, Settlement, Webhook, WebhookDelivery
 from durably.stores.protocol import (
     Ended,
     Happened,
@@ -46,10 +47,12 @@ from durably.stores.sql import (
     rekeying,
     versions,
     waking,
+    webhooks,
     workers,
 )
 from durably.stores.sql.reads import Dialect
 from durably.stores.sql.stats import activity, run_stats
+from durably.stores.webhooks import Retried
 
 __all__ = ["SqlStore"]
 
@@ -63,6 +66,8 @@ class SqlStore(ABC):
     url: str
     dialect: Dialect
     schema_found: int  # the schema version opening found: 0 if it created it, less if it migrated
+    _skip_locked = ""  # how a take keeps concurrent takers apart (SQLite: its write lock)
+    _notices_trigger: str | None = None  # made with the first webhook (durably.stores.sql.schema)
 
     @abstractmethod
     def _reading(self, read: Callable[[Any], R]) -> R:
@@ -363,3 +368,55 @@ class SqlStore(ABC):
     ) -> BulkJob | None:
         # Twice, on a lost connection: a run settled by the first try is left as it is.
         return self._writing(lambda db: bulk.settle(db, self.dialect, job_id, skipped, now=now))
+
+    # -- webhooks (durably.core.webhooks); their deliveries are made by a trigger ----------
+
+    def add_webhook(self, webhook: NewWebhook, *, now: datetime) -> Webhook:
+        # Repeated on PostgreSQL after a lost connection: the second try's insert of the same
+        # id fails, and the caller's add is reported as failed though it was made; rare, and
+        # `webhooks list` shows it.
+        trigger = self._notices_trigger
+
+        def add(db: Any) -> Webhook:
+            return webhooks.add(db, self.dialect, webhook, now=now, trigger=trigger)
+
+        return self._writing(add)
+
+    def webhooks(self) -> list[Webhook]:
+        return self._reading(webhooks.listed)
+
+    def remove_webhook(self, webhook_id: str) -> bool:
+        trigger = self._notices_trigger is not None
+        return self._writing(
+            lambda db: webhooks.remove(db, self.dialect, webhook_id, trigger=trigger)
+        )
+
+    def take_deliveries(self, *, now: datetime, lease: timedelta, limit: int) -> list[Outgoing]:
+        # Repeated after a lost connection: deliveries the first try leased stay leased until
+        # their lease ends, and are sent then (at least once, never lost).
+        def take(db: Any) -> list[Outgoing]:
+            return webhooks.take(
+                db, self.dialect, now=now, lease=lease, limit=limit, lock=self._skip_locked
+            )
+
+        return self._writing(take)
+
+    def settle_deliveries(self, settled: Sequence[Settlement], *, now: datetime) -> list[bool]:
+        # Repeated on PostgreSQL after a lost connection: what the first try wrote is fenced
+        # out (False), as it was recorded.
+        return self._writing(lambda db: webhooks.settle(db, self.dialect, settled, now=now))
+
+    def deliveries(
+        self, *, webhook: str | None = None, dead: bool = False, limit: int = 100
+    ) -> list[WebhookDelivery]:
+        return self._reading(
+            lambda db: webhooks.deliveries(
+                db, self.dialect, webhook=webhook, dead=dead, limit=limit
+            )
+        )
+
+    def retry_delivery(self, delivery_id: int, *, now: datetime) -> Retried:
+        return self._writing(lambda db: webhooks.retry(db, self.dialect, delivery_id, now=now))
+
+    def due_deliveries(self, *, now: datetime) -> int:
+        return self._reading(lambda db: webhooks.due(db, self.dialect, now=now))

@@ -6,7 +6,6 @@ a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers 
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 import threading
@@ -19,7 +18,8 @@ from typing import Any, TypeVar
 
 from durably.core.history import EventKind
 from durably.core.queues import Queue
-from durably.core.status import FINAL, PARKED, RunStatus
+from durably.core.status import RunStatus
+from durably.core.webhooks import StatusChange
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.protocol import (
     Checkpoint,
@@ -46,10 +46,15 @@ from durably.stores.sql.rows import (
     run_of,
     ts,
 )
-from durably.stores.sql.schema import LATEST_VERSION, check_schema, migrate
+from durably.stores.sql.schema import (
+    LATEST_VERSION,
+    SQLITE_NOTICES_TRIGGER,
+    check_schema,
+    migrate,
+)
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
-from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
+from durably.stores.sqlite.notices import ChangingConnection, Notices
 
 __all__ = ["SQLiteStore"]
 
@@ -71,7 +76,14 @@ _CREATE = (
 
 
 class SQLiteStore(SqlStore):
+    _notices_trigger = SQLITE_NOTICES_TRIGGER
     """A SQLite file; each thread gets its own connection.
+
+    Every status change its connections commit is sent to the processes of this machine that
+    listen (durably listen), after the commit, while any does: a temporary trigger of the
+    connection's own gathers them, made when a listener comes and dropped when the last goes
+    (a stat of a directory a write transaction), so that with nobody listening it costs
+    nothing.
 
     `create=False` opens only a durably store that exists, at this durably's schema version:
     the file is not created, nor the schema migrated (what the CLI's commands do, so that a
@@ -96,12 +108,10 @@ class SQLiteStore(SqlStore):
         self._busy_timeout = busy_timeout
         self._create = create
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[ChangingConnection] = []
         self._lock = threading.Lock()
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
-        self._wakeups = LocalWakeups(self.path)
-        self._finishes = LocalWakeups(self.path, "done")  # runs that ended, to waiting handles
-        self._outputs = LocalWakeups(self.path, "outputs")  # runs that published, to callers
+        self._notices = Notices(self.path)  # what other processes hear of (wake-ups, ...)
         if create:
             self.schema_found = self._migrate()
         else:
@@ -123,7 +133,7 @@ class SQLiteStore(SqlStore):
                 f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ?", (run.id,)
             ).fetchone()
         if created:
-            self._wakeups.notify()
+            self._notices.due()
         return run_of(row), created
 
     def create_runs(self, runs: Sequence[NewRun], *, now: datetime) -> list[tuple[RunRecord, bool]]:
@@ -149,7 +159,7 @@ class SQLiteStore(SqlStore):
                 )
                 rows.update((row[0], row) for row in found)
         if any(created):
-            self._wakeups.notify()
+            self._notices.due()
         return [
             gathered[index] if index in gathered else (run_of(rows[run.id]), made)
             for index, (run, made) in enumerate(zip(runs, created, strict=True))
@@ -233,7 +243,7 @@ class SQLiteStore(SqlStore):
         except sqlite3.IntegrityError:
             with self._write() as db:
                 results, due_now = commit.apply(db, checkpoints, at, look_first=True)
-        self._tell(checkpoints, results, due_now)
+        self._notices.committed(checkpoints, results, due_now)
         return results
 
     def transact(
@@ -259,21 +269,8 @@ class SQLiteStore(SqlStore):
             return False
         finally:
             self._release_connection()  # a transactional step's thread ends after this
-        self._tell([checkpoint], [True], due_now)
+        self._notices.committed([checkpoint], [True], due_now)
         return True
-
-    def _tell(self, checkpoints: Sequence[Checkpoint], results: list[bool], due_now: bool) -> None:
-        """Wake workers for runs made due, and waiting handles for runs that ended."""
-        if due_now:
-            self._wakeups.notify()
-        ended = [c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and _ends(c)]
-        if ended:
-            self._finishes.notify(run_messages(ended))
-        published = [
-            c.run_id for c, ok in zip(checkpoints, results, strict=True) if ok and c.publishes
-        ]
-        if published:
-            self._outputs.notify(run_messages(published))
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         at = ts(now)
@@ -285,21 +282,30 @@ class SQLiteStore(SqlStore):
             ).rowcount
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        return self._wakeups.watch(lambda _message: wake())
+        return self._notices.watch(wake)
 
     def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
-        return self._finishes.watch(functools.partial(_heard, wake))
+        return self._notices.watch_finished(wake)
 
     def watch_outputs(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
-        return self._outputs.watch(functools.partial(_heard, wake))
+        return self._notices.watch_outputs(wake)
+
+    def watch_status_changes(self, heard: Callable[[StatusChange], None]) -> Callable[[], None]:
+        return self._notices.watch_status_changes(heard)
 
     def _writing_outputs(self, write: Callable[[Any], R], told: Callable[[R], list[str]]) -> R:
         with self._write() as db:
             done = write(db)
-        named = told(done)
-        if named:
-            self._outputs.notify(run_messages(named))
+        self._notices.published(told(done))
         return done
+
+    def set_status_changes(self, on: bool | None = None) -> bool:
+        if on is False:
+            raise ConfigError(
+                "the SQLite store's change stream cannot be turned off: it costs nothing while "
+                "nobody listens (a datagram to each listening process of this machine)"
+            )
+        return True
 
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
@@ -320,14 +326,12 @@ class SQLiteStore(SqlStore):
                 connection.close()
             self._connections.clear()
         self._local = threading.local()
-        self._wakeups.close()
-        self._finishes.close()
-        self._outputs.close()
+        self._notices.close()
 
     # -- connections and transactions ---------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+    def _connection(self) -> ChangingConnection:
+        db: ChangingConnection | None = getattr(self._local, "db", None)
         if db is None:
             db = self._connect()
             self._local.db = db
@@ -337,7 +341,7 @@ class SQLiteStore(SqlStore):
 
     def _release_connection(self) -> None:
         """Close this thread's connection (the next call here opens another)."""
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        db: ChangingConnection | None = getattr(self._local, "db", None)
         if db is None:
             return
         self._local.db = None
@@ -346,7 +350,7 @@ class SQLiteStore(SqlStore):
                 self._connections.remove(db)
         db.close()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> ChangingConnection:
         # mode=rw: a file that does not exist is an error, never created (create=False)
         target = self.path if self._create else f"{Path(self.path).absolute().as_uri()}?mode=rw"
         try:
@@ -356,11 +360,13 @@ class SQLiteStore(SqlStore):
                 isolation_level=None,  # transactions are begun explicitly
                 check_same_thread=False,  # only so close() can close every thread's one
                 uri=not self._create,
+                factory=ChangingConnection,
             )
             if self._create:  # a durably store is in WAL mode already (it persists)
                 self._enable_wal(db)
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.execute("PRAGMA foreign_keys = ON")
+            db.create_function("durably_status_changed", 4, db.changed)
         except sqlite3.Error as exc:
             raise StoreUnavailable(
                 f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
@@ -394,22 +400,24 @@ class SQLiteStore(SqlStore):
         with self._write() as db:
             done = write(db)
         if woke(done):  # after the commit: a worker woken before it would find nothing
-            self._wakeups.notify()
+            self._notices.due()
         return done
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[ChangingConnection]:
         with self._transaction("BEGIN IMMEDIATE") as db:
             yield db
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> Iterator[ChangingConnection]:
         with self._transaction("BEGIN") as db:
             yield db
 
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, begin: str) -> Iterator[ChangingConnection]:
         db = self._connection()
+        if begin != "BEGIN" and db.gathering != self._notices.changes_listened():
+            db.gather_changes(not db.gathering)
         try:
             db.execute(begin)
         except sqlite3.OperationalError as exc:
@@ -420,6 +428,7 @@ class SQLiteStore(SqlStore):
             yield db
             db.execute("COMMIT")
         except BaseException as exc:
+            db.changes.clear()  # changes rolled back: none happened
             if db.in_transaction:
                 db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
@@ -427,6 +436,8 @@ class SQLiteStore(SqlStore):
                     f"the SQLite store {self.path!r} failed: {exc}{_hint(self.path, exc)}"
                 ) from exc
             raise
+        if db.changes:  # after the commit, best effort (durably listen)
+            self._notices.changes(db.sent_changes())
 
     def _migrate(self) -> int:
         with self._write() as db:
@@ -482,14 +493,6 @@ def _created_row(run: NewRun, at: float) -> tuple[object, ...]:
     )
 
 
-def _heard(wake: Callable[[str | None], None], message: bytes) -> None:
-    """A datagram of run ids, one a line, given to `wake` one by one (empty: any run)."""
-    if not message:
-        wake(None)
-    for run_id in message.decode().splitlines():
-        wake(run_id)
-
-
 def _write_start(db: sqlite3.Connection, run: NewRun, at: float, now: datetime) -> None:
     """What goes with a run its create just wrote, in its transaction: its run_started
     event, its attributes, and the audit entry of a person's start."""
@@ -502,11 +505,6 @@ def _write_start(db: sqlite3.Connection, run: NewRun, at: float, now: datetime) 
 def _started_row(run: NewRun, at: float) -> tuple[object, ...]:
     """The parameters of _INSERT_EVENT for `run`'s run_started event."""
     return (run.id, 1, EventKind.RUN_STARTED, at, None, None, None, run.started)
-
-
-def _ends(checkpoint: Checkpoint) -> bool:
-    """Whether a checkpoint ends its run (for now, if parked): handles waiting hear of it."""
-    return checkpoint.status in FINAL or checkpoint.status in PARKED
 
 
 def _no_file(path: Path) -> str:

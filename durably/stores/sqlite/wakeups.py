@@ -21,6 +21,7 @@ import socket
 import stat
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ log = logging.getLogger("durably.wakeups")
 
 _SUPPORTED = hasattr(socket, "AF_UNIX")
 _LARGEST = 8192  # bytes in one datagram: well under every platform's limit
+_SETTLED_NS = 100_000_000  # a directory's time this old is past any file system's tick
 
 
 def run_messages(run_ids: Sequence[str]) -> list[bytes]:
@@ -61,6 +63,7 @@ class LocalWakeups:
         self.directory = Path(tempfile.gettempdir()) / f"durably-{uid}-{digest}{suffix}"
         self._sender: socket.socket | None = None
         self._lock = threading.Lock()
+        self._seen: tuple[int, bool] = (-1, False)  # the directory's mtime, and if any listens
 
     def notify(self, messages: Sequence[bytes] = (b"",)) -> None:
         """Send each message to every process watching this database (without blocking;
@@ -89,6 +92,24 @@ class LocalWakeups:
                         break
                     except OSError:
                         break  # a full queue: its reader is behind (and polls)
+
+    def listened(self) -> bool:
+        """Whether a process of this machine watches: a stat of the directory, and a read of
+        it only when it changed (a watcher came or went). Never raises."""
+        try:
+            changed = os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return False
+        if changed != self._seen[0]:
+            try:
+                listening = bool(os.listdir(self.directory))
+            except OSError:
+                return False
+            # A file system's times may be coarse (a few ms): a change in the same tick as
+            # this read would leave the time as it is, so a time that recent is read again
+            settled = time.time_ns() - changed > _SETTLED_NS
+            self._seen = (changed if settled else -1, listening)
+        return self._seen[1]
 
     def watch(self, wake: Callable[[bytes], None]) -> Callable[[], None]:
         """Call `wake(message)` (from a thread of its own) on every message; returns the
