@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features, queries, queues
+from benchmarks.workloads import engines, features, outputs, queries, queues
 from benchmarks.workloads.features import Backlog
 from benchmarks.workloads.queues import Depths, Spread
 
@@ -168,6 +168,17 @@ QUERIES = Bench(
     "a query's answer (a replay of the history) for a run of 10, 100 and 1,000 completed steps",
     (Workload("latency", queries.latency, (10, 100, 1_000), (10, 100)),),
 )
+OUTPUTS = Bench(
+    "outputs",
+    "what a run publishes, read from another process beside DBOS 3.4: events set -> seen,"
+    " a stream's items/s, a silent run's waiting reader's statements/s; durably's updates",
+    (
+        Workload("events", outputs.events, outputs.Events(50), outputs.Events(20)),
+        Workload("stream", outputs.stream, 1_000, 300),
+        Workload("quiet", outputs.quiet, (2.0, 20), (1.5, 10)),
+    ),
+    engines=("durably", "dbos"),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -181,5 +192,6 @@ ALL = (
     DEBOUNCE,
     QUEUES,
     QUERIES,
+    OUTPUTS,
 )
 BENCHES = {bench.name: bench for bench in ALL}
