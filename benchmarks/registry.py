@@ -171,11 +171,16 @@ QUERIES = Bench(
 OUTPUTS = Bench(
     "outputs",
     "what a run publishes, read from another process beside DBOS 3.4: events set -> seen,"
-    " a stream's items/s, a silent run's waiting reader's statements/s; durably's updates",
+    " a stream's items/s, a silent run's waiting reader's statements/s, durably's updates;"
+    " durably's stream of 10,000 items",
     (
-        Workload("events", outputs.events, outputs.Events(50), outputs.Events(20)),
-        Workload("stream", outputs.stream, 1_000, 300),
-        Workload("quiet", outputs.quiet, (2.0, 20), (1.5, 10)),
+        Workload(
+            "outputs",
+            outputs.measure,
+            outputs.Phases(events=50, items=1_000),
+            outputs.Phases(events=20, items=300, wait_s=1.5, updates=10),
+        ),
+        Workload("stream-alone", outputs.stream_alone, 10_000, 2_000),
     ),
     engines=("durably", "dbos"),
 )

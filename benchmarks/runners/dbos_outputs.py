@@ -1,14 +1,14 @@
-"""DBOS 3.4's side of the outputs benchmark (benchmarks.workloads.outputs), the same commands
-and modes as durably's (benchmarks.runners.durably_outputs), as a DBOS user writes them:
-`publish` launches DBOS (dbos_runner.launch: WAL and synchronous=FULL on SQLite, or
-synchronous_commit=on) and starts the mode's workflow with the id --run_id; `read` is a
+"""DBOS 3.4's side of the outputs benchmark (benchmarks.workloads.outputs), the same commands,
+phases and warm-up as durably's (benchmarks.runners.durably_outputs), as a DBOS user writes
+them: `publish` launches DBOS (dbos_runner.launch: WAL and synchronous=FULL on SQLite, or
+synchronous_commit=on) and starts workflow "outputs" with the id --run_id; `read` is a
 DBOSClient in another process, with use_listen_notify on PostgreSQL (woken by NOTIFY, as DBOS
 itself is by default; the client's default is off) and its defaults on SQLite, where DBOS has
 no cross-process wake-up and a waiting get_event or read_stream polls every second.
 
 DBOS commits each set_event and each write_stream in a transaction of its own when it is
 called, from a step or from workflow code, so a set's "commit" is when the call returned. The
-quiet mode's run waits in DBOS.recv for the message "checkout"; DBOS has nothing like an
+quiet phase's run waits in DBOS.recv for the message "checkout"; DBOS has nothing like an
 update (a call answered by the run's code), so the reader times none.
 """
 
@@ -16,10 +16,10 @@ update (a call answered by the run's code), so the reader times none.
 # (dbos is the bench extra: where it is not installed, its names are untyped)
 
 import asyncio
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 from dbos import DBOS, DBOSClient, SetWorkflowID
 
@@ -27,21 +27,22 @@ from benchmarks.runners import statements
 from benchmarks.runners.dbos_runner import command, hold_durability, launch
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 
-READY = "ready"  # the event a run sets once it is about to wait for the reader's go
+WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
 
 
-async def until_go(path: str) -> None:
-    await DBOS.set_event_async(READY, True)
+async def until_go(go: str, phase: str) -> None:
+    """Event "ready-<phase>" set (from the step calling this); then wait for the reader."""
+    await DBOS.set_event_async(f"ready-{phase}", True)
     deadline = time.monotonic() + 60
-    while not Path(path).exists():
+    while not Path(go, phase).exists():
         if time.monotonic() > deadline:
-            raise BenchmarkError("the reader never said go")
+            raise BenchmarkError(f"the reader never said go for {phase}")
         await asyncio.sleep(0.001)
 
 
 @DBOS.step()
 async def step_events(count: int, spacing_ms: float, go: str) -> list[float]:
-    await until_go(go)
+    await until_go(go, "events")
     committed = []
     for k in range(count):
         await asyncio.sleep(spacing_ms / 1000)
@@ -55,82 +56,90 @@ async def pause(spacing_ms: float) -> None:
     await asyncio.sleep(spacing_ms / 1000)
 
 
-@DBOS.workflow(name="events")
-async def events(count: int, spacing_ms: float, go: str) -> list[float]:
-    committed = await step_events(count, spacing_ms, go)
-    for k in range(count):
-        await pause(spacing_ms)
-        await DBOS.set_event_async(f"w{k}", time.time())
-        committed.append(time.time())
-    return committed
-
-
 @DBOS.step()
 async def write_items(count: int, go: str) -> dict[str, float]:
-    await until_go(go)
+    await until_go(go, "stream")
     first = time.time()
     for n in range(count):
         await DBOS.write_stream_async("items", n)
     await DBOS.close_stream_async("items")
-    return {"first": first, "last": time.time()}
-
-
-@DBOS.workflow(name="stream")
-async def stream(count: int, go: str) -> dict[str, float]:
-    written = await write_items(count, go)
-    return written | {"durable": written["last"]}  # each write committed when it returned
+    last = time.time()
+    return {"first": first, "last": last, "durable": last}  # each write committed as called
 
 
 @DBOS.step()
 async def ready(go: str) -> None:
-    await until_go(go)
+    await until_go(go, "quiet")
 
 
-@DBOS.workflow(name="quiet")
-async def quiet(go: str) -> int:
-    await ready(go)
-    await DBOS.recv_async("checkout", timeout_seconds=300)
-    return 0
+@DBOS.workflow(name="outputs")
+async def outputs(events: int, spacing_ms: float, items: int, quiet: bool, go: str) -> Figures:
+    committed = await step_events(events, spacing_ms, go) if events else []
+    for k in range(events):
+        await pause(spacing_ms)
+        await DBOS.set_event_async(f"w{k}", time.time())
+        committed.append(time.time())
+    written = await write_items(items, go) if items else {}
+    if quiet:
+        await ready(go)
+        await DBOS.recv_async("checkout", timeout_seconds=300)
+    return {"written": written, "commits": committed}
 
 
 async def publish(args: SimpleNamespace) -> Figures:
     launch(args)
+    sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
+    with tempfile.TemporaryDirectory() as warm_go:
+        for phase in ("events", "stream", "quiet"):
+            Path(warm_go, phase).touch()
+        with SetWorkflowID(f"{args.run_id}-warm"):
+            warm = await DBOS.start_workflow_async(outputs, **WARM, go=warm_go)
+        await warm.get_result()
     with SetWorkflowID(args.run_id):
-        if args.mode == "events":
-            handle = await DBOS.start_workflow_async(events, args.events, args.spacing_ms, args.go)
-        elif args.mode == "stream":
-            handle = await DBOS.start_workflow_async(stream, args.items, args.go)
-        else:
-            handle = await DBOS.start_workflow_async(quiet, args.go)
+        handle = await DBOS.start_workflow_async(outputs, **sizes, quiet=args.quiet, go=args.go)
     emit({"started": args.run_id})
-    result: Any = await handle.get_result()
-    commits = result if args.mode == "events" else []
-    return {"result": None if commits else result, "commits": commits}
+    result: Figures = await handle.get_result()
+    return result
 
 
 async def read(args: SimpleNamespace) -> Figures:
-    if args.mode == "quiet":
-        statements.count()  # before the client connects
+    statements.count()  # before the client connects
     hold_durability(args)
     listen = not args.url.startswith("sqlite")
     client = DBOSClient(system_database_url=args.url, use_listen_notify=listen)
-    run = args.run_id
-    if await client.get_event_async(run, READY, timeout_seconds=60) is not True:
-        raise BenchmarkError("the run never set ready")
-    Path(args.go).touch()
-    if args.mode == "events":
-        seen = {}
-        for key in [f"e{k}" for k in range(args.events)] + [f"w{k}" for k in range(args.events)]:
-            value = await client.get_event_async(run, key, timeout_seconds=60)
-            seen[key] = [value, time.time()]
-        figures: Figures = {"seen": seen}
-    elif args.mode == "stream":
-        figures = read_items(client, run, args.items)
-    else:
-        figures = await waits(client, run, args.wait_s)
+    warm = f"{args.run_id}-warm"
+    await read_events(client, warm, WARM["events"])
+    read_items(client, warm, WARM["items"])
+    run, figures = args.run_id, Figures()
+    if args.events:
+        figures["seen"] = await read_events(client, run, args.events, args.go)
+    if args.items:
+        await said_go(client, run, args.go, "stream")
+        figures |= read_items(client, run, args.items)
+    if args.quiet:
+        await said_go(client, run, args.go, "quiet")
+        figures |= await waits(client, run, args.wait_s)
         await client.send_async(run, "go", "checkout")
     client.destroy()
     return figures | {"use_listen_notify": listen}
+
+
+async def said_go(client: DBOSClient, run: str, go: str | None, phase: str) -> None:
+    """Once the run is ready for the phase, tell it to go (a warm run needs no telling)."""
+    if go is None:
+        return
+    if await client.get_event_async(run, f"ready-{phase}", timeout_seconds=60) is not True:
+        raise BenchmarkError(f"the run never got ready for {phase}")
+    Path(go, phase).touch()
+
+
+async def read_events(client: DBOSClient, run: str, count: int, go: str | None = None) -> Figures:
+    await said_go(client, run, go, "events")
+    seen = {}
+    for key in [f"e{k}" for k in range(count)] + [f"w{k}" for k in range(count)]:
+        value = await client.get_event_async(run, key, timeout_seconds=60)
+        seen[key] = [value, time.time()]
+    return seen
 
 
 def read_items(client: DBOSClient, run: str, count: int) -> Figures:

@@ -1,32 +1,34 @@
 """durably's side of the outputs benchmark (benchmarks.workloads.outputs), under the runner
-protocol: `publish` starts a run of --mode's workflow with the id --run_id and serves it in a
-worker in a thread of this process, then prints its figures; `read` (another process) reads
-what the run publishes as a caller does. The two meet through the run: the run's step sets
-event "ready" and waits for the file --go, which the reader makes once it has read "ready".
+protocol: `publish` serves a worker in a thread of this process and runs workflow "outputs"
+under the id --run_id (after a small run of it under another id, untimed: imports and type
+adapters), then prints its figures; `read`, in another process, reads what the run
+publishes as a caller does, having read the small run's first. The two meet through the run:
+before each phase, a step sets event "ready-<phase>" and waits until the reader, having read
+it, makes the file <--go>/<phase>.
 
-Modes: events (a step sets e0.. one at a time, --spacing_ms apart, each value its time.time();
-then workflow code sets w0.. the same way, each followed by a trivial step whose checkpoint
-commits it), stream (a step writes --items integers to stream "items", yielding to the loop
-after each, then closes it), quiet (the run waits for signal "checkout", publishing nothing:
-the reader counts its statements while blocked in get_event and read_stream for --wait_s
-each, then times --updates updates, then sends the signal).
+The phases (a count of 0 leaves one out): events (a step sets e0.. one at a time,
+--spacing_ms apart, each value its time.time(); then workflow code sets w0.. the same way,
+each followed by a trivial step whose checkpoint commits it); stream (a step writes --items
+integers to stream "items", yielding to the loop after each, then closes it); quiet (the run
+waits for signal "checkout", publishing nothing: the reader counts its SQL statements while
+blocked in get_event, then in read_stream, --wait_s each; then times --updates updates).
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import durably
-from durably.runtime.hooks import Hooks
 from benchmarks.runners import statements
 from benchmarks.runners.durably_runner import in_thread
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
+from durably.runtime.hooks import Hooks
 
-READY = "ready"  # the event a run sets once it is about to wait for the reader's go
+WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
 
 
 class Commits(Hooks):
@@ -39,22 +41,22 @@ class Commits(Hooks):
         self.at.append(time.time())
 
 
-async def until_go(path: str) -> None:
-    """Event READY set (from the step calling this), then wait until the reader's file exists."""
-    durably.set_event(READY, True)
+async def until_go(go: str, phase: str) -> None:
+    """Event "ready-<phase>" set (from the step calling this); then wait for the reader."""
+    durably.set_event(f"ready-{phase}", True)
     deadline = time.monotonic() + 60
-    while not Path(path).exists():
+    while not Path(go, phase).exists():
         if time.monotonic() > deadline:
-            raise BenchmarkError("the reader never said go")
+            raise BenchmarkError(f"the reader never said go for {phase}")
         await asyncio.sleep(0.001)
 
 
-def outputs_app(url: str, hooks: Hooks | None = None) -> durably.App:
+def outputs_app(url: str, hooks: Hooks) -> durably.App:
     app = durably.App(url, hooks=hooks)
 
     @app.step
     async def step_events(count: int, spacing_ms: float, go: str) -> int:
-        await until_go(go)
+        await until_go(go, "events")
         for k in range(count):
             await asyncio.sleep(spacing_ms / 1000)
             durably.set_event(f"e{k}", time.time())
@@ -68,18 +70,9 @@ def outputs_app(url: str, hooks: Hooks | None = None) -> durably.App:
     async def mark(k: int) -> int:
         return k
 
-    @app.workflow(name="events")
-    async def events(count: int, spacing_ms: float, go: str) -> int:
-        await step_events(count, spacing_ms, go)
-        for k in range(count):
-            await pause(spacing_ms)
-            durably.set_event(f"w{k}", time.time())
-            await mark(k)  # its checkpoint commits the event
-        return count
-
     @app.step
     async def write_items(count: int, go: str) -> dict[str, float]:
-        await until_go(go)
+        await until_go(go, "stream")
         first = time.time()
         for n in range(count):
             durably.write_stream("items", n)
@@ -91,17 +84,14 @@ def outputs_app(url: str, hooks: Hooks | None = None) -> durably.App:
     async def now() -> float:
         return time.time()
 
-    @app.workflow(name="stream")
-    async def stream(count: int, go: str) -> dict[str, float]:
-        written = await write_items(count, go)
-        return written | {"durable": await now()}  # after the step's checkpoint: all stored
-
     @app.step
     async def ready(go: str) -> None:
-        await until_go(go)
+        await until_go(go, "quiet")
 
-    @app.workflow(name="quiet")
-    async def quiet(go: str) -> int:
+    @app.workflow(name="outputs")
+    async def outputs(
+        events: int, spacing_ms: float, items: int, quiet: bool, go: str
+    ) -> dict[str, float]:
         cart: list[int] = []
 
         @durably.update
@@ -109,9 +99,20 @@ def outputs_app(url: str, hooks: Hooks | None = None) -> durably.App:
             cart.append(n)
             return len(cart)
 
-        await ready(go)
-        await durably.wait_for_signal("checkout")
-        return len(cart)
+        if events:
+            await step_events(events, spacing_ms, go)
+            for k in range(events):
+                await pause(spacing_ms)
+                durably.set_event(f"w{k}", time.time())
+                await mark(k)  # its checkpoint commits the event
+        written: dict[str, float] = {}
+        if items:
+            written = await write_items(items, go)
+            written["durable"] = await now()  # after the step's checkpoint: every item stored
+        if quiet:
+            await ready(go)
+            await durably.wait_for_signal("checkout")
+        return written
 
     return app
 
@@ -119,41 +120,55 @@ def outputs_app(url: str, hooks: Hooks | None = None) -> durably.App:
 def publish(args: SimpleNamespace) -> Figures:
     commits = Commits()
     app = outputs_app(args.store, commits)
-    if args.mode == "events":
-        handle = app.start("events", args.events, args.spacing_ms, args.go, id=args.run_id)
-    elif args.mode == "stream":
-        handle = app.start("stream", args.items, args.go, id=args.run_id)
-    else:
-        handle = app.start("quiet", args.go, id=args.run_id)
-    emit({"started": handle.id})
-    with in_thread(app.worker(concurrency=4)):
-        result: Any = handle.result(timeout="300s")
+    sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
+    with in_thread(app.worker(concurrency=4)), tempfile.TemporaryDirectory() as warm_go:
+        for phase in ("events", "stream", "quiet"):
+            Path(warm_go, phase).touch()
+        app.start("outputs", **WARM, go=warm_go, id=f"{args.run_id}-warm").result(timeout="60s")
+        commits.at.clear()
+        handle = app.start("outputs", **sizes, quiet=args.quiet, go=args.go, id=args.run_id)
+        emit({"started": handle.id})
+        written = handle.result(timeout="300s")
     app.close()
-    return {"result": result, "commits": commits.at}
+    return {"written": written, "commits": commits.at}
 
 
 def read(args: SimpleNamespace) -> Figures:
-    if args.mode == "quiet":
-        statements.count()  # before the store is opened
+    statements.count()  # before the store is opened
     app = durably.App(args.store)
-    handle = app.handle(args.run_id)
-    handle.get_event(READY, timeout="60s")
-    Path(args.go).touch()
-    if args.mode == "events":
-        seen = {}
-        for key in [f"e{k}" for k in range(args.events)] + [f"w{k}" for k in range(args.events)]:
-            value = handle.get_event(key, timeout="60s")
-            seen[key] = [value, time.time()]
-        figures: Figures = {"seen": seen}
-    elif args.mode == "stream":
-        figures = read_items(handle, args.items)
-    else:
-        figures = quiet(app, handle, args)
+    warm = app.handle(f"{args.run_id}-warm")
+    read_events(warm, WARM["events"])
+    read_items(warm, WARM["items"])
+    handle, figures = app.handle(args.run_id), Figures()
+    if args.events:
+        figures["seen"] = read_events(handle, args.events, args.go)
+    if args.items:
+        figures |= read_items(handle, args.items, args.go)
+    if args.quiet:
+        figures |= quiet(app, handle, args)
     app.close()
     return figures
 
 
-def read_items(handle: durably.RunHandle, count: int) -> Figures:
+def said_go(handle: durably.RunHandle, go: str | None, phase: str) -> None:
+    """Once the run is ready for the phase, tell it to go (a warm run needs no telling)."""
+    if go is not None:
+        handle.get_event(f"ready-{phase}", timeout="60s")
+        Path(go, phase).touch()
+
+
+def read_events(handle: durably.RunHandle, count: int, go: str | None = None) -> Figures:
+    """Each event's value and when it was seen, waiting for each in turn."""
+    said_go(handle, go, "events")
+    seen = {}
+    for key in [f"e{k}" for k in range(count)] + [f"w{k}" for k in range(count)]:
+        value = handle.get_event(key, timeout="60s")
+        seen[key] = [value, time.time()]
+    return seen
+
+
+def read_items(handle: durably.RunHandle, count: int, go: str | None = None) -> Figures:
+    said_go(handle, go, "stream")
     first_seen, read_count = None, 0
     for value in handle.read_stream("items", timeout="60s"):
         if value != read_count:
@@ -166,6 +181,8 @@ def read_items(handle: durably.RunHandle, count: int) -> Figures:
 
 
 def quiet(app: durably.App, handle: durably.RunHandle, args: SimpleNamespace) -> Figures:
+    """Statements/s blocked on the silent run; then the updates' round trips; then the signal."""
+    said_go(handle, args.go, "quiet")
     waits: dict[str, float] = {}
     for what, wait in {
         "get_event": lambda: handle.get_event("never", timeout=args.wait_s),
@@ -184,7 +201,8 @@ def quiet(app: durably.App, handle: durably.RunHandle, args: SimpleNamespace) ->
         began = time.perf_counter()
         if handle.update("add_item", n, timeout="60s") != n + 3:
             raise BenchmarkError("an update's answer was not the cart's length")
-        updates.append(1000 * (time.perf_counter() - began)) if n >= 0 else None
+        if n >= 0:
+            updates.append(1000 * (time.perf_counter() - began))
     app.client.signal(handle.id, "checkout")
     return {"statements_per_s": waits, "update_ms": updates}
 

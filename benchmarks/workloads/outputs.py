@@ -14,7 +14,7 @@ import statistics
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.plan import Metric, Trial, Values
@@ -25,26 +25,32 @@ WHERE = {"e": "a step", "w": "workflow code"}  # who sets the events of each key
 
 
 @dataclass(frozen=True, slots=True)
-class Events:
-    """`count` events set by a step, then `count` by workflow code, `spacing_ms` apart."""
+class Phases:
+    """What one run publishes: `events` events set by a step, then as many by workflow code,
+    `spacing_ms` apart; a stream of `items` items; if `quiet`, a wait of `wait_s` in get_event,
+    then in read_stream, and `updates` updates (a count of 0 leaves a phase out)."""
 
-    count: int
+    events: int
+    items: int
+    quiet: bool = True
+    wait_s: float = 2.0
+    updates: int = 20
     spacing_ms: float = 10
 
 
-def pair(trial: Trial, mode: str, **options: object) -> tuple[dict[str, Any], dict[str, Any]]:
+def pair(trial: Trial, phases: Phases) -> tuple[dict[str, Any], dict[str, Any]]:
     """The engine's publish process, then its read process once the run is started, on a
     fresh store: what each printed (recorded in the trial)."""
     runner = trial.engine
     assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     module = f"benchmarks.runners.{runner.name}_outputs"
-    with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-outputs-") as tmp:
+    with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-outputs-") as go:
         run_id = f"outputs-{uuid.uuid4().hex[:12]}"
-        given = {"url": url, "fast": runner.fast, "mode": mode, "run_id": run_id, **options}
-        argv = [sys.executable, "-m", module, "", json.dumps(given | {"go": f"{tmp}/go"})]
-        with Child([*argv[:3], "publish", argv[4]]) as writer:
+        given = {"url": url, "fast": runner.fast, "run_id": run_id, **asdict(phases)}
+        options = json.dumps(given | {"go": go})
+        with Child([sys.executable, "-m", module, "publish", options]) as writer:
             writer.json_line("started")
-            with Child([*argv[:3], "read", argv[4]]) as reader:
+            with Child([sys.executable, "-m", module, "read", options]) as reader:
                 read = reader.json_line()
                 if (code := reader.wait()) != 0:
                     raise reader.failed(f"exited with {code}")
@@ -62,14 +68,29 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples), cuts[94], cuts[98]
 
 
-def events(trial: Trial, size: Events) -> Values:
+def measure(trial: Trial, phases: Phases) -> Values:
+    """Every phase of one run, each engine's figures."""
+    wrote, read = pair(trial, phases)
+    values = event_figures(phases.events, wrote["commits"], read["seen"])
+    values |= stream_figures(phases.items, wrote["written"], read)
+    return values | quiet_figures(phases, read)
+
+
+def stream_alone(trial: Trial, items: int) -> Values:
+    """durably's stream of `items` items alone (DBOS: none, it would take minutes)."""
+    if trial.name != "durably":
+        return {}
+    wrote, read = pair(trial, Phases(0, items, quiet=False))
+    return stream_figures(items, wrote["written"], read)
+
+
+def event_figures(count: int, commits: list[float], seen: dict[str, list[float]]) -> Values:
     """Events set one at a time from a step, then from workflow code, each seen by a reader
     in another process waiting in get_event: set -> seen and commit -> seen, in ms."""
-    wrote, read = pair(trial, "events", events=size.count, spacing_ms=size.spacing_ms)
-    commits, seen = sorted(wrote["commits"]), read["seen"]
+    commits = sorted(commits)
     values: Values = {}
     for prefix, where in WHERE.items():
-        keys = [f"{prefix}{k}" for k in range(size.count)]
+        keys = [f"{prefix}{k}" for k in range(count)]
         set_seen = [1000 * (seen[key][1] - seen[key][0]) for key in keys]
         commit_seen = []
         for key in keys:
@@ -81,45 +102,42 @@ def events(trial: Trial, size: Events) -> Values:
             label = f"event from {where}, {name} -> seen in another process"
             for p, value in zip(("p50", "p95", "p99"), percentiles(samples), strict=True):
                 key = f"event_{prefix}_{name}_seen_{p}_ms"
-                values[Metric(key, f"{label} ({size.count}, {p})", "ms")] = value
+                values[Metric(key, f"{label} ({count}, {p})", "ms")] = value
     return values
 
 
-def stream(trial: Trial, items: int) -> Values:
+def stream_figures(items: int, written: dict[str, float], read: dict[str, Any]) -> Values:
     """`items` small items written to a stream by a step, read from the start by a reader in
     another process: end to end (first write -> last item read), the writer's own rate (its
     writes returning), until all are stored, and how far the reader's last item trailed."""
-    wrote, read = pair(trial, "stream", items=items)
-    written = wrote["result"]
-    label = f"stream of {items:,} items"
+    label, unit = f"stream of {items:,} items", "items/s"
+    first, span = written["first"], (lambda end: end - written["first"])
     return {
-        Metric("stream_end_to_end_per_s", f"{label}, end to end", "items/s", True): items
-        / (read["last_seen"] - written["first"]),
-        Metric("stream_writer_per_s", f"{label}, the writer's calls", "items/s", True): items
-        / (written["last"] - written["first"]),
-        Metric("stream_stored_per_s", f"{label}, all stored", "items/s", True): items
-        / (written["durable"] - written["first"]),
-        Metric("stream_first_ms", f"{label}: first item seen after written", "ms"): 1000
-        * (read["first_seen"] - written["first"]),
-        Metric("stream_lag_ms", f"{label}: last item seen after written", "ms"): 1000
+        Metric(f"stream_{items}_end_to_end_per_s", f"{label}, end to end", unit, True): items
+        / span(read["last_seen"]),
+        Metric(f"stream_{items}_writer_per_s", f"{label}, the writer's calls", unit, True): items
+        / span(written["last"]),
+        Metric(f"stream_{items}_stored_per_s", f"{label}, all stored", unit, True): items
+        / span(written["durable"]),
+        Metric(f"stream_{items}_first_ms", f"{label}: first item seen after written", "ms"): 1000
+        * (read["first_seen"] - first),
+        Metric(f"stream_{items}_lag_ms", f"{label}: last item seen after written", "ms"): 1000
         * (read["last_seen"] - written["last"]),
     }
 
 
-def quiet(trial: Trial, size: tuple[float, int]) -> Values:
+def quiet_figures(phases: Phases, read: dict[str, Any]) -> Values:
     """A run waiting for a signal, publishing nothing: the reader's SQL statements per second
     blocked `wait_s` in get_event, then in read_stream; then `updates` updates, one at a time
     (durably's; DBOS has none), each timed from the caller."""
-    wait_s, updates = size
-    _, read = pair(trial, "quiet", wait_s=wait_s, updates=updates)
     per_s, update_ms = read["statements_per_s"], read["update_ms"]
     values: Values = {
-        Metric(f"waiting_{what}_statements_per_s", f"blocked in {what} {wait_s:g} s", "stmts/s"): (
+        Metric(f"waiting_{what}_statements_per_s", f"reader blocked in {what}", "stmts/s"): (
             per_s[what]
         )
         for what in ("get_event", "read_stream")
     }
-    label = f"update round trip, another process ({updates} one at a time)"
+    label = f"update round trip from another process ({phases.updates} one at a time)"
     values[Metric("update_p50_ms", f"{label}, p50", "ms")] = (
         statistics.median(update_ms) if update_ms else None
     )
