@@ -17,6 +17,10 @@ from durably.stores.sql.rows import from_ts, ts
 __all__ = ["append", "events", "forget", "latest_events", "publish", "stream"]
 
 _ROWS_A_STATEMENT = 100  # 700 parameters: under SQLite's oldest limit (999)
+# places looked up a statement on SQLite: a step that writes without awaiting hands one batch
+# of every item it wrote, and a parameter per place would pass SQLite's limit (32,766 in its
+# default build) and fail the append
+_PLACES_A_STATEMENT = 500
 
 
 def latest_events(checkpoint: Checkpoint) -> dict[str, tuple[str, float]]:
@@ -85,15 +89,7 @@ def append(
     for key in dict.fromkeys(write.key for write in writes):
         mine = [write for write in writes if write.key == key]
         places = [close_place(), *(write.place for write in mine)]
-        which, params = dialect.one_of("place", places)
-        known = {  # through the (run_id, key, place) index
-            place
-            for (place,) in db.execute(
-                f"SELECT place FROM durably_stream_items WHERE run_id = {mark} AND key = {mark}"
-                f" AND {which}",
-                [run_id, key, *params],
-            ).fetchall()
-        }
+        known = _known_places(db, dialect, run_id, key, places)
         row = db.execute(  # through the primary key
             f"SELECT max(item) FROM durably_stream_items WHERE run_id = {mark} AND key = {mark}",
             (run_id, key),
@@ -118,6 +114,24 @@ def append(
             )
             appended = True
     return appended
+
+
+def _known_places(
+    db: Connection, dialect: Dialect, run_id: str, key: str, places: Sequence[str]
+) -> set[str]:
+    """Which of `places` the stream holds already (through the (run_id, key, place) index);
+    on SQLite, a statement per _PLACES_A_STATEMENT places (PostgreSQL: one array)."""
+    mark, known = dialect.mark, set[str]()
+    step = len(places) if dialect.arrays else _PLACES_A_STATEMENT
+    for start in range(0, len(places), step):
+        which, params = dialect.one_of("place", places[start : start + step])
+        rows = db.execute(
+            f"SELECT place FROM durably_stream_items WHERE run_id = {mark} AND key = {mark}"
+            f" AND {which}",
+            [run_id, key, *params],
+        ).fetchall()
+        known.update(place for (place,) in rows)
+    return known
 
 
 def stream(
