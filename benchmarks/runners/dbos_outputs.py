@@ -30,11 +30,21 @@ from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
 
 
+def say(go: str, *phases: str) -> None:
+    """The reader's go for each phase (a file: a stat on a local disk, microseconds)."""
+    for phase in phases:
+        Path(go, phase).touch()
+
+
+def said(go: str, phase: str) -> bool:
+    return Path(go, phase).exists()
+
+
 async def until_go(go: str, phase: str) -> None:
     """Event "ready-<phase>" set (from the step calling this); then wait for the reader."""
     await DBOS.set_event_async(f"ready-{phase}", True)
     deadline = time.monotonic() + 60
-    while not Path(go, phase).exists():
+    while not said(go, phase):
         if time.monotonic() > deadline:
             raise BenchmarkError(f"the reader never said go for {phase}")
         await asyncio.sleep(0.001)
@@ -90,8 +100,7 @@ async def publish(args: SimpleNamespace) -> Figures:
     launch(args)
     sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
     with tempfile.TemporaryDirectory() as warm_go:
-        for phase in ("events", "stream", "quiet"):
-            Path(warm_go, phase).touch()
+        say(warm_go, "events", "stream", "quiet")
         with SetWorkflowID(f"{args.run_id}-warm"):
             warm = await DBOS.start_workflow_async(outputs, **WARM, go=warm_go)
         await warm.get_result()
@@ -130,7 +139,7 @@ async def said_go(client: DBOSClient, run: str, go: str | None, phase: str) -> N
         return
     if await client.get_event_async(run, f"ready-{phase}", timeout_seconds=60) is not True:
         raise BenchmarkError(f"the run never got ready for {phase}")
-    Path(go, phase).touch()
+    say(go, phase)
 
 
 async def read_events(client: DBOSClient, run: str, count: int, go: str | None = None) -> Figures:

@@ -31,6 +31,16 @@ from durably.runtime.hooks import Hooks
 WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
 
 
+def say(go: str, *phases: str) -> None:
+    """The reader's go for each phase (a file: a stat on a local disk, microseconds)."""
+    for phase in phases:
+        Path(go, phase).touch()
+
+
+def said(go: str, phase: str) -> bool:
+    return Path(go, phase).exists()
+
+
 class Commits(Hooks):
     """When (time.time()) each of the worker's checkpoints committed."""
 
@@ -45,7 +55,7 @@ async def until_go(go: str, phase: str) -> None:
     """Event "ready-<phase>" set (from the step calling this); then wait for the reader."""
     durably.set_event(f"ready-{phase}", True)
     deadline = time.monotonic() + 60
-    while not Path(go, phase).exists():
+    while not said(go, phase):
         if time.monotonic() > deadline:
             raise BenchmarkError(f"the reader never said go for {phase}")
         await asyncio.sleep(0.001)
@@ -122,8 +132,7 @@ def publish(args: SimpleNamespace) -> Figures:
     app = outputs_app(args.store, commits)
     sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
     with in_thread(app.worker(concurrency=4)), tempfile.TemporaryDirectory() as warm_go:
-        for phase in ("events", "stream", "quiet"):
-            Path(warm_go, phase).touch()
+        say(warm_go, "events", "stream", "quiet")
         app.start("outputs", **WARM, go=warm_go, id=f"{args.run_id}-warm").result(timeout="60s")
         commits.at.clear()
         handle = app.start("outputs", **sizes, quiet=args.quiet, go=args.go, id=args.run_id)
@@ -154,7 +163,7 @@ def said_go(handle: durably.RunHandle, go: str | None, phase: str) -> None:
     """Once the run is ready for the phase, tell it to go (a warm run needs no telling)."""
     if go is not None:
         handle.get_event(f"ready-{phase}", timeout="60s")
-        Path(go, phase).touch()
+        say(go, phase)
 
 
 def read_events(handle: durably.RunHandle, count: int, go: str | None = None) -> Figures:
