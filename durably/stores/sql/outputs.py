@@ -96,7 +96,7 @@ def append(
         ).fetchone()
         last = -1 if row is None or row[0] is None else row[0]
         ended = close_place() in known
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for write in mine:
             if ended or write.place in known:
                 continue
@@ -104,16 +104,33 @@ def append(
             known.add(write.place)
             rows.append((run_id, key, last, write.value, write.place, write.attempt, at))
             ended = write.value is None
-        for start in range(0, len(rows), _ROWS_A_STATEMENT):  # one round trip a chunk
-            chunk = rows[start : start + _ROWS_A_STATEMENT]
-            one = f"({', '.join([mark] * 7)})"
-            db.execute(
-                "INSERT INTO durably_stream_items (run_id, key, item, value, place, attempt, at)"
-                f" VALUES {', '.join([one] * len(chunk))}",
-                [value for row in chunk for value in row],
-            )
-            appended = True
+        _insert(db, dialect, rows)
+        appended = appended or bool(rows)
     return appended
+
+
+_INSERT = "INSERT INTO durably_stream_items (run_id, key, item, value, place, attempt, at)"
+# PostgreSQL: the rows as one array a column, in one statement whatever their number (a
+# VALUES list of 100 rows took 3 to 7 ms a statement, most of it binding 700 parameters)
+_UNNEST = (
+    f"{_INSERT} SELECT * FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[],"
+    " %s::text[], %s::integer[], %s::double precision[])"
+)
+
+
+def _insert(db: Connection, dialect: Dialect, rows: list[tuple[object, ...]]) -> None:
+    """The new items' rows, in as few round trips as the store allows."""
+    if rows and dialect.arrays:
+        db.execute(_UNNEST, [list(column) for column in zip(*rows, strict=True)])
+        return
+    mark = dialect.mark
+    for start in range(0, len(rows), _ROWS_A_STATEMENT):  # one round trip a chunk
+        chunk = rows[start : start + _ROWS_A_STATEMENT]
+        one = f"({', '.join([mark] * 7)})"
+        db.execute(
+            f"{_INSERT} VALUES {', '.join([one] * len(chunk))}",
+            [value for row in chunk for value in row],
+        )
 
 
 def _known_places(
