@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features, queries, queues
+from benchmarks.workloads import engines, features, outputs, queries, queues
 from benchmarks.workloads.features import Backlog
 from benchmarks.workloads.queues import Depths, Spread
 
@@ -168,6 +168,22 @@ QUERIES = Bench(
     "a query's answer (a replay of the history) for a run of 10, 100 and 1,000 completed steps",
     (Workload("latency", queries.latency, (10, 100, 1_000), (10, 100)),),
 )
+OUTPUTS = Bench(
+    "outputs",
+    "what a run publishes, read from another process beside DBOS 3.4: events set -> seen,"
+    " a stream's items/s, a silent run's waiting reader's statements/s, durably's updates;"
+    " durably's stream of 10,000 items",
+    (
+        Workload(
+            "outputs",
+            outputs.measure,
+            outputs.Phases(events=50, items=1_000),
+            outputs.Phases(events=20, items=300, wait_s=1.5, updates=10),
+        ),
+        Workload("stream-alone", outputs.stream_alone, 10_000, 2_000),
+    ),
+    engines=("durably", "dbos"),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -181,5 +197,6 @@ ALL = (
     DEBOUNCE,
     QUEUES,
     QUERIES,
+    OUTPUTS,
 )
 BENCHES = {bench.name: bench for bench in ALL}

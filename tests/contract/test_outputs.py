@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import threading
 from collections.abc import Iterator
 
@@ -142,6 +143,34 @@ def test_items_are_kept_in_the_order_written_each_place_once(
     assert _items(store, "tokens", offset=3) == [(3, "first try"), (4, "more")]
     assert [i.offset for i in store.read_stream("r1", "tokens", offset=1, limit=2)] == [1, 2]
     assert store.read_stream("r1", "other") == []
+
+
+def test_a_batch_of_more_items_than_sqlite_takes_parameters_is_appended_whole(
+    store_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A step that writes without awaiting hands its every item to one append. SQLite's
+    # oldest builds take 999 parameters a statement (its default build, 32,766): held to
+    # 999 here, a batch of 1,200 places must still be looked up and appended.
+    connect = sqlite3.connect
+
+    def limited(*args: object, **kwargs: object) -> sqlite3.Connection:
+        connection = connect(*args, **kwargs)  # type: ignore[arg-type]
+        connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        return connection
+
+    monkeypatch.setattr(sqlite3, "connect", limited)
+    opened = open_store(store_url)
+    try:
+        claim = _claimed(opened, clock)
+        writes = [StreamWrite("many", workflow_place(1, n), str(n)) for n in range(1, 1_201)]
+        assert opened.append_stream("r1", claim.epoch, writes, now=clock.now())
+        assert opened.append_stream("r1", claim.epoch, writes, now=clock.now())  # replayed: no more
+        items = opened.read_stream("r1", "many", limit=2_000)
+        assert [(item.offset, item.value) for item in items] == [
+            (n - 1, str(n)) for n in range(1, 1_201)
+        ]
+    finally:
+        opened.close()
 
 
 def test_a_stream_ends_once_and_takes_nothing_after_its_end(store: Store, clock: FakeClock) -> None:
