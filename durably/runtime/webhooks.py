@@ -16,14 +16,17 @@ so that a slow or dead receiver does not slow a run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import logging
 import random
 import urllib.error
 import urllib.request
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from durably.clock import Clock
 from durably.core.retry import Classification, Retry, RetryAt, decide
@@ -104,7 +107,7 @@ class Courier:
         `every`. A store that cannot be reached is tried again at the next pass."""
         while True:
             try:
-                passed = await asyncio.to_thread(self.deliver_due)
+                passed = await _to_the_end(asyncio.to_thread(self.deliver_due))
             except StoreUnavailable as exc:
                 log.warning("webhook deliveries wait for the store: %s", exc)
                 passed = Passed()
@@ -182,3 +185,17 @@ def _with_attempts(policy: Retry, attempts: int) -> Retry:
         max_delay=policy.max_delay,
         jitter=policy.jitter,
     )
+
+
+async def _to_the_end(call: Coroutine[Any, Any, Passed]) -> Passed:
+    """`call` (a pass in its thread); cancelled, it still waits for the pass to end (at most
+    its sends' timeout), then raises: a worker that stops must not return, and let its app
+    close the store, while a pass in a thread still writes to it (closing a SQLite
+    connection in use crashes the process)."""
+    running = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await running
+        raise

@@ -6,6 +6,7 @@ a person's retry sends it again; a worker SIGKILLed while a delivery is leased l
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import random
@@ -243,3 +244,26 @@ def test_a_delivery_leased_by_a_killed_worker_is_sent_by_another(
         if first is not None and first.poll() is None:
             kill(first)
         app.close()
+
+
+def test_a_stopped_courier_lets_its_pass_settle_before_it_ends(
+    app: durably.App, clock: FakeClock, receiver: Receiver
+) -> None:
+    """A worker that stops must not end (and let its app close the store) while a pass in a
+    thread still writes to the store: closing a SQLite connection in use crashed a process."""
+    hook = app.client.webhooks.add(receiver.url, ["run_completed"])
+    receiver.script = ["slow"]  # held until released
+    _finish_a_run(app)
+    courier = Courier(app.store, clock, timeout=timedelta(seconds=5), lease=timedelta(minutes=1))
+
+    async def stop_while_sending() -> DeliveryState:
+        sending = asyncio.create_task(courier.run())
+        await asyncio.to_thread(receiver.received.get, timeout=WAIT)  # the pass is sending
+        sending.cancel()
+        receiver.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        [delivery] = app.client.webhooks.deliveries(hook.id)
+        return delivery.state
+
+    assert asyncio.run(stop_while_sending()) is DeliveryState.DELIVERED
