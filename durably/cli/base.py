@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -34,6 +35,7 @@ __all__ = [
     "cli",
     "client_for",
     "fail",
+    "json_arguments",
     "load_app",
     "main",
     "store_for",
@@ -272,6 +274,21 @@ def main() -> None:
     except DurablyError as exc:
         fail(str(exc), 1)
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def json_arguments(texts: Sequence[str], what: str) -> list[object]:
+    """Arguments a person typed, each one JSON value (`3`, `'"text"'`, `'{"a": 1}'`), for
+    `what` ("the query", "the update"); PayloadError naming the one that is not JSON."""
+    values = []
+    for number, text in enumerate(texts, start=1):
+        try:
+            values.append(json.loads(text))
+        except ValueError as exc:
+            raise PayloadError(
+                f"argument {number} of {what} ({text!r}) is not JSON: {exc}; quote a string "
+                """as JSON, e.g. '"text"'"""
+            ) from None
+    return values
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -9,9 +9,8 @@ from datetime import timedelta
 
 import click
 
-from durably.cli.base import DURATION, PRECEDENCE, client_for, where
+from durably.cli.base import DURATION, PRECEDENCE, client_for, json_arguments, where
 from durably.cli.commands import runs
-from durably.errors import PayloadError
 
 __all__ = ["runs_query"]
 
@@ -41,20 +40,10 @@ def runs_query(
     passing each ARGS_JSON as one argument (JSON: 3, '"text"', '{"a": 1}'), and print the
     answer as JSON. Needs --app: the run's history is replayed against the app's code here,
     with no step run and nothing written; the state is the run's as of its last checkpoint."""
-    args = [_argument(text, number) for number, text in enumerate(args_json, start=1)]
+    args = json_arguments(args_json, "the query")
     with client_for(app_target, store_url) as client:
         try:
             answer = client.ask(run_id, name, json.dumps(args), timeout=timeout)
         except TimeoutError as exc:
             raise click.ClickException(f"{exc} (--timeout)") from None
     click.echo(json.dumps(json.loads(answer.text), indent=1))
-
-
-def _argument(text: str, number: int) -> object:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(
-            f"argument {number} of the query ({text!r}) is not JSON: {exc}; quote a string "
-            """as JSON, e.g. '"text"'"""
-        ) from None

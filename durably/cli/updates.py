@@ -9,10 +9,9 @@ from datetime import timedelta
 
 import click
 
-from durably.cli.base import DURATION, PRECEDENCE, client_for, where
+from durably.cli.base import DURATION, PRECEDENCE, client_for, json_arguments, where
 from durably.cli.commands import runs
 from durably.client.handles import RunHandle
-from durably.errors import PayloadError
 
 __all__ = ["runs_update"]
 
@@ -51,7 +50,7 @@ def runs_update(
     and print the handler's answer as JSON once the run has applied it (at its workflow's next
     durable call). Exits non-zero, with the reason, if its validator or handler refused it.
     Put `--` before an argument that starts with a dash: `... add_item -- -1`."""
-    args = [_argument(text, number) for number, text in enumerate(args_json, start=1)]
+    args = json_arguments(args_json, "the update")
     with client_for(app_target, store_url) as client:
         try:
             answer = RunHandle(client, run_id).update(
@@ -60,13 +59,3 @@ def runs_update(
         except TimeoutError as exc:
             raise click.ClickException(f"{exc} (--timeout)") from None
     click.echo(json.dumps(answer, indent=1))
-
-
-def _argument(text: str, number: int) -> object:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(
-            f"argument {number} of the update ({text!r}) is not JSON: {exc}; quote a string "
-            """as JSON, e.g. '"text"'"""
-        ) from None

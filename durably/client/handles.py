@@ -18,7 +18,7 @@ from durably.core.outputs import Progress, StreamItem
 from durably.core.status import RunStatus
 from durably.core.updates import UPDATE_KIND, Answer, Request, answer_key
 from durably.durations import Duration
-from durably.errors import EventNotSet, RunEnded
+from durably.errors import RunEnded
 
 __all__ = ["RunHandle"]
 
@@ -204,14 +204,10 @@ class RunHandle:
             if updates.was_sent(self.client.history(self.id), request.id):
                 raise updates.ended_first(self.id, name) from exc
             raise
-        try:
+        with updates.waiting(self.id, name, request.id):
             data = self.client.published.get_event(
                 self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll
             )
-        except EventNotSet as exc:
-            raise updates.ended_first(self.id, name) from exc
-        except TimeoutError as exc:
-            raise updates.not_yet(self.id, name, request.id, str(exc)) from exc
         return Answer.from_data(data).result(name)
 
     async def update_async(
@@ -242,14 +238,10 @@ class RunHandle:
             if updates.was_sent(history, request.id):
                 raise updates.ended_first(self.id, name) from exc
             raise
-        try:
+        with updates.waiting(self.id, name, request.id):
             data = await self.client.published.get_event_async(
                 self.id, answer_key(request.id), timeout=timeout, default=MISSING, poll=poll
             )
-        except EventNotSet as exc:
-            raise updates.ended_first(self.id, name) from exc
-        except TimeoutError as exc:
-            raise updates.not_yet(self.id, name, request.id, str(exc)) from exc
         return Answer.from_data(data).result(name)
 
     def _answered(self, name: str, update_id: str) -> Any:

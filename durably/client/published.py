@@ -246,8 +246,15 @@ class _Deadline:
     def __init__(self, timeout: Duration | None, poll: Duration) -> None:
         seconds = None if timeout is None else parse_duration(timeout).total_seconds()
         self.said = "no time" if seconds is None else f"{seconds:g}s"
-        self._deadline = None if seconds is None else time.monotonic() + seconds
+        self._seconds = seconds
+        self._deadline: float | None = None
+        self.restart()
         self._poll = max(parse_duration(poll, what="poll").total_seconds(), 0.01)
+
+    def restart(self) -> None:
+        """The timeout starts again from now."""
+        seconds = self._seconds
+        self._deadline = None if seconds is None else time.monotonic() + seconds
 
     def over(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
@@ -268,7 +275,6 @@ class _Reading:
             raise ValueError(f"a stream's offset is a whole number >= 0, not {offset!r}")
         self.offset = offset
         self._what = f"stream {key!r} of run {run_id!r}"
-        self._timeout, self._poll = timeout, poll
         self._deadline = _Deadline(timeout, poll)
 
     def took(self, item: StreamItem) -> bool:
@@ -276,7 +282,7 @@ class _Reading:
         if item.is_end:
             return False
         self.offset = item.offset + 1
-        self._deadline = _Deadline(self._timeout, self._poll)  # the timeout starts again
+        self._deadline.restart()  # the timeout is for each new item
         return True
 
     def pause(self) -> float:

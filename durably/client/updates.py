@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from durably.codec.encoding import encode
@@ -14,9 +15,9 @@ from durably.core.history import Event, EventKind
 from durably.core.names import check_name
 from durably.core.payloads import MessageReceived
 from durably.core.updates import UPDATE_KIND, Request
-from durably.errors import UpdateRefused
+from durably.errors import EventNotSet, UpdateRefused
 
-__all__ = ["ended_first", "not_yet", "request", "was_sent"]
+__all__ = ["ended_first", "not_yet", "request", "waiting", "was_sent"]
 
 
 def request(name: str, args: Sequence[Any], update_id: str | None) -> Request:
@@ -38,6 +39,17 @@ def was_sent(history: Sequence[Event], update_id: str) -> bool:
             if request is not None and request.id == update_id:
                 return True
     return False
+
+
+@contextmanager
+def waiting(run_id: str, name: str, update_id: str) -> Iterator[None]:
+    """Around a caller's wait for the answer to update `update_id`: why none came, said."""
+    try:
+        yield
+    except EventNotSet as exc:
+        raise ended_first(run_id, name) from exc
+    except TimeoutError as exc:
+        raise not_yet(run_id, name, update_id, str(exc)) from exc
 
 
 def ended_first(run_id: str, name: str) -> UpdateRefused:

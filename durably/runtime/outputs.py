@@ -97,8 +97,8 @@ class RunOutputs:
 
     # -- from a step's body (on the loop) -----------------------------------------------
 
-    def step_event(self, position: int, name: str, attempt: int, key: str, value: str) -> None:
-        del name  # the step's name is the position's: the event names its key
+    def step_event(self, position: int, attempt: int, key: str, value: str) -> None:
+        """An event set by the step at `position`: the event's name is its key."""
         self._writer.append(EventKind.EVENT_SET, position, key, attempt, value)
         self._soon()
 
@@ -175,19 +175,18 @@ class StepOutputs:
         outputs: RunOutputs,
         loop: asyncio.AbstractEventLoop,
         position: int,
-        name: str,
         attempt: int,
     ) -> None:
         self._outputs = outputs
         self._loop = loop
-        self._where = (position, name, attempt)
+        self._where = (position, attempt)
 
     def set_event(self, key: str, value: str) -> None:
-        position, name, attempt = self._where
-        self._on_loop(lambda: self._outputs.step_event(position, name, attempt, key, value))
+        position, attempt = self._where
+        self._on_loop(lambda: self._outputs.step_event(position, attempt, key, value))
 
     def write(self, key: str, value: str | None) -> None:
-        position, _name, attempt = self._where
+        position, attempt = self._where
         self._on_loop(lambda: self._outputs.step_write(position, attempt, key, value))
 
     def _on_loop(self, call: Callable[[], None]) -> None:

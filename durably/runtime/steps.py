@@ -133,7 +133,7 @@ class StepRunner:
             timeout=step.options.heartbeat_seconds,
             previous=action.heartbeat,
         )
-        publisher = StepOutputs(execution.outputs, self._loop, position, step.name, action.attempt)
+        publisher = StepOutputs(execution.outputs, self._loop, position, action.attempt)
         scope = StepScope(
             execution.run_id, position, step.name, action.attempt, key, beats, outputs=publisher
         )
