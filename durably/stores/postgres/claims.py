@@ -1,55 +1,87 @@
 """PostgreSQL leases: picking runs with FOR UPDATE SKIP LOCKED, giving each a new epoch and a
-`claimed` event in one statement and a batch insert, and finding out what a lease whose
-answer was lost did. Run by the store (durably.stores.postgres.store) on its connections."""
+`claimed` event, and reading back their histories and undelivered messages, all in one
+statement (one round trip, its own transaction); and finding out what a lease whose answer
+was lost did. Run by the store (durably.stores.postgres.store) on its connections."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import psycopg
 
-from durably.core.history import EventKind
+from durably.core.history import Event, EventKind
 from durably.core.queues import Queue
 from durably.stores.postgres.connections import Connections
-from durably.stores.protocol import Claim
+from durably.stores.protocol import Claim, Delivery
 from durably.stores.sql import inbox, reads
 from durably.stores.sql.queues import lock_queues, pick
-from durably.stores.sql.rows import claimed_data
+from durably.stores.sql.rows import event_of, from_ts
 from durably.stores.sql.schema import CLAIM_RANK
 
-__all__ = ["PICK_DUE", "PICK_ONE", "lease_limited", "lease_once", "queue_filter"]
+__all__ = ["SKIP_LOCKED", "Pick", "lease_limited", "lease_once", "pick_ids", "pick_one"]
 
-_INSERT_EVENT = (
-    "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+# A pick: a SELECT of the runs to lease (id, status, lease_owner, due_rank: their claim rank),
+# with its parameters; it locks the rows it selects.
+Pick = tuple[str, list[object]]
+
+SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"  # a pick of due runs passes over another claim's
+
+_PICK_ONE = (
+    f"SELECT id, status, lease_owner, {CLAIM_RANK} AS due_rank FROM durably_runs"
+    " WHERE id = %s AND status = ANY(%s) AND (status <> 'running' OR available_at <= %s)"
+    " FOR UPDATE"
 )
-PICK_DUE = f"""
-    WHERE {CLAIM_RANK} <= %(now)s AND available_at <= %(now)s AND workflow = ANY(%(workflows)s)
-        AND (%(pinned)s::text[] IS NULL OR version IS NULL
-            OR workflow || %(separator)s || version = ANY(%(pinned)s)){{queues}}
-    ORDER BY {CLAIM_RANK} LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED"""
 # Runs a limited queue's pick chose (durably.stores.sql.queues), if still due when leased.
-_PICK_IDS = """
-    WHERE id = ANY(%(ids)s) AND available_at <= %(now)s
-    FOR UPDATE SKIP LOCKED"""
-PICK_ONE = """
-    WHERE id = %(run_id)s AND status = ANY(%(statuses)s)
-        AND (status <> 'running' OR available_at <= %(now)s)
-    FOR UPDATE"""
-_LEASE = """
-WITH picked AS (
-    SELECT id, status AS previous_status, lease_owner AS previous_owner FROM durably_runs
-    {pick}
+_PICK_IDS = (
+    f"SELECT id, status, lease_owner, {CLAIM_RANK} AS due_rank FROM durably_runs"
+    f" WHERE id = ANY(%s) AND available_at <= %s{SKIP_LOCKED}"
 )
-UPDATE durably_runs AS r SET
-    status = 'running', lease_owner = %(owner)s, lease_epoch = r.lease_epoch + 1,
-    available_at = %(expires)s, updated_at = %(now)s, event_count = r.event_count + 1,
-    began_at = coalesce(r.began_at, %(now)s)
-FROM picked WHERE r.id = picked.id
-RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.event_count,
-    picked.previous_status, picked.previous_owner, r.priority
+
+# The lease. `logged` writes each run's `claimed` event with the data claimed_data
+# (durably.stores.sql.rows) gives: the owner's part is JSON Python wrote (a parameter), the
+# epoch and the owner taken over from, if any, are added here. The statement's reads see the
+# store as it was before the statement: the history read is the one before the claim, and
+# the claim's own event is handed back from `logged`. One row shape for three kinds of rows
+# (`part`): 0, a leased run, in claim order (its workflow, input, epoch, inbox count,
+# priority, and its `claimed` event's seq, time and data); 1, an event of its history before
+# the claim; 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
+# `at`). The reads go
+# by arrays of the leased ids, so that they are index look-ups whatever the planner guesses
+# of how many runs a claim leases.
+_LEASE = """
+WITH picked AS ({pick}),
+leased AS (
+    UPDATE durably_runs AS r SET
+        status = 'running', lease_owner = %s, lease_epoch = r.lease_epoch + 1,
+        available_at = %s, updated_at = %s, event_count = r.event_count + 1,
+        began_at = coalesce(r.began_at, %s)
+    FROM picked WHERE r.id = picked.id
+    RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority, r.event_count,
+        picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank
+),
+logged AS (
+    INSERT INTO durably_events (run_id, seq, kind, at, data)
+    SELECT id, event_count, 'claimed', %s, %s::text || lease_epoch || CASE
+            WHEN previous_status = 'running' AND previous_owner <> ''
+            THEN ', "took_over_from": ' || to_json(previous_owner)::text ELSE '' END || '}'
+    FROM leased
+    RETURNING run_id, seq, at, data
+)
+SELECT 0 AS part, l.due_rank, l.id, l.workflow AS t1, l.input AS t2, l.lease_epoch AS n1,
+    l.inbox::bigint AS n2, l.priority::bigint AS n3, g.seq::bigint, 'claimed' AS kind, g.at,
+    NULL::integer AS position, NULL::text AS name, NULL::integer AS attempt, g.data
+FROM leased AS l JOIN logged AS g ON g.run_id = l.id
+UNION ALL
+SELECT 1, NULL, e.run_id, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.at, e.position, e.name,
+    e.attempt, e.data
+FROM durably_events AS e WHERE e.run_id = ANY(ARRAY(SELECT id FROM leased))
+UNION ALL
+SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at, NULL, m.name,
+    NULL, m.data
+FROM durably_inbox AS m WHERE m.run_id = ANY(ARRAY(SELECT id FROM leased WHERE inbox > 0))
+ORDER BY part, due_rank, id, seq
 """
 _CLAIMED = """
 SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
@@ -65,61 +97,59 @@ WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(no
 # claim the engine makes passes a fresh one.
 
 
+def pick_one(run_id: str, statuses: Sequence[str], now: float) -> Pick:
+    """The pick of one run, if it is in one of `statuses` (and not leased, if running)."""
+    return _PICK_ONE, [run_id, list(statuses), now]
+
+
+def pick_ids(run_ids: Sequence[str], now: float) -> Pick:
+    return _PICK_IDS, [list(run_ids), now]
+
+
 def lease_once(
-    connections: Connections, pick: str, which: str, params: dict[str, Any]
+    connections: Connections, picked: Pick, which: str, params: dict[str, Any]
 ) -> list[Claim]:
-    """Lease the runs `pick` selects. Leasing is not safe to repeat: if the connection
-    dies, the lease may have committed, its runs now leased to the owner without the
-    owner knowing. So the second try first looks for what that lease left (`which`
-    narrows it to the runs it could have picked), and leases afresh only if nothing."""
+    """Lease the runs `picked` selects, in one statement. Leasing is not safe to repeat: if
+    the connection dies, the lease may have committed, its runs now leased to the owner
+    without the owner knowing. So the second try first looks for what that lease left
+    (`which` narrows it to the runs it could have picked), and leases afresh only if
+    nothing."""
 
     def lease(db: psycopg.Connection[Any]) -> list[Claim]:
-        return _lease(db, pick, params)
+        return _lease(db, picked, params)
 
     def settle(db: psycopg.Connection[Any]) -> list[Claim]:
-        return _leased(db, which, params) or _lease(db, pick, params)
+        return _leased(db, which, params) or _lease(db, picked, params)
 
-    return connections.run(lease, transaction=True, after_loss=settle)
-
-
-def queue_filter(queues: Sequence[Queue] | None) -> tuple[str, list[str]]:
-    """PICK_DUE's condition on the queue, for queues without limits (none for None: every
-    queue), and the names for its %(queues)s."""
-    if queues is None:
-        return "", []
-    plain = [queue.stored for queue in queues if not queue.limited]
-    named = [name for name in plain if name is not None]
-    parts = ["queue IS NULL"] if None in plain else []
-    parts += ["queue = ANY(%(queues)s)"] if named else []
-    return f" AND ({' OR '.join(parts) or 'FALSE'})", named
+    return connections.run(lease, after_loss=settle)
 
 
 def lease_limited(
     connections: Connections,
-    served: tuple[str, list[object]],
+    workflows: Any,
     queues: Sequence[Queue],
     params: dict[str, Any],
     turns: MutableMapping[str, str],
 ) -> list[Claim]:
     """Lease due runs from queues some of which have limits: under each limited queue's
     advisory lock, pick its share and the others' (durably.stores.sql.queues), then lease
-    them. Settled after a lost connection as `lease_once` does."""
+    them, in one transaction. Settled after a lost connection as `lease_once` does."""
 
     def lease(db: psycopg.Connection[Any]) -> list[Claim]:
         lock_queues(db, queues)
         picked = pick(
             db,
             reads.POSTGRES,
-            served,
+            workflows,
             queues,
             now=params["now"],
             limit=params["limit"],
-            lock=" FOR UPDATE SKIP LOCKED",
+            lock=SKIP_LOCKED,
             turns=turns,
         )
         if not picked:
             return []
-        return _lease(db, _PICK_IDS, {**params, "ids": [run_id for run_id, _, _ in picked]})
+        return _lease(db, pick_ids([run_id for run_id, _, _ in picked], params["now"]), params)
 
     def settle(db: psycopg.Connection[Any]) -> list[Claim]:
         return _leased(db, "r.workflow = ANY(%(workflows)s)", params) or lease(db)
@@ -127,21 +157,61 @@ def lease_limited(
     return connections.run(lease, transaction=True, after_loss=settle)
 
 
-def _lease(db: psycopg.Connection[Any], pick: str, params: dict[str, Any]) -> list[Claim]:
-    """Give the picked runs a new lease epoch and record each claim in its history."""
-    taken = db.execute(_LEASE.format(pick=pick), params).fetchall()
-    if not taken:
-        return []
-    owner, at = params["owner"], params["now"]
-    with db.cursor() as cursor:
-        cursor.executemany(
-            _INSERT_EVENT,
-            [
-                _claimed_row(run_id, count, at, owner, epoch, previous_status, previous_owner)
-                for run_id, _, _, epoch, _, count, previous_status, previous_owner, _ in taken
-            ],
+def _lease(db: psycopg.Connection[Any], picked: Pick, params: dict[str, Any]) -> list[Claim]:
+    """Give the picked runs a new lease epoch, record each claim in its history, and read
+    back what the worker needs of each."""
+    pick_sql, pick_params = picked
+    at, owner = params["now"], params["owner"]
+    # claimed_data's JSON up to the epoch: {"owner": <owner>, "epoch": <epoch>[, ...]}
+    head = json.dumps({"owner": owner, "epoch": 0})[: -len("0}")]
+    lease_params = [owner, params["expires"], at, at, at, head]
+    statement = _LEASE.replace("{pick}", pick_sql)  # its JSON has braces of its own
+    rows = db.execute(statement, [*pick_params, *lease_params]).fetchall()
+    return _claims(rows)
+
+
+def _claims(rows: Sequence[Sequence[Any]]) -> list[Claim]:
+    """The claims of _LEASE's rows (runs first, then their events and messages in order)."""
+    runs: dict[str, tuple[Any, ...]] = {}
+    events: dict[str, list[Event]] = {}
+    mail: dict[str, list[Delivery]] = {}
+    for (
+        part,
+        _rank,
+        run_id,
+        t1,
+        t2,
+        n1,
+        _inbox,
+        n3,
+        seq,
+        kind,
+        at,
+        position,
+        name,
+        attempt,
+        data,
+    ) in rows:
+        if part == 0:
+            claimed = Event(seq, EventKind.CLAIMED, from_ts(at), None, None, None, data)
+            runs[run_id] = (t1, t2, n1, n3, claimed)
+            events[run_id] = []
+        elif part == 1:
+            events[run_id].append(event_of((seq, kind, at, position, name, attempt, data)))
+        else:
+            mail.setdefault(run_id, []).append(Delivery(seq, kind, name, data, t1, from_ts(at)))
+    return [
+        Claim(
+            run_id,
+            workflow,
+            input_,
+            epoch,
+            (*events[run_id], claimed),
+            tuple(mail.get(run_id, ())),
+            priority,
         )
-    return inbox.claims(db, reads.POSTGRES, [(*row[:5], row[8]) for row in taken])
+        for run_id, (workflow, input_, epoch, priority, claimed) in runs.items()
+    ]
 
 
 def _leased(db: psycopg.Connection[Any], which: str, params: dict[str, Any]) -> list[Claim]:
@@ -149,16 +219,3 @@ def _leased(db: psycopg.Connection[Any], which: str, params: dict[str, Any]) -> 
     return inbox.claims(
         db, reads.POSTGRES, db.execute(_CLAIMED.format(which=which), params).fetchall()
     )
-
-
-def _claimed_row(
-    run_id: str,
-    seq: int,
-    at: float,
-    owner: str,
-    epoch: int,
-    previous_status: str,
-    previous_owner: str | None,
-) -> tuple[Any, ...]:
-    data = claimed_data(owner, epoch, previous_status, previous_owner)
-    return (run_id, seq, EventKind.CLAIMED, at, None, None, None, data)

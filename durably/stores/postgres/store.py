@@ -48,9 +48,9 @@ from durably.stores.sql import (
     inbox,
     reads,
     transactions,
-    workers,
 )
-from durably.stores.sql.queues import limited_of
+from durably.stores.sql.due import due_statements
+from durably.stores.sql.queues import limited_of, plain_condition
 from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
 from durably.stores.sql.schema import (
     LATEST_VERSION,
@@ -262,22 +262,20 @@ class PostgresStore(SqlStore):
     ) -> list[Claim]:
         if not workflows or limit <= 0:
             return []
-        on_queues, named = claims.queue_filter(queues)
         params = {
             "now": ts(now),
             "expires": ts(now + lease),
             "workflows": list(workflows),
-            "pinned": workers.keys(workflows),
-            "separator": workers.SEPARATOR,
             "limit": limit,
             "owner": owner,
-            "queues": named,
         }
         if queues is not None and limited_of(queues):
-            served = workers.served(reads.POSTGRES, workflows)
-            return claims.lease_limited(self._db, served, queues, params, self._turns)
-        pick = claims.PICK_DUE.format(queues=on_queues)
-        return claims.lease_once(self._db, pick, "r.workflow = ANY(%(workflows)s)", params)
+            return claims.lease_limited(self._db, workflows, queues, params, self._turns)
+        on_queues = plain_condition(reads.POSTGRES, queues)
+        [picked] = due_statements(
+            reads.POSTGRES, workflows, on_queues, now=ts(now), limit=limit, lock=claims.SKIP_LOCKED
+        )
+        return claims.lease_once(self._db, picked, "r.workflow = ANY(%(workflows)s)", params)
 
     def take(
         self,
@@ -288,14 +286,10 @@ class PostgresStore(SqlStore):
         now: datetime,
         lease: timedelta,
     ) -> Claim | None:
-        params = {
-            "now": ts(now),
-            "expires": ts(now + lease),
-            "run_id": run_id,
-            "statuses": [str(status) for status in statuses],
-            "owner": owner,
-        }
-        taken = claims.lease_once(self._db, claims.PICK_ONE, "r.id = %(run_id)s", params)
+        params = {"now": ts(now), "expires": ts(now + lease), "run_id": run_id, "owner": owner}
+        wanted = [str(status) for status in statuses]
+        picked = claims.pick_one(run_id, wanted, ts(now))
+        taken = claims.lease_once(self._db, picked, "r.id = %(run_id)s", params)
         return taken[0] if taken else None
 
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:

@@ -1,7 +1,8 @@
 """Picking due runs queue by queue (durably.core.queues), the same SQL for both stores.
 
-A claim that serves no queue with limits reads the claim-rank index as it always did, with
-the served queues added to its condition. A claim that serves limited or fair queues picks
+A claim that serves no queue with limits reads the claimable index range by range, led by
+the workflows and versions the worker serves (durably.stores.sql.due), with the served queues
+added to its condition. A claim that serves limited or fair queues picks
 from each such queue on its own, counting the queue's slots in use (its runs that hold a
 live lease) and handing the free ones round-robin between keys, then fills what is left
 from the other queues. The caller leases what was picked in the same transaction, and
@@ -17,6 +18,9 @@ from typing import Any
 
 from durably.core.queues import Queue
 from durably.core.slots import Candidate, Counts, share
+from durably.stores.protocol import Serves
+from durably.stores.sql import workers
+from durably.stores.sql.due import pick_due
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.schema import CLAIM_RANK
 
@@ -52,7 +56,7 @@ def plain_condition(dialect: Dialect, queues: Sequence[Queue] | None) -> tuple[s
 def pick(
     db: Connection,
     dialect: Dialect,
-    served: tuple[str, list[object]],
+    workflows: Serves,
     queues: Sequence[Queue] | None,
     *,
     now: float,
@@ -60,10 +64,10 @@ def pick(
     lock: str,
     turns: MutableMapping[str, str],
 ) -> list[Picked]:
-    """Up to `limit` due runs of the served workflows (`served`: their condition) from these
-    queues (None: every queue, limits aside): each limited queue's share, and the plain
-    queues', starting the round at a different group each claim so that none waits behind
-    the others for good. `lock` ends the plain pick (PostgreSQL: FOR UPDATE SKIP LOCKED)."""
+    """Up to `limit` due runs of the served `workflows` from these queues (None: every queue,
+    limits aside): each limited queue's share, and the plain queues' (durably.stores.sql.due),
+    starting the round at a different group each claim so that none waits behind the others
+    for good. `lock` ends the plain pick (PostgreSQL: FOR UPDATE SKIP LOCKED)."""
     limited = limited_of(queues)
     groups: list[Queue | None] = [*limited, None]  # None: the plain queues, together
     first = int(now * 1000) % len(groups)
@@ -73,32 +77,13 @@ def pick(
         if wanted <= 0:
             break
         if group is None:
-            picked += _pick_plain(db, dialect, served, queues, now=now, limit=wanted, lock=lock)
+            on = plain_condition(dialect, queues)
+            due = pick_due(db, dialect, workflows, on, now=now, limit=wanted, lock=lock)
+            picked += [(run_id, status, owner) for run_id, status, owner, _ in due]
         else:
-            picked += _pick_limited(db, dialect, served, group, now=now, limit=wanted, turns=turns)
+            which = workers.served(dialect, workflows)
+            picked += _pick_limited(db, dialect, which, group, now=now, limit=wanted, turns=turns)
     return picked
-
-
-def _pick_plain(
-    db: Connection,
-    dialect: Dialect,
-    served: tuple[str, list[object]],
-    queues: Sequence[Queue] | None,
-    *,
-    now: float,
-    limit: int,
-    lock: str,
-) -> list[Picked]:
-    which, params = served
-    on, more = plain_condition(dialect, queues)
-    mark = dialect.mark
-    rows = db.execute(
-        "SELECT id, status, lease_owner FROM durably_runs"
-        f" WHERE {CLAIM_RANK} <= {mark} AND available_at <= {mark} AND {which} AND {on}"
-        f" ORDER BY {CLAIM_RANK} LIMIT {mark}{lock}",
-        [now, now, *params, *more, limit],
-    ).fetchall()
-    return [(row[0], row[1], row[2]) for row in rows]
 
 
 def _pick_limited(

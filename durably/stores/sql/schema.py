@@ -378,6 +378,17 @@ _V11: list[str | dict[str, str]] = [
     },
 ]
 
+_V12 = [
+    # Claims lead with what the worker serves (durably.stores.sql.due): one index range per
+    # workflow and version it runs, each in claim order, so that due runs of a workflow or a
+    # version no worker here serves are never read. Replaces the one index of every claimable
+    # run in claim order, which a claim walked past such runs (19 ms a claim behind 100,000
+    # of them), so that a checkpoint still updates one claim index, not two.
+    "DROP INDEX durably_runs_claim_rank",
+    f"CREATE INDEX durably_runs_claimable ON durably_runs (workflow, version, {CLAIM_RANK})"
+    " WHERE available_at IS NOT NULL",
+]
+
 # A statement is the same on both databases (with the words of _DIALECTS), or a dict of each
 # database's own (a database not in it has none).
 _VERSIONS: list[Sequence[str | dict[str, str]]] = [
@@ -392,6 +403,7 @@ _VERSIONS: list[Sequence[str | dict[str, str]]] = [
     _V9,
     _V10,
     _V11,
+    _V12,
 ]
 LATEST_VERSION = len(_VERSIONS)
 

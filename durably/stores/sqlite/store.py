@@ -37,7 +37,6 @@ from durably.stores.sql import (
     inbox,
     reads,
     transactions,
-    workers,
 )
 from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
@@ -178,10 +177,9 @@ class SQLiteStore(SqlStore):
         if not workflows or limit <= 0:
             return []
         at, expires = ts(now), ts(now + lease)
-        served = workers.served(reads.SQLITE, workflows)
         with self._write() as db:  # the write lock: what limited queues' counts need
             picked = pick(
-                db, reads.SQLITE, served, queues, now=at, limit=limit, lock="", turns=self._turns
+                db, reads.SQLITE, workflows, queues, now=at, limit=limit, lock="", turns=self._turns
             )
             taken = [
                 self._lease(db, run_id, previous_status, previous_owner, owner, at, expires)
