@@ -74,7 +74,9 @@ def open_store(
 
     sqlite:///relative/path.db (relative to the current directory), sqlite:////absolute/path.db
     (?synchronous=NORMAL to trade durability of the last commits on power loss for speed), a
-    bare file path, or postgresql://user:password@host:port/database.
+    bare file path, or postgresql://user:password@host:port/database (?pgbouncer=transaction
+    behind a transaction pooler, with listen_url= straight to the server for wake-ups:
+    durably.stores.postgres.options).
 
     `create=False` opens only a durably store that exists, as it is: a SQLite file that does
     not exist, or a database without durably's tables, is a ConfigError naming it, a schema an

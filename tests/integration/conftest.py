@@ -21,6 +21,7 @@ from durably.resilience import GateState
 from durably.stores import Checkpoint, Claim, Store
 from durably.testing import FakeClock
 from durably.workflow.context import step_key
+from tests.pgbouncer import pgbouncer  # noqa: F401  (a fixture)
 
 from .processes import processes  # noqa: F401  (a fixture)
 from .steering import calls, held, order, reserve, undone  # noqa: F401  (fixtures)

@@ -6,6 +6,11 @@ Then the pool drops its dead idle connections, and the work is tried once more o
 connection. What the second try does is the caller's choice: a read or an idempotent write
 runs again as it was; a write whose outcome is unknown re-reads the state first. If the
 second try fails too, the caller gets StoreUnavailable, which a worker retries with backoff.
+
+psycopg prepares a statement on the server once a connection has run it 5 times. Behind a
+pooler in transaction mode that statement stays on one server connection while the client
+moves on to others: `prepare=False` (pgbouncer=transaction in the store URL) turns it off,
+and without it such a failure says in the log what to add to the URL.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ log = logging.getLogger("durably.store")
 # shutting down, crashing, or not accepting connections yet. A query cancel (57014) or a
 # serialization failure (40001) is an OperationalError too, but leaves the connection usable.
 _SESSION_OVER = ("57P01", "57P02", "57P03")
+# What psycopg's own prepared statements (named _pg3_N) run into on a server connection
+# other clients share: one gone ("does not exist"), or one of another client's ("exists").
+_PREPARED_ELSEWHERE = (
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
+)
 
 
 class Connections:
@@ -45,9 +56,14 @@ class Connections:
         size: int,
         connect_timeout: timedelta,
         configure: Callable[[psycopg.Connection[Any]], None],
+        prepare: bool = True,
     ) -> None:
         self.url = shown_url
+        self._hinted = not prepare  # said once what a lost prepared statement means
         wait = connect_timeout.total_seconds()
+        settings: dict[str, Any] = {"autocommit": True}  # a one-statement write: a transaction
+        if not prepare:
+            settings["prepare_threshold"] = None  # never: behind a transaction pooler
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
             min_size=1,
@@ -60,7 +76,7 @@ class Connections:
             # seconds of coming back instead of after a pause grown to minutes.
             reconnect_timeout=wait,
             name="durably",
-            kwargs={"autocommit": True},  # one-statement writes are their own transaction
+            kwargs=settings,
             configure=configure,
         )
         try:  # one plain connection first: a refused one is reported at once, with why
@@ -126,6 +142,17 @@ class Connections:
             raise StoreUnavailable(
                 f"the PostgreSQL store at {self.url} is unavailable: {_reason(exc)}"
             ) from exc
+        except _PREPARED_ELSEWHERE as exc:
+            if not self._hinted and "_pg3_" in str(exc):
+                self._hinted = True
+                log.warning(
+                    "%s on %s: is it a pooler in transaction mode (PgBouncer's pool_mode = "
+                    "transaction)? Then add ?pgbouncer=transaction to the store URL, which "
+                    "turns prepared statements off",
+                    _reason(exc),
+                    self.url,
+                )
+            raise
 
 
 class _ConnectionLost(Exception):

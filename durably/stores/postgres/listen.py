@@ -1,8 +1,14 @@
 """PostgreSQL wake-ups: LISTEN on a connection and a thread of its own, for the channels on
-which commits NOTIFY (runs due now; runs that ended; every status change, once turned on)."""
+which commits NOTIFY (runs due now; runs that ended; every status change, once turned on).
+
+Behind a pooler in transaction mode (durably.stores.postgres.options) a LISTEN hears nothing:
+the server connection it ran on serves other clients, and its notifications with it. There,
+only a `listen_url` straight to the server is listened on; without one, `Wakeups` says once
+that the store's processes poll instead."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -12,16 +18,57 @@ from typing import Any
 
 import psycopg
 
-from durably.errors import StoreUnavailable
+from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres.connections import redact
 from durably.stores.sql.schema import CHANGES_TRIGGER
 
-__all__ = ["CHANGES_CHANNEL", "Listener", "switch_changes"]
+__all__ = ["CHANGES_CHANNEL", "Listener", "Wakeups", "switch_changes"]
 
 CHANGES_CHANNEL = "durably_changes"
 _CHANGES_LOCK = 0x6475726163  # any fixed number; serialises concurrent switches
 
 log = logging.getLogger("durably.store")
+
+
+class Wakeups:
+    """A store's listeners: each on a connection to `url` (the store's own, or a direct one
+    given for listening), or none when `url` is None (behind a transaction pooler without a
+    listen_url): then the callers poll, as they do for a wake-up that is lost."""
+
+    def __init__(self, url: str | None, shown_url: str, notify: Callable[[str], None]) -> None:
+        self._url, self._shown_url, self._notify = url, shown_url, notify
+        self._warned = threading.Event()
+
+    def listen(
+        self, channel: str, wake: Callable[[str | None], None], *, needed_by: str = ""
+    ) -> Callable[[], None]:
+        """Start listening on `channel` (returns once LISTEN is in effect); the call that
+        stops it. Without a URL to listen on: ConfigError if `needed_by` (a wake-up with no
+        poll behind it) names what needs it, else a no-op and a warning, once."""
+        if self._url is None:
+            if needed_by:
+                raise ConfigError(
+                    f"{needed_by} is heard only by LISTEN, which a transaction pooler "
+                    f"(pgbouncer=transaction in the URL of {self._shown_url}) does not carry: "
+                    "add listen_url=<a URL straight to the same database, not through the "
+                    "pooler, percent-encoded> to the store URL"
+                )
+            if not self._warned.is_set():
+                self._warned.set()
+                log.warning(
+                    "wake-ups are not heard through a transaction pooler (pgbouncer=transaction "
+                    "in the URL of %s): polling instead, so a worker finds new runs every "
+                    "--poll and a waiting handle its run's end every poll; add listen_url=<a "
+                    "URL straight to the same database> to the store URL to hear them at once",
+                    self._shown_url,
+                )
+            return _deaf
+        poke = functools.partial(self._notify, channel)
+        return Listener(self._url, redact(self._url), channel, wake, poke).stop
+
+
+def _deaf() -> None:
+    """Stops nothing: nothing listened."""
 
 
 class Listener:

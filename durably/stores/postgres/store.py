@@ -5,6 +5,10 @@ for each other's picks. A batch of checkpoints, like starting a run, is one stat
 round trip and one transaction. Workers hear of new runs by LISTEN/NOTIFY. A connection that
 died with the server is replaced, and the call tried again on a fresh one (pg_connections);
 commits are idempotent, and a claim whose answer was lost is found again by re-reading.
+Nothing lives on a session but LISTEN, psycopg's prepared statements and the SET of a
+synchronous_commit option: behind a transaction pooler (pgbouncer=transaction in the URL,
+durably.stores.postgres.options) LISTEN goes to a listen_url or is off, prepared statements
+are off, and the SET is refused.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -28,11 +31,12 @@ from durably.core.history import EventKind
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.core.webhooks import StatusChange
-from durably.errors import ConfigError, StoreUnavailable
+from durably.errors import StoreUnavailable
 from durably.stores.postgres import claims
 from durably.stores.postgres.commit import OUTPUTS_CHANNEL, WAKE_CHANNEL, Batch, run_lines
 from durably.stores.postgres.connections import Connections, redact
-from durably.stores.postgres.listen import CHANGES_CHANNEL, Listener, switch_changes
+from durably.stores.postgres.listen import CHANGES_CHANNEL, Wakeups, switch_changes
+from durably.stores.postgres.options import store_options
 from durably.stores.protocol import (
     Checkpoint,
     Claim,
@@ -66,8 +70,6 @@ __all__ = ["PostgresStore", "redact"]
 T = TypeVar("T")
 R = TypeVar("R")
 log = logging.getLogger("durably.store")
-
-_SYNCHRONOUS_COMMIT = ("on", "off", "local", "remote_write", "remote_apply")
 
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
@@ -147,19 +149,19 @@ class PostgresStore(SqlStore):
         pool_size: int = 4,
         connect_timeout: timedelta = timedelta(seconds=10),
         synchronous_commit: str | None = None,
+        pgbouncer: str | None = None,
+        listen_url: str | None = None,
         create: bool = True,
     ) -> None:
-        url, from_url = _without_option(url, "synchronous_commit")
-        synchronous_commit = synchronous_commit or from_url
-        if synchronous_commit is not None and synchronous_commit not in _SYNCHRONOUS_COMMIT:
-            raise ConfigError(
-                f"synchronous_commit={synchronous_commit!r} is not a PostgreSQL setting: use one "
-                f"of {', '.join(_SYNCHRONOUS_COMMIT)} (on, the default, is the durable one)"
-            )
+        options = store_options(
+            url, synchronous_commit=synchronous_commit, pgbouncer=pgbouncer, listen_url=listen_url
+        )
+        self._url = url = options.url
         self.url = redact(url)
         self.dialect = reads.POSTGRES
-        self.synchronous_commit = synchronous_commit
-        self._url = url
+        self.synchronous_commit = options.synchronous_commit
+        self.transaction_pooling = options.transaction_pooling
+        self._wakeups = Wakeups(options.listen_url, self.url, self._notify)
         self._pool_size, self._connect_timeout = pool_size, connect_timeout
         self._transaction_pool: Connections | None = None
         self._transactions_lock = threading.Lock()
@@ -170,6 +172,7 @@ class PostgresStore(SqlStore):
             size=pool_size,
             connect_timeout=connect_timeout,
             configure=self._configure,
+            prepare=not self.transaction_pooling,
         )
         try:
             self.schema_found = self._open_schema(create=create)
@@ -385,8 +388,7 @@ class PostgresStore(SqlStore):
         )
 
     def watch(self, wake: Callable[[], None]) -> Callable[[], None]:
-        poke = functools.partial(self._notify, _WAKE_CHANNEL)
-        return Listener(self._url, self.url, _WAKE_CHANNEL, lambda _: wake(), poke).stop
+        return self._wakeups.listen(_WAKE_CHANNEL, lambda _: wake())
 
     def watch_finished(self, wake: Callable[[str | None], None]) -> Callable[[], None]:
         # one notification a batch: the ids of the runs it ended, a line each
@@ -401,16 +403,14 @@ class PostgresStore(SqlStore):
             for run_id in payload.split("\n") if payload else [None]:
                 wake(run_id)
 
-        poke = functools.partial(self._notify, channel)
-        return Listener(self._url, self.url, channel, heard, poke).stop
+        return self._wakeups.listen(channel, heard)
 
     def watch_status_changes(self, heard: Callable[[StatusChange], None]) -> Callable[[], None]:
         def received(payload: str | None) -> None:
             if payload:  # "" is a poke; None, a lost connection: changes may have gone unheard
                 heard(StatusChange.from_json(payload))
 
-        poke = functools.partial(self._notify, CHANGES_CHANNEL)
-        return Listener(self._url, self.url, CHANGES_CHANNEL, received, poke).stop
+        return self._wakeups.listen(CHANGES_CHANNEL, received, needed_by="the change stream")
 
     def set_status_changes(self, on: bool | None = None) -> bool:
         return self._db.run(lambda db: switch_changes(db, on), transaction=True)
@@ -479,6 +479,7 @@ class PostgresStore(SqlStore):
                     size=self._pool_size,
                     connect_timeout=self._connect_timeout,
                     configure=self._configure,
+                    prepare=not self.transaction_pooling,
                 )
             return self._transaction_pool
 
@@ -559,21 +560,6 @@ def _left(db: psycopg.Connection[Any]) -> str:
     if status == psycopg.pq.TransactionStatus.INTRANS:
         return "open"
     return "aborted" if status == psycopg.pq.TransactionStatus.INERROR else "ended"
-
-
-def _without_option(url: str, name: str) -> tuple[str, str | None]:
-    """The URL without the query option `name` (which libpq would refuse), and its value.
-
-    The other options are kept byte for byte: libpq decodes them itself."""
-    parts = urlsplit(url)
-    kept, value = [], None
-    for pair in parts.query.split("&") if parts.query else []:
-        key, _, raw = pair.partition("=")
-        if unquote(key) == name:
-            value = unquote(raw)
-        else:
-            kept.append(pair)
-    return urlunsplit(parts._replace(query="&".join(kept))), value
 
 
 def _runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, RunRecord]:
