@@ -68,6 +68,13 @@ COMPARE = Bench(
     engines=("durably", "dbos"),
     targets=COMPARE_TARGETS,
 )
+KILLS = Bench(
+    "kills",
+    "W3 beside DBOS, killed at many points: the effects a SIGKILL makes a worker apply twice",
+    (Workload("kills", engines.kills, (Load(200, 10), 10, 12), (Load(100, 10), 10, 4)),),
+    repeat=1,
+    engines=("durably", "dbos"),
+)
 ROUNDTRIP = Bench(
     "roundtrip",
     "start -> result from outside the worker beside DBOS, and beyond 6 commits; starts/s",
@@ -187,6 +194,7 @@ OUTPUTS = Bench(
 ALL = (
     CORE,
     COMPARE,
+    KILLS,
     ROUNDTRIP,
     SCALING,
     SLEEPERS,

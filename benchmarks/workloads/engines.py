@@ -7,6 +7,7 @@ round trip from outside the worker, durably's starts/s, debounced starts/s (dura
 start(debounce=) beside DBOS's Debouncer).
 """
 
+import random
 import statistics
 import tempfile
 import time
@@ -65,7 +66,45 @@ def run(trial: Trial, command: str, **options: object) -> dict[str, Any]:
 def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
     """W3: `load`, each step sleeping `sleep_ms`, then applying a keyed effect; w3-work killed at
     half the effects, w3-recover timed from spawn to all runs ended; runs lost, effects twice."""
-    (load, sleep_ms), runner = size, trial.engine
+    load, sleep_ms = size
+    seconds, lost, duplicates = killed(trial, load, sleep_ms, load.workflows * load.steps // 2)
+    workload = f"W3 ({load}, {sleep_ms} ms each, SIGKILL at 50%)"
+    return {
+        Metric("w3_recovery_s", f"{workload}: recovery", "s"): seconds,
+        Metric("w3_lost_runs", "W3: runs lost", "runs"): lost,
+        Metric("w3_duplicate_effects", "W3: effects applied twice", "effects"): duplicates,
+    }
+
+
+def kills(trial: Trial, size: tuple[Load, int, int]) -> Values:
+    """W3 killed at `count` points spread over the work (from 5% to 95% of the effects, each
+    after a random pause of up to two steps' sleep, so that kills fall anywhere in a step's
+    cycle): the effects applied twice per kill, and how many kills caused none."""
+    load, sleep_ms, count = size
+    total, rng, duplicates = load.workflows * load.steps, random.Random(7), []
+    for n in range(count):
+        at = int(total * (0.05 + 0.9 * n / max(1, count - 1)))
+        pause = rng.uniform(0, 2 * sleep_ms / 1000)
+        duplicates.append(killed(trial, load, sleep_ms, max(1, at), pause)[2])
+    workload = f"W3 ({load}, {sleep_ms} ms each), {count} kills"
+    unit = "effects per kill"
+    return {
+        Metric("w3_kill_duplicates", f"{workload}: effects applied twice", unit): duplicates,
+        Metric("w3_kill_duplicates_max", f"{workload}: the most after one kill", unit): max(
+            duplicates
+        ),
+        Metric("w3_kills_clean", f"{workload}: kills with none twice", "kills", True): sum(
+            1 for d in duplicates if d == 0
+        ),
+    }
+
+
+def killed(
+    trial: Trial, load: Load, sleep_ms: int, at_effects: int, pause: float = 0.0
+) -> tuple[float, int, int]:
+    """w3-work SIGKILLed `pause` seconds after `at_effects` effects, then w3-recover: the
+    seconds it took (spawn to every run ended), the runs lost, the effects applied twice."""
+    runner = trial.engine
     assert isinstance(runner, ProcessRunner), "an engine in processes of its own"
     with trial.fresh() as url, tempfile.TemporaryDirectory(prefix="bench-effects-") as tmp:
         create_effects(sink := Path(tmp) / "effects.db")
@@ -74,10 +113,11 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
             if (started := work.json_line("started", LIMIT)["started"]) != load.workflows:
                 raise work.failed(f"started {started} runs, not {load.workflows}")
             deadline = time.monotonic() + LIMIT
-            while count_effects(sink)[0] < load.workflows * load.steps // 2:
+            while count_effects(sink)[0] < at_effects:
                 if work.process.poll() is not None or time.monotonic() > deadline:
                     raise work.failed(f"ended ({work.process.returncode}) or took {LIMIT:g} s")
                 time.sleep(0.002)
+            time.sleep(pause)
         # SIGKILLed at the end of its block
         began = time.perf_counter()
         with Child(runner.argv("w3-recover", url, options)) as recover:
@@ -88,12 +128,7 @@ def recovery(trial: Trial, size: tuple[Load, int]) -> Values:
         trial.record("w3-recover", options, output)
     if output["completed"] == load.workflows and applied != load.workflows * load.steps:
         raise BenchmarkError(f"every run completed, yet {applied} effects applied")
-    workload = f"W3 ({load}, {sleep_ms} ms each, SIGKILL at 50%)"
-    return {
-        Metric("w3_recovery_s", f"{workload}: recovery", "s"): seconds,
-        Metric("w3_lost_runs", "W3: runs lost", "runs"): load.workflows - output["completed"],
-        Metric("w3_duplicate_effects", "W3: effects applied twice", "effects"): duplicates,
-    }
+    return seconds, load.workflows - output["completed"], duplicates
 
 
 def hop(trial: Trial, hops: int) -> Values:

@@ -291,10 +291,7 @@ def claims(trial: Trial, size: Backlog) -> Values:
         vacuum(url)
         for _ in range(size.claims):
             began = time.perf_counter()
-            if (
-                len(store.claim("bench", SERVES, now=now, lease=LEASE, limit=size.take))
-                < size.take
-            ):
+            if len(store.claim("bench", SERVES, now=now, lease=LEASE, limit=size.take)) < size.take:
                 raise BenchmarkError(f"a claim took fewer than {size.take} runs")
             samples.append(1000 * (time.perf_counter() - began))
         store.close()

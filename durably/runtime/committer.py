@@ -5,11 +5,17 @@ A store call made from the event loop would block every run on it; one thread pe
 would pay a thread hop and a commit per checkpoint. One writer thread turns N concurrent
 checkpoints into one transaction and one fsync.
 
-The loop, not a race, decides where a batch ends: the checkpoints queued during one pass of
-the event loop are handed to the thread together, at the start of the next pass. Left to the
-thread, a batch would end wherever the thread happened to take the GIL from a loop still busy
-queueing (it asks after 5 ms), and once split, the runs stay out of step, paying a commit per
-half from then on.
+A checkpoint leaves with the next commit that leaves. When the thread is idle, the first
+checkpoint queued goes at once, with whatever the loop gathered before it; while the thread
+commits, the loop gathers, and what it gathered is handed over together at the start of the
+loop's next pass (or sooner, as soon as the thread is idle again). A step's effect therefore
+waits for about one commit before its checkpoint is durable, not for every other run's step
+of the same pass: at concurrency 32, a worker SIGKILLed after the runs' effects and before
+their checkpoints re-applied up to all 32 of them when every checkpoint of a pass waited for
+the pass to end (the runs moved in lock-step, one commit each round); now it re-applies the
+few whose commit was still in flight (`python -m benchmarks kills`). The batches stay large
+while the thread is busy, so group commit keeps its throughput, and the loop's Python work
+overlaps the thread's commit instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -81,6 +87,8 @@ class Committer:
         self._working = threading.Lock()  # held while store work is under way
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
         self._gathering: list[_Commit] = []  # queued in this pass of the loop, not handed over
+        self._handed = 0  # items put on the queue (the loop's count)
+        self._done = 0  # of them, those the thread has finished (the thread's count)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -115,12 +123,20 @@ class Committer:
         if not self._gathering:
             asyncio.get_running_loop().call_soon(self._hand_over)
         self._gathering.append(_Commit(checkpoint, future))
+        if self._idle():  # the thread waits: this one leaves now, with what gathered before it
+            self._hand_over()
         return await future
+
+    def _idle(self) -> bool:
+        """Whether the thread has done everything handed to it (each count is written by one
+        thread only, so reading the other's is safe)."""
+        return self._done == self._handed
 
     def _hand_over(self) -> None:
         """Give the thread the checkpoints gathered in the last pass of the loop, as one item."""
         if self._gathering:
             gathered, self._gathering = self._gathering, []
+            self._handed += 1
             self._queue.put(gathered)
 
     def _commit_inline(self, checkpoint: Checkpoint) -> bool:
@@ -135,6 +151,7 @@ class Committer:
         """Run other store work (claims, renewals) on the committer's thread."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._hand_over()  # checkpoints queued before this call reach the store before it
+        self._handed += 1
         self._queue.put(_Call(fn, future))
         return await future
 
@@ -142,7 +159,7 @@ class Committer:
 
     def _serve(self) -> None:
         while True:
-            batch, stop = self._next_batch()
+            batch, taken, stop = self._next_batch()
             with self._working:
                 commits = [item for item in batch if isinstance(item, _Commit)]
                 if commits:
@@ -150,23 +167,26 @@ class Committer:
                 for item in batch:
                     if isinstance(item, _Call):
                         self._resolve_with(item.future, item.fn)
+            self._done += taken
             if stop:
                 return
 
-    def _next_batch(self) -> tuple[list[Any], bool]:
+    def _next_batch(self) -> tuple[list[Any], int, bool]:
+        """The next batch, how many queue items it took, and whether to stop after it."""
         first = self._queue.get()
         if first is _STOP:
-            return [], True
-        batch = first if isinstance(first, list) else [first]
+            return [], 0, True
+        batch, taken = (first if isinstance(first, list) else [first]), 1
         while len(batch) < self._max_batch:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if item is _STOP:
-                return batch, True
+                return batch, taken, True
             batch.extend(item if isinstance(item, list) else [item])
-        return batch, False
+            taken += 1
+        return batch, taken, False
 
     def _commit(self, commits: list[_Commit]) -> None:
         for group in _without_repeats(_merged(commits)):

@@ -1,12 +1,12 @@
-"""Group commit: a batch that fails fails every caller waiting on it, and checkpoints queued
-in one pass of the loop commit together. On both real stores. (A worker killed in the middle
+"""Group commit: a batch that fails fails every caller waiting on it, a checkpoint leaves
+with the next commit, and those queued while a commit is under way go together in the one
+after it. On both real stores. (A worker killed in the middle
 of a commit: tests/chaos/test_group_commit_crash.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -78,26 +78,32 @@ def _step_checkpoint(claim: Claim, clock: FakeClock) -> Checkpoint:
 
 
 class _RecordingCommits:
-    """The real store, recording the size of each commit."""
+    """The real store, recording the size of each commit; the first commit says when it
+    began, and waits for `go`."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.batches: list[int] = []
+        self.began = threading.Event()
+        self.go = threading.Event()
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         self.batches.append(len(checkpoints))
+        if len(self.batches) == 1:
+            self.began.set()
+            self.go.wait(10)
         return self._store.commit(checkpoints, now=now)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
 
-def test_checkpoints_queued_in_one_pass_of_the_loop_commit_together(
+def test_a_checkpoint_leaves_with_the_next_commit_and_the_rest_gather_behind_it(
     store: Store, clock: FakeClock
 ) -> None:
-    """Where a batch ends is the loop's decision, not a race with the writer thread: runs
-    that checkpoint in the same pass share one commit even when the loop is slow between
-    them (here it sleeps, which lets the thread run)."""
+    """A checkpoint that finds the thread idle leaves at once, alone: its step's effect does
+    not wait for other runs' steps. Those that come while it commits gather, and go
+    together in one commit next."""
     ids = [f"r{i}" for i in range(8)]
     for run_id in ids:
         store.create_run(NewRun(run_id, "w", "[]"), now=clock.now())
@@ -107,15 +113,23 @@ def test_checkpoints_queued_in_one_pass_of_the_loop_commit_together(
     async def commit_all() -> list[bool]:
         committer = Committer(recording, clock)  # type: ignore[arg-type]
         committer.start(asyncio.get_running_loop())
-
-        async def step(claim: Claim) -> bool:
-            time.sleep(0.006)  # noqa: ASYNC251 (a slow step, past the switch interval)
-            return await committer.commit(_step_checkpoint(claim, clock))
-
-        try:  # the runs resume in the same pass, as after a shared commit
-            return await asyncio.gather(*(step(claim) for claim in claims))
+        try:
+            first = asyncio.ensure_future(committer.commit(_step_checkpoint(claims[0], clock)))
+            await asyncio.sleep(0)  # it is queued, in the pass this task resumes in
+            # Its commit begins while this pass goes on (the loop is held here): it was not
+            # kept back for the end of the pass.
+            assert recording.began.wait(5), "the checkpoint waited for the end of the pass"
+            # the runs resume in the same pass, while the first commit is under way
+            rest = [
+                asyncio.ensure_future(committer.commit(_step_checkpoint(claim, clock)))
+                for claim in claims[1:]
+            ]
+            for _ in range(3):  # the pass that queues them, and the hand-over after it
+                await asyncio.sleep(0)
+            recording.go.set()  # the first commit may end now
+            return await asyncio.gather(first, *rest)
         finally:
             committer.stop()
 
     assert asyncio.run(commit_all()) == [True] * len(ids)
-    assert recording.batches == [len(ids)]
+    assert recording.batches == [1, len(ids) - 1]
