@@ -26,6 +26,7 @@ from durably.codec.parameters import (
     unmarked,
 )
 from durably.codec.roundtrip import (
+    PLAIN_SCALARS,
     Difference,
     describe,
     difference,
@@ -47,6 +48,7 @@ __all__ = [
     "decode_given_call",
     "encode",
     "encode_call",
+    "read_back",
     "return_hint",
     "within_limit",
 ]
@@ -107,6 +109,16 @@ def within_limit(text: str, limit: int | None, *, what: str) -> str:
             "table of yours) and pass a reference to it"
         )
     return text
+
+
+def read_back(value: object, text: str, hint: Any, *, what: str) -> Any:
+    """What a replay sees of `value`, which `encode` wrote as `text`: the value decoded from
+    it. A None, bool, int or str given where its own type (or no type) is expected reads back
+    as itself, and is immutable: handed back as it is, without a decode (every step result
+    comes through here)."""
+    if type(value) in PLAIN_SCALARS and (hint is NO_HINT or hint is type(value) or hint is Any):
+        return value
+    return decode(text, hint, what=what)
 
 
 def decode(text: str, hint: Any, *, what: str) -> Any:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from durably.clock import Clock
-from durably.codec.encoding import decode, encode
+from durably.codec.encoding import decode, encode, read_back
 from durably.core import event_data, payloads
 from durably.core.control import Request, cancel_error
 from durably.core.history import ErrorInfo, EventKind
@@ -105,7 +105,7 @@ def record_completed(
         writer.append(EventKind.STEP_FAILED, position, step.name, attempt, data)
         raise StepFailed(step.name, error.error_class, error.message) from None
     writer.append(EventKind.STEP_COMPLETED, position, step.name, attempt, result)
-    return decode(result, step.return_hint, what=what)
+    return read_back(value, result, step.return_hint, what=what)
 
 
 def record_cancelled(

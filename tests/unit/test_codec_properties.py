@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durably.codec.encoding import decode, decode_call, encode, encode_call
+from durably.codec.encoding import decode, decode_call, encode, encode_call, read_back
 from durably.codec.parameters import NO_HINT
 from durably.errors import PayloadError
 from tests.payloads import HINTS, json_native, same, values_for
@@ -94,3 +94,16 @@ def test_a_call_is_stored_exactly_when_it_fits_the_signature(
             args,
             kwargs,
         )
+
+
+@SETTINGS
+@given(st.data(), HINTS)
+def test_a_result_reads_back_as_its_decode_would(data: st.DataObject, hint: Any) -> None:
+    """What a step's caller gets (read_back) is what a replay gets (the decode): a scalar
+    that reads back as itself is handed back as it is, anything else is decoded afresh."""
+    value = data.draw(values_for(hint), label="value")
+    text = encode(value, hint, what="v")
+    back = read_back(value, text, hint, what="v")
+    assert same(back, decode(text, hint, what="v"))
+    if isinstance(value, (list, dict)):
+        assert back is not value  # the caller's copy is its own, as a replay's would be
