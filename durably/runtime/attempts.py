@@ -54,7 +54,8 @@ async def call_user(
     token = _step.set(scope)
     try:
         timeout = step.options.timeout
-        if inspect.iscoroutinefunction(fn):
+        # the body's kind is known from its definition: asking inspect costs ~5 µs a step
+        if step.is_async if fn is step.fn else inspect.iscoroutinefunction(fn):
             call = fn(*args, **kwargs)
         else:  # a thread nobody joins: a hung body is abandoned after its timeout, and a
             # stopping worker does not wait for it (its run is handed back)
