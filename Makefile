@@ -52,12 +52,12 @@ soak: $(STAMP)
 	$(BIN)/pytest -m soak -s
 
 # What `make bench` runs: benchmark names, in order (`python -m benchmarks --list`); the ones
-# beside DBOS (compare, roundtrip, debounce, queues, outputs) install the bench extra first, e.g. make bench WHAT=queues
+# beside DBOS (compare, kills, roundtrip, debounce, queues, outputs) install the bench extra first, e.g. make bench WHAT=queues
 WHAT ?= core
 BENCH_EXTRA := $(BIN)/pip install --quiet -e '.[dev,bench]'
 
 bench: $(STAMP)
-	$(if $(filter compare roundtrip debounce queues outputs,$(WHAT)),$(BENCH_EXTRA))
+	$(if $(filter compare kills roundtrip debounce queues outputs,$(WHAT)),$(BENCH_EXTRA))
 	$(BIN)/python -m benchmarks $(WHAT)
 
 bench-core: ; $(MAKE) bench WHAT=core
