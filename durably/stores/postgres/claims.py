@@ -172,46 +172,22 @@ def _lease(db: psycopg.Connection[Any], picked: Pick, params: dict[str, Any]) ->
 
 def _claims(rows: Sequence[Sequence[Any]]) -> list[Claim]:
     """The claims of _LEASE's rows (runs first, then their events and messages in order)."""
-    runs: dict[str, tuple[Any, ...]] = {}
+    leased: list[tuple[Any, ...]] = []
     events: dict[str, list[Event]] = {}
+    claimed: dict[str, Event] = {}
     mail: dict[str, list[Delivery]] = {}
-    for (
-        part,
-        _rank,
-        run_id,
-        t1,
-        t2,
-        n1,
-        _inbox,
-        n3,
-        seq,
-        kind,
-        at,
-        position,
-        name,
-        attempt,
-        data,
-    ) in rows:
+    for part, _, run_id, t1, t2, n1, _, n3, *event in rows:
+        seq, kind, at, _, name, _, data = event
         if part == 0:
-            claimed = Event(seq, EventKind.CLAIMED, from_ts(at), None, None, None, data)
-            runs[run_id] = (t1, t2, n1, n3, claimed)
+            claimed[run_id] = Event(seq, EventKind.CLAIMED, from_ts(at), None, None, None, data)
+            leased.append((run_id, t1, t2, n1, 0, n3))  # the inbox count: not needed
             events[run_id] = []
         elif part == 1:
-            events[run_id].append(event_of((seq, kind, at, position, name, attempt, data)))
+            events[run_id].append(event_of(event))
         else:
             mail.setdefault(run_id, []).append(Delivery(seq, kind, name, data, t1, from_ts(at)))
-    return [
-        Claim(
-            run_id,
-            workflow,
-            input_,
-            epoch,
-            (*events[run_id], claimed),
-            tuple(mail.get(run_id, ())),
-            priority,
-        )
-        for run_id, (workflow, input_, epoch, priority, claimed) in runs.items()
-    ]
+    histories = {run_id: [*events[run_id], claimed[run_id]] for run_id in claimed}
+    return inbox.claims_of(leased, histories, mail)
 
 
 def _leased(db: psycopg.Connection[Any], which: str, params: dict[str, Any]) -> list[Claim]:

@@ -125,15 +125,7 @@ def _union(
             on_version, values = "version IS NULL", [name]
         else:
             on_version, values = f"version = {mark}", [name, version]
-        arm = _RANGE.format(
-            rank=CLAIM_RANK,
-            workflow=mark,
-            version=on_version,
-            mark=mark,
-            condition=which,
-            order=_ANY_ORDER if any_version else _IN_ORDER,
-            lock=lock,
-        )
+        arm = _range(mark, mark, on_version, which, lock, every_version=any_version)
         selects.append(f"SELECT * FROM ({arm}) AS r{len(selects)}")
         params += [*values, now, now, *more, limit]
     sql = f"{' UNION ALL '.join(selects)} ORDER BY due_rank LIMIT {mark}"
@@ -153,21 +145,14 @@ def _lateral(
     which, more = condition
     mark = dialect.mark
 
-    def arm(version: str, names: str, order: str = _IN_ORDER) -> str:
-        inner = _RANGE.format(
-            rank=CLAIM_RANK,
-            workflow="s.workflow",
-            version=version,
-            mark=mark,
-            condition=which,
-            order=order,
-            lock=lock,
-        )
+    def arm(version: str, names: str, *, every_version: bool = False) -> str:
+        inner = _range(mark, "s.workflow", version, which, lock, every_version=every_version)
         return f"SELECT c.* FROM {names} CROSS JOIN LATERAL ({inner}) AS c"
 
     each: list[object] = [now, now, *more, limit]
     if not isinstance(workflows, Mapping):
-        whole = arm("1 = 1", f"unnest({mark}::text[]) AS s(workflow)", _ANY_ORDER)
+        names = f"unnest({mark}::text[]) AS s(workflow)"
+        whole = arm("1 = 1", names, every_version=True)
         sql = f"SELECT * FROM ({whole}) AS due ORDER BY due_rank LIMIT {mark}"
         return sql, [list(workflows), *each, limit]
     pairs = [(name, version) for name, versions in workflows.items() for version in versions]
@@ -180,6 +165,22 @@ def _lateral(
     )
     params: list[Any] = [[name for name, _ in pairs], [version for _, version in pairs], *each]
     return sql, [*params, list(workflows), *each, limit]
+
+
+def _range(
+    mark: str, workflow: str, version: str, condition: str, lock: str, *, every_version: bool
+) -> str:
+    """One range's select: `workflow` and `version` say which (SQL: a parameter, a column)."""
+    order = _ANY_ORDER if every_version else _IN_ORDER
+    return _RANGE.format(
+        rank=CLAIM_RANK,
+        workflow=workflow,
+        version=version,
+        mark=mark,
+        condition=condition,
+        order=order,
+        lock=lock,
+    )
 
 
 def _chunks(

@@ -9,17 +9,18 @@ claim reads the inbox only of the runs that have mail.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
 from durably.stores.protocol import Claim, Delivery, Message, Sent, SentOutcome
 from durably.stores.sql import audit, reads
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 
-__all__ = ["consume", "deliveries", "mail", "send"]
+__all__ = ["claims", "claims_of", "consume", "deliveries", "mail", "send"]
 
 _ROUSED = frozenset({RunStatus.PAUSED, RunStatus.NEEDS_ATTENTION})
 
@@ -135,6 +136,16 @@ def claims(db: Connection, dialect: Dialect, leased: Sequence[Sequence[Any]]) ->
         return []
     histories = reads.histories(db, dialect, [row[0] for row in leased])
     mail = deliveries(db, dialect, [row[0] for row in leased if row[4] > 0])
+    return claims_of(leased, histories, mail)
+
+
+def claims_of(
+    leased: Sequence[Sequence[Any]],
+    histories: Mapping[str, Sequence[Event]],
+    mail: Mapping[str, Sequence[Delivery]],
+) -> list[Claim]:
+    """Claims of just-leased (run id, workflow, input, epoch, inbox count, priority) rows,
+    given their histories and undelivered messages by run id."""
     return [
         Claim(
             run_id,
@@ -142,7 +153,7 @@ def claims(db: Connection, dialect: Dialect, leased: Sequence[Sequence[Any]]) ->
             input_,
             epoch,
             tuple(histories.get(run_id, ())),
-            mail.get(run_id, ()),
+            tuple(mail.get(run_id, ())),
             priority,
         )
         for run_id, workflow, input_, epoch, _, priority in leased
