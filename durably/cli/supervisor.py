@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 
@@ -82,7 +82,6 @@ class Child:
     started: float = 0.0  # time.monotonic() of its last start
     delay: timedelta | None = None  # before its last restart
     restart_at: float | None = None  # time.monotonic() when it starts again
-    ended: list[int] = field(default_factory=list)  # the exit statuses of its processes
 
 
 class Supervisor:
@@ -138,7 +137,6 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children:
             if child.process is not None and (code := child.process.poll()) is not None:
-                child.ended.append(code)
                 lived = timedelta(seconds=now - child.started)
                 child.delay = restart_delay(child.delay, lived)
                 child.restart_at, child.process = now + child.delay.total_seconds(), None
@@ -185,7 +183,6 @@ class Supervisor:
                 )
                 child.process.kill()
             code = child.process.wait()
-            child.ended.append(code)
             if code != 0:
                 log.warning("supervisor: worker %s %s while stopping", child.name, _how(code))
         log.info("supervisor: every worker stopped")
@@ -225,7 +222,7 @@ def _death_signal() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def on_death() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM))
         if os.getppid() != parent:
             os._exit(1)
 
