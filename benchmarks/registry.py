@@ -101,6 +101,12 @@ SCALING = Bench(
             ((1, 2, 4, 8), Load(2_000, 3)),
             ((1, 2, 4, 8), Load(300, 3)),
         ),
+        Workload(  # one run at a time per worker: a claim per run, where the claims meet
+            "processes-c1",
+            features.processes,
+            ((1, 2, 4, 8), Load(1_000, 3, concurrency=1)),
+            ((1, 2, 4, 8), Load(300, 3, concurrency=1)),
+        ),
     ),
 )
 SLEEPERS = Bench(

@@ -296,9 +296,9 @@ def claims(trial: Trial, size: Backlog) -> Values:
 def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
     """For each count N, `durably worker --processes N` (one supervisor; 1: the worker alone)
     on a fresh store: once every worker serves, the load started in batches (start_many) and
-    run to its end. Each worker's claims are timed in its process (ClaimTimer), from the load's
-    start to the last claim that took a run: their median, how many there were, and how many
-    came back empty (the runs left were all leased, or on PostgreSQL locked by another claim):
+    run to its end. Each worker's claims are timed in its process (ClaimTimer), from the first
+    claim that took a run to the last: their median, how many there were, and how many came
+    back empty (the runs left were all leased, or on PostgreSQL locked by another claim):
     where the workers contend for the same runs. A claim asking for more than its worker's
     concurrency, or getting more than it asked, fails the benchmark (a worker asks for its free
     slots: Worker._claim)."""
@@ -310,7 +310,7 @@ def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
             began = time.perf_counter()
             options = ("--concurrency", str(load.concurrency))
             with supervised(url, count, *options, env={CLAIMS: written}) as supervisor:
-                ready, at, began = time.perf_counter() - began, time.time(), time.perf_counter()
+                ready, began = time.perf_counter() - began, time.perf_counter()
 
                 def alive() -> None:
                     if supervisor.process.poll() is not None:
@@ -326,7 +326,7 @@ def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
             if len(workers := [calls for calls in by_process if calls]) != count:
                 raise BenchmarkError(f"{len(workers)} worker(s) wrote their claims, not {count}")
             calls = [ClaimCall(*call) for each in workers for call in each]
-        values |= claimed(count, load, calls, at, seconds, ready)
+        values |= claimed(count, load, calls, seconds, ready)
     return values
 
 
@@ -339,17 +339,16 @@ def start_chains(app: durably.App, load: Load) -> list[durably.RunHandle]:
     return handles
 
 
-def claimed(
-    count: int, load: Load, calls: list[ClaimCall], at: float, seconds: float, ready: float
-) -> Values:
-    """The figures of `count` worker processes that ran `load` in `seconds` (started `at`)."""
+def claimed(count: int, load: Load, calls: list[ClaimCall], seconds: float, ready: float) -> Values:
+    """The figures of `count` worker processes that ran `load` in `seconds`."""
     if bad := [c for c in calls if not 0 <= c.got <= c.asked <= load.concurrency]:
         raise BenchmarkError(f"a claim asked for more than its concurrency, or got more: {bad[0]}")
-    last = max(c.at for c in calls if c.got)
-    handing = [c for c in calls if at <= c.at <= last]  # from the load's start to its last claim
+    took = [c.at for c in calls if c.got]
+    handing = [c for c in calls if min(took) <= c.at <= max(took)]  # from the first run's claim
     empty = 100 * sum(1 for c in handing if not c.got) / len(handing)
     claim_ms = statistics.median(1000 * (c.ended - c.began) for c in handing)
-    where, key = f"{count} worker process(es), {load}", f"processes_{count}"
+    where = f"{count} worker process(es) x {load.concurrency}, {load}"
+    key = f"processes_{count}x{load.concurrency}"
     return {
         Metric(f"{key}_per_s", where, "workflows/s", True): load.workflows / seconds,
         Metric(f"{key}_claim_ms", f"{where}: median claim", "ms"): claim_ms,
