@@ -1,7 +1,8 @@
 """The benchmarks' one command, `python -m benchmarks NAME... [--quick] [--repeat N]
-[--stores sqlite postgres]` (--list lists them), runs the benchmarks named, in order: the table
-to stdout, progress to stderr, every sample, the machine, the date and the durability settings
-to benchmarks/results/<name>[-fast]-latest.json. Without a reachable PostgreSQL server
+[--stores sqlite postgres] [--workloads W...]` (--list lists them), runs the benchmarks named,
+in order (only the workloads named, with --workloads): the table to stdout, progress to
+stderr, every sample, the machine, the date and the durability settings to
+benchmarks/results/<name>[-fast]-latest.json. Without a reachable PostgreSQL server
 ($DURABLY_BENCH_POSTGRES, or postgresql://postgres@127.0.0.1:5432/test) its rows are skipped.
 """
 
@@ -22,6 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="what each benchmark measures")
     parser.add_argument("--repeat", type=int, default=0, help="repetitions (default: its own)")
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument(
+        "--workloads", nargs="+", metavar="WORKLOAD", help="only these (--list names them)"
+    )
     both = ["sqlite", "postgres"]
     parser.add_argument("--stores", nargs="+", choices=both, default=both, help="(default: both)")
     parser.add_argument("--engines", nargs="+", choices=["durably", "dbos"], help="side by side")
@@ -37,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.names or set(args.names) - set(BENCHES) or args.repeat < 0:
         parser.error(f"name benchmarks among {', '.join(BENCHES)}; --repeat is at least 1")
+    known = {w.name for name in args.names for w in BENCHES[name].workloads}
+    if unknown := set(args.workloads or ()) - known:
+        parser.error(f"no workload {', '.join(sorted(unknown))} in {', '.join(args.names)}")
     return max(run(BENCHES[name], args) for name in args.names)
 
 

@@ -155,7 +155,10 @@ def git(*args: str) -> str | None:
 
 def run(bench: Bench, asked: Namespace) -> int:
     """Measure `bench` as the command asks; 1 if a runner failed (its stderr printed), else 0."""
-    workloads = [replace(w, size=w.quick) if asked.quick else w for w in bench.workloads]
+    chosen = [w for w in bench.workloads if not asked.workloads or w.name in asked.workloads]
+    workloads = [replace(w, size=w.quick) if asked.quick else w for w in chosen]
+    if not workloads:
+        return 0  # none of the workloads asked for is this bench's
     fast = asked.fast and bench.side_by_side
     runners: list[Runner] = [InProcess()]
     if bench.side_by_side:

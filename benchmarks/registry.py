@@ -88,7 +88,8 @@ ROUNDTRIP = Bench(
 )
 SCALING = Bench(
     "scaling",
-    "long histories, a takeover after 10,000 steps, claims beside 100,000 runs, 1/2/4 workers",
+    "long histories, a takeover after 10,000 steps, claims beside 100,000 runs, 1/2/4/8 worker"
+    " processes (durably worker --processes N): workflows/s, claims",
     (
         Workload("history", features.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
         Workload("pickup", features.pickup, 10_000, 1_000),
@@ -102,7 +103,16 @@ SCALING = Bench(
             ]
         ),
         Workload(
-            "processes", features.processes, ((1, 2, 4), Load(2_000, 3)), ((1, 2, 4), Load(300, 3))
+            "processes",
+            features.processes,
+            ((1, 2, 4, 8), Load(2_000, 3)),
+            ((1, 2, 4, 8), Load(300, 3)),
+        ),
+        Workload(  # one run at a time per worker: a claim per run, where the claims meet
+            "processes-c1",
+            features.processes,
+            ((1, 2, 4, 8), Load(1_000, 3, concurrency=1)),
+            ((1, 2, 4, 8), Load(300, 3, concurrency=1)),
         ),
     ),
 )

@@ -23,15 +23,18 @@ import time
 LOADED = time.perf_counter()
 
 import asyncio
+import atexit
 import functools
+import json
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import durably
 from benchmarks.runners import protocol
@@ -99,14 +102,54 @@ def bench_app(
     return app
 
 
+class ClaimCall(NamedTuple):
+    """One claim by a worker: when it began (time.time(), comparable between processes), its
+    start and end (time.perf_counter()), the runs it took and the runs it asked for."""
+
+    at: float
+    began: float
+    ended: float
+    got: int
+    asked: int
+
+
+class ClaimTimer:
+    """A store whose claim calls are timed (`calls`); every other call passes straight through."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.calls = store, list[ClaimCall]()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def claim(self, owner: str, workflows: Any, *, limit: int, **options: Any) -> Any:
+        at, began = time.time(), time.perf_counter()
+        claims = self.store.claim(owner, workflows, limit=limit, **options)
+        self.calls.append(ClaimCall(at, began, time.perf_counter(), len(claims), limit))
+        return claims
+
+    def write(self, path: Path) -> None:
+        """Its calls, as JSON: a worker process's, at its exit."""
+        path.write_text(json.dumps(self.calls))
+
+
 def __getattr__(name: str) -> durably.App:
     """`app`, which `durably worker benchmarks.runners.durably_runner:app` serves on
-    $DURABLY_STORE: the step given x == $DURABLY_BENCH_STOP_AT kills it as a crash would."""
+    $DURABLY_STORE: the step given x == $DURABLY_BENCH_STOP_AT kills it as a crash would; with
+    $DURABLY_BENCH_CLAIMS, each claim is timed, and all written to <that directory>/<pid>.json
+    when the process exits."""
     if name != "app":
         raise AttributeError(name)
     stop_at = os.environ.get(protocol.STOP_AT)
     kill = functools.partial(os.kill, os.getpid(), signal.SIGKILL)
-    return bench_app(None, None if stop_at is None else int(stop_at), kill)
+    store: Store | None = None
+    if claims := os.environ.get(protocol.CLAIMS):
+        from durably.stores import open_store
+
+        timer = ClaimTimer(open_store(os.environ["DURABLY_STORE"]))
+        atexit.register(timer.write, Path(claims) / f"{os.getpid()}.json")
+        store = cast("Store", timer)
+    return bench_app(store, None if stop_at is None else int(stop_at), kill)
 
 
 def run_chain(

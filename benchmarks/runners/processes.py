@@ -1,7 +1,8 @@
 """Engines in processes of their own: `ProcessRunner` runs an engine's runner module in a
 fresh process per measurement (engines never share an interpreter: DBOS is a process-wide
 singleton); a `Child` is a process read while it runs: a runner, or a `durably worker` of
-durably_runner's app (`durably_worker`, and `workers`, which stops them at the end).
+durably_runner's app (`durably_worker`; `workers`, and `supervised`, one `durably worker
+--processes N`, which stop them at the end).
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ class Child:
             argv, cwd=ROOT, env=env, stdout=out, stderr=self.log, text=True
         )
 
-    def wait_started(self) -> None:
-        """Until it has logged that it started; exiting first, or not within LIMIT, fails."""
+    def wait_started(self, count: int = 1) -> None:
+        """Until it has logged that it started (`count` times: a supervisor's workers); exiting
+        first, or not within LIMIT, fails."""
         deadline = time.monotonic() + LIMIT
-        while self.ready not in Path(self.log.name).read_text():
+        while Path(self.log.name).read_text().count(self.ready) < count:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise self.failed(f"exited ({self.process.returncode}) or took {LIMIT:g} s")
             time.sleep(0.005)
@@ -137,6 +139,18 @@ def durably_worker(url: str, *options: str, env: Mapping[str, str] = {}) -> Chil
     argv = [sys.executable, "-m", "durably", "worker", app, *options]
     env = {"DURABLY_STORE": url, **env}
     return Child(argv, env=env, ready="started (concurrency", stdout=False)
+
+
+@contextmanager
+def supervised(url: str, count: int, *options: str, env: Mapping[str, str] = {}) -> Iterator[Child]:
+    """`durably worker --processes COUNT` (a supervisor of COUNT worker processes; 1: the
+    worker alone), once every worker serves; SIGTERM at the end, for it to exit 0."""
+    with durably_worker(url, "--processes", str(count), *options, env=env) as supervisor:
+        supervisor.wait_started(count)
+        yield supervisor
+        supervisor.process.send_signal(signal.SIGTERM)
+        if (code := supervisor.wait(limit=60)) != 0:
+            raise supervisor.failed(f"exited with {code} on SIGTERM")
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from typing import Any
 
 Figures = dict[str, Any]  # a command's answer
 STOP_AT = "DURABLY_BENCH_STOP_AT"  # env: the chain step input that kills a worker process
+CLAIMS = "DURABLY_BENCH_CLAIMS"  # env: where a worker process writes its timed claims
 QUEUE = "tenants"  # the queue the queue commands put keyed runs on
 # How queue-drain puts its runs on a queue: none (no queue, no key); declared (no queue, no
 # key, by an app that declares a fair queue it never uses); fair (a fair queue, no limits);

@@ -4,21 +4,32 @@ schedules not due and with retention deleting old runs, a fan-out (each two vari
 and their change); long histories, a takeover, claims on filled stores, worker processes.
 """
 
+import json
 import signal
+import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from pathlib import Path
+from typing import cast
 
 import durably
 from benchmarks.plan import Metric, Trial, Values
-from benchmarks.runners.durably_runner import bench_app, check_completed, run_chain, wait_ended
-from benchmarks.runners.processes import durably_worker, workers
-from benchmarks.runners.protocol import STOP_AT, BenchmarkError, Load
+from benchmarks.runners.durably_runner import (
+    ClaimCall,
+    ClaimTimer,
+    bench_app,
+    check_completed,
+    run_chain,
+    wait_ended,
+)
+from benchmarks.runners.processes import durably_worker, supervised
+from benchmarks.runners.protocol import CLAIMS, STOP_AT, BenchmarkError, Load
 from benchmarks.stores import LEASE, fill, vacuum
-from durably.stores import Claim, Store, open_store
+from durably.stores import Store, open_store
 from durably.testing import FakeClock
 
 Variant = tuple[str, str, Callable[[], float]]  # its figure's key, its label, its measure
@@ -211,23 +222,6 @@ def histories(trial: Trial, lengths: tuple[int, ...]) -> Values:
     return values | {Metric("history_drift", label, "x"): drift}
 
 
-@dataclass
-class ClaimTimer:
-    """A store whose claim calls are timed; every other call passes straight through."""
-
-    store: Store
-    calls: list[tuple[float, float, int]] = field(default_factory=list)  # began, ended, runs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-    def claim(self, *args: Any, **kwargs: Any) -> list[Claim]:
-        began = time.perf_counter()
-        claims = self.store.claim(*args, **kwargs)
-        self.calls.append((began, time.perf_counter(), len(claims)))
-        return claims
-
-
 def pickup(trial: Trial, done: int) -> Values:
     """A `durably worker` (lease 1s) SIGKILLs itself in step done + 1; once the lease expires a
     worker here takes over: its claim (the whole history), and the replay to that step's body."""
@@ -249,7 +243,7 @@ def pickup(trial: Trial, done: int) -> Values:
         check_completed(app, [handle], Load(1, done + 1), app.run_until_idle(concurrency=1))
         after = app.client.history(handle.id)[len(history) :]
         app.close()
-    taken = [(start, end) for start, end, runs in timer.calls if runs]
+    taken = [(call.began, call.ended) for call in timer.calls if call.got]
     claimed = [event for event in after if event.kind is durably.EventKind.CLAIMED]
     took_over = any("took_over_from" in (event.data or "") for event in claimed)
     if len(taken) != 1 or len(reached) != 1 or len(claimed) != 1 or not took_over:
@@ -302,23 +296,65 @@ def claims(trial: Trial, size: Backlog) -> Values:
 
 
 def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:
-    """`durably worker` processes on one store, the load started first: spawn to all ended."""
+    """For each count N, `durably worker --processes N` (one supervisor; 1: the worker alone)
+    on a fresh store: once every worker serves, the load started in batches (start_many) and
+    run to its end. Each worker's claims are timed in its process (ClaimTimer), from the first
+    claim that took a run to the last: their median, how many there were, and how many came
+    back empty (the runs left were all leased, or on PostgreSQL locked by another claim):
+    where the workers contend for the same runs. A claim asking for more than its worker's
+    concurrency, or getting more than it asked, fails the benchmark (a worker asks for its free
+    slots: Worker._claim)."""
     (counts, load), values = size, cast(Values, {})
     for count in counts:
-        with trial.fresh() as url:
+        with trial.fresh() as url, tempfile.TemporaryDirectory() as written:
             app = bench_app(url)
-            handles = [app.start("chain", i, load.steps) for i in range(load.workflows)]
+            app.store  # noqa: B018 (created before the workers open it)
             began = time.perf_counter()
-            with workers(url, count, "--concurrency", str(load.concurrency)) as started:
+            options = ("--concurrency", str(load.concurrency))
+            with supervised(url, count, *options, env={CLAIMS: written}) as supervisor:
+                ready, began = time.perf_counter() - began, time.perf_counter()
 
                 def alive() -> None:
-                    if any(child.process.poll() is not None for child in started):
-                        raise BenchmarkError("a worker process exited")
+                    if supervisor.process.poll() is not None:
+                        raise supervisor.failed("it exited")
 
+                handles = start_chains(app, load)
                 wait_ended(app, alive)
                 seconds = time.perf_counter() - began
             check_completed(app, handles, load, load.workflows)
             app.close()
-        label = f"{count} worker process(es): {load}, spawn to done"
-        values[Metric(f"processes_{count}_s", label, "s")] = seconds
+            # each process that imported the app wrote its claims: the supervisor, none
+            by_process = [json.loads(each.read_text()) for each in Path(written).glob("*.json")]
+            if len(workers := [calls for calls in by_process if calls]) != count:
+                raise BenchmarkError(f"{len(workers)} worker(s) wrote their claims, not {count}")
+            calls = [ClaimCall(*call) for each in workers for call in each]
+        values |= claimed(count, load, calls, seconds, ready)
     return values
+
+
+def start_chains(app: durably.App, load: Load) -> list[durably.RunHandle]:
+    """The load's runs, started in batches of 500: chain(i, steps) for each i."""
+    handles: list[durably.RunHandle] = []
+    for first in range(0, load.workflows, 500):
+        batch = range(first, min(load.workflows, first + 500))
+        handles += app.start_many([durably.Start("chain", (i, load.steps)) for i in batch])
+    return handles
+
+
+def claimed(count: int, load: Load, calls: list[ClaimCall], seconds: float, ready: float) -> Values:
+    """The figures of `count` worker processes that ran `load` in `seconds`."""
+    if bad := [c for c in calls if not 0 <= c.got <= c.asked <= load.concurrency]:
+        raise BenchmarkError(f"a claim asked for more than its concurrency, or got more: {bad[0]}")
+    took = [c.at for c in calls if c.got]
+    handing = [c for c in calls if min(took) <= c.at <= max(took)]  # from the first run's claim
+    empty = 100 * sum(1 for c in handing if not c.got) / len(handing)
+    claim_ms = statistics.median(1000 * (c.ended - c.began) for c in handing)
+    where = f"{count} worker process(es) x {load.concurrency}, {load}"
+    key = f"processes_{count}x{load.concurrency}"
+    return {
+        Metric(f"{key}_per_s", where, "workflows/s", True): load.workflows / seconds,
+        Metric(f"{key}_claim_ms", f"{where}: median claim", "ms"): claim_ms,
+        Metric(f"{key}_claims", f"{where}: claims to the last run's", "claims"): len(handing),
+        Metric(f"{key}_empty_pct", f"{where}: of those, empty", "%"): empty,
+        Metric(f"{key}_ready_s", f"{where}: spawn to every worker serving", "s"): ready,
+    }

@@ -16,9 +16,11 @@ import logging
 import os
 import sys
 from datetime import datetime, timedelta
+from typing import Any
 
 import click
 
+from durably.app import App
 from durably.cli.base import (
     BY,
     DURATION,
@@ -33,9 +35,12 @@ from durably.cli.base import (
     worker_hint,
 )
 from durably.cli.output import AS_JSON, Column, echo_json, echo_table, echo_tracebacks
+from durably.cli.supervisor import Child, Supervisor, duration_text
 from durably.core.priority import MAX_PRIORITY
 from durably.core.status import RunStatus
+from durably.runtime.neighbours import default_name
 from durably.runtime.upgrades import Outcome
+from durably.runtime.worker import Worker
 from durably.stores import may_migrate
 from durably.stores.protocol import Happened
 from durably.views.deploys import summary
@@ -85,7 +90,8 @@ log = logging.getLogger("durably.worker")
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
-    help="Serve Prometheus metrics on this port (/metrics; needs durably[metrics]).",
+    help="Serve Prometheus metrics on this port (/metrics; needs durably[metrics]). With "
+    "--processes N, worker k of N serves on this port + k - 1.",
 )
 @click.option(
     "--metrics-host",
@@ -113,7 +119,16 @@ log = logging.getLogger("durably.worker")
     "upgrading",
     is_flag=True,
     help="First move the runs no live worker serves to this code, each only if it replays "
-    "their history (durably upgrade).",
+    "their history (durably upgrade); with --processes, once, before the workers start.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes to run, each with these options, named NAME-1 .. NAME-N. Above 1, "
+    "this process supervises them: it forwards SIGTERM and SIGINT, and starts again one that "
+    "dies (after 1s, doubling up to 30s).",
 )
 def worker(
     target: str,
@@ -128,36 +143,78 @@ def worker(
     queues: str | None,
     webhook_timeout: timedelta,
     upgrading: bool,
+    processes: int,
 ) -> None:
-    """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C."""
+    """Run a worker for the app at TARGET (module:attribute) until SIGTERM or Ctrl-C (with
+    --processes N: N workers, each a process of its own)."""
     app = load_app(target)
     if store_url:
         app.use_store(store_url)
+    served = None if queues is None else [q.strip() for q in queues.split(",") if q.strip()]
+    options = {"concurrency": concurrency, "lease": lease, "poll": poll, "stop_grace": stop_grace}
+    options |= {"queues": served, "webhook_timeout": webhook_timeout}
+    if processes > 1:
+        if metrics_port is not None and metrics_port + processes - 1 > 65535:
+            raise click.BadParameter(
+                f"{processes} workers serve their metrics on ports {metrics_port} to "
+                f"{metrics_port + processes - 1}, past 65535: give a lower port",
+                param_hint="--metrics-port",
+            )
+        _make_worker(app, None, options)  # the options are checked here, once
+        base = name or default_name()
+        if upgrading:
+            _upgrade(app, by=f"worker {base}")
+        app.close()  # the supervisor holds no store open while the workers run
+        argv = [sys.executable, "-m", "durably", *_root_options(), "worker", target]
+        argv += ["--concurrency", str(concurrency), "--lease", duration_text(lease)]
+        argv += ["--poll", duration_text(poll), "--stop-grace", duration_text(stop_grace)]
+        argv += ["--webhook-timeout", duration_text(webhook_timeout)]
+        argv += ["--metrics-host", metrics_host]
+        argv += [] if store_url is None else ["--store", store_url]
+        argv += [] if queues is None else ["--queues", queues]
+        children = []
+        for k in range(1, processes + 1):
+            port = [] if metrics_port is None else ["--metrics-port", str(metrics_port + k - 1)]
+            children.append(Child(f"{base}-{k}", [*argv, "--name", f"{base}-{k}", *port]))
+        click.get_current_context().exit(Supervisor(children, stop_grace=stop_grace).run())
     if metrics_port is not None:
         from durably.observability.metrics import Metrics  # the metrics extra: only if asked
 
         metrics = Metrics(store=lambda: app.store, clock=app.clock)
         app.hooks.append(metrics)
         metrics.serve(metrics_port, metrics_host)
-    running = app.worker(
-        concurrency=concurrency,
-        lease=lease,
-        poll=poll,
-        stop_grace=stop_grace,
-        name=name,
-        queues=None if queues is None else [q.strip() for q in queues.split(",") if q.strip()],
-        webhook_timeout=webhook_timeout,
-    )
+    running = _make_worker(app, name, options)  # after the metrics: it takes the app's hooks
     if upgrading:
-        upgrades = app.upgrade(by=f"worker {running.name}")
-        log.info("%s", summary(upgrades, dry_run=False))
-        for upgraded in upgrades:
-            if upgraded.outcome is not Outcome.MOVED:
-                log.warning(
-                    "run %s stays on version %s (%s): %s",
-                    *(upgraded.run_id, upgraded.from_version, upgraded.outcome, upgraded.why),
-                )
+        _upgrade(app, by=f"worker {running.name}")
     running.run()
+
+
+def _make_worker(app: App, name: str | None, options: dict[str, Any]) -> Worker:
+    """The app's worker with these options; one the worker refuses is a usage error."""
+    try:
+        return app.worker(name=name, **options)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _upgrade(app: App, *, by: str) -> None:
+    """`--upgrade`: the runs no live worker serves moved to this code, and what stays, logged."""
+    upgrades = app.upgrade(by=by)
+    log.info("%s", summary(upgrades, dry_run=False))
+    for upgraded in upgrades:
+        if upgraded.outcome is not Outcome.MOVED:
+            log.warning(
+                "run %s stays on version %s (%s): %s",
+                *(upgraded.run_id, upgraded.from_version, upgraded.outcome, upgraded.why),
+            )
+
+
+def _root_options() -> list[str]:
+    """The `durably` options before the command (-v, --log-format), for a child's command."""
+    root = click.get_current_context().find_root().params
+    verbose = root.get("verbose") or logging.getLogger().isEnabledFor(logging.DEBUG)
+    json_lines = root.get("log_format") == "json"
+    return [*(["-v"] if verbose else []), *(["--log-format", "json"] if json_lines else [])]
 
 
 @cli.command(epilog=PRECEDENCE)
