@@ -2,8 +2,8 @@
 (docs/explanation/capacity.md). On PostgreSQL: the CPU time of the store database's backends
 (/proc: the server must run on this machine), the WAL written (pg_current_wal_lsn before and
 after, less other databases' records, which pg_walinspect tells apart) and the transactions
-committed (pg_stat_database.xact_commit). On both stores: the statements this process sent
-(at the driver) and its CPU time.
+committed (pg_stat_database.xact_commit): the role of $DURABLY_BENCH_POSTGRES must be a
+superuser. On both stores: the statements this process sent (at the driver) and its CPU time.
 
 A load runs on a fresh store in two windows, each by an app of its own: its starts (app.start
 in a loop), then its runs (app.run_until_idle). A start costs its window over its runs; two
@@ -14,7 +14,6 @@ first pair, the tables' bytes per run and per event, what a VACUUM and deleting 
 cost, and the connections of one `durably worker` process.
 """
 
-import threading
 import time
 from collections.abc import Callable
 from contextlib import closing, suppress
@@ -50,7 +49,7 @@ UPKEEP = (  # the c=32 pair's upkeep, fitted per step and per run besides its st
     ("prune_wal", "deleting it (retention): WAL", "bytes", 1.0),
 )
 TABLES = "pg_total_relation_size('durably_runs'), pg_total_relation_size('durably_events')"
-_counting, _counted = threading.Lock(), list[bool]()  # statements.count() once a process
+_counted: list[bool] = []  # statements.count() patches the drivers once a process
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -264,10 +263,9 @@ def measure(trial: Trial, pairs: tuple[Pair, Pair]) -> Values:
     """Of each FIGURE: per start, and per step and per end at each pair's concurrency; on
     PostgreSQL, the UPKEEP's; the shares of PostgreSQL's background CPU and of other databases'
     WAL; each load's steps/s (wall clock); bytes per run and per event; a worker's connections."""
-    with _counting:
-        if not _counted:
-            statements.count()
-            _counted.append(True)
+    if not _counted:
+        statements.count()
+        _counted.append(True)
     postgres, values = trial.store.name == "postgres", Values()
     measured: list[tuple[Load, Totals, Totals, Totals]] = []  # load, starts, runs, upkeep
     for load in [load for pair in pairs for load in pair]:
