@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import engines, features, outputs, queries, queues
+from benchmarks.workloads import capacity, engines, features, outputs, queries, queues
 from benchmarks.workloads.features import Backlog
 from benchmarks.workloads.queues import Depths, Spread
 
@@ -201,6 +201,20 @@ OUTPUTS = Bench(
     ),
     engines=("durably", "dbos"),
 )
+CAPACITY = Bench(
+    "capacity",
+    "what a start, a step and a run's end cost PostgreSQL (CPU, WAL, commits) and the worker"
+    " (CPU), fitted from W1 and W2 at c=32 and 3/20-step runs at c=1; bytes per run and per"
+    " event; one worker's connections",
+    (
+        Workload(
+            "capacity",
+            capacity.measure,
+            ((Load(1_000, 3), Load(200, 20)), (Load(100, 3, 1), Load(30, 20, 1))),
+            ((Load(200, 3), Load(50, 20)), (Load(30, 3, 1), Load(10, 20, 1))),
+        ),
+    ),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -216,5 +230,6 @@ ALL = (
     QUEUES,
     QUERIES,
     OUTPUTS,
+    CAPACITY,
 )
 BENCHES = {bench.name: bench for bench in ALL}

@@ -115,11 +115,12 @@ def postgres_problem() -> str | None:
 
 
 @contextmanager
-def fresh_database() -> Iterator[str]:
-    """A new database; dropped afterwards with any the engine made beside it (named after it)."""
+def fresh_database(prefix: str = "bench") -> Iterator[str]:
+    """A new database, named `prefix`_ and 12 hex digits; dropped afterwards with any the engine
+    made beside it (named after it)."""
     from psycopg import sql
 
-    name = f"bench_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with closing(connect(POSTGRES_URL)) as db:
         db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
