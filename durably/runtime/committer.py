@@ -5,17 +5,18 @@ A store call made from the event loop would block every run on it; one thread pe
 would pay a thread hop and a commit per checkpoint. One writer thread turns N concurrent
 checkpoints into one transaction and one fsync.
 
-A checkpoint leaves with the next commit that leaves. When the thread is idle, the first
-checkpoint queued goes at once, with whatever the loop gathered before it; while the thread
-commits, the loop gathers, and what it gathered is handed over together at the start of the
-loop's next pass (or sooner, as soon as the thread is idle again). A step's effect therefore
-waits for about one commit before its checkpoint is durable, not for every other run's step
-of the same pass: at concurrency 32, a worker SIGKILLed after the runs' effects and before
-their checkpoints re-applied up to all 32 of them when every checkpoint of a pass waited for
-the pass to end (the runs moved in lock-step, one commit each round); now it re-applies the
-few whose commit was still in flight (`python -m benchmarks kills`). The batches stay large
-while the thread is busy, so group commit keeps its throughput, and the loop's Python work
-overlaps the thread's commit instead of waiting for it.
+The loop, not a race, decides where a batch ends: the checkpoints queued during one pass of
+the event loop are handed to the thread together, at the start of the next pass. Left to the
+thread, a batch would end wherever the thread happened to take the GIL from a loop still busy
+queueing, and once split, the runs would stay out of step, paying a commit per half from
+then on (trivial steps lost a fifth of W1's throughput to that, measured).
+
+A pass that goes on past _LONGEST_PASS while the thread is idle hands over what it gathered
+so far instead of keeping it to its end. Runs that resume together (32 steps whose sleeps
+end at once) apply their effects one after another in one pass; when every checkpoint waited
+for the pass to end, a worker SIGKILLed in it re-applied every effect of the pass (all 32 of
+them in W3, or none if the kill fell elsewhere). Now an effect waits a few milliseconds and
+a commit at most (`python -m benchmarks kills`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,6 +44,11 @@ __all__ = ["Committer"]
 log = logging.getLogger("durably.committer")
 T = TypeVar("T")
 
+# How long checkpoints gathered in one pass of the loop wait for the pass to end at most,
+# while the thread is idle: a pass of trivial steps is shorter and commits as one batch; a
+# pass of steps whose effects take time (32 runs resuming together, each writing somewhere)
+# hands over what it gathered every few milliseconds instead of at its end.
+_LONGEST_PASS = 0.005
 _RETRY_FIRST = timedelta(milliseconds=50)
 _RETRY_MAX = timedelta(seconds=5)
 
@@ -87,6 +94,7 @@ class Committer:
         self._working = threading.Lock()  # held while store work is under way
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
         self._gathering: list[_Commit] = []  # queued in this pass of the loop, not handed over
+        self._gathered_at = 0.0  # time.monotonic() when the first of `_gathering` came
         self._handed = 0  # items put on the queue (the loop's count)
         self._done = 0  # of them, those the thread has finished (the thread's count)
 
@@ -122,9 +130,10 @@ class Committer:
         future.add_done_callback(lambda _: self._queued.discard(run_id))
         if not self._gathering:
             asyncio.get_running_loop().call_soon(self._hand_over)
+            self._gathered_at = time.monotonic()
         self._gathering.append(_Commit(checkpoint, future))
-        if self._idle():  # the thread waits: this one leaves now, with what gathered before it
-            self._hand_over()
+        if self._idle() and time.monotonic() - self._gathered_at >= _LONGEST_PASS:
+            self._hand_over()  # a long pass: what it gathered leaves now, the thread being idle
         return await future
 
     def _idle(self) -> bool:

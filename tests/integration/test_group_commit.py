@@ -1,12 +1,14 @@
-"""Group commit: a batch that fails fails every caller waiting on it, a checkpoint leaves
-with the next commit, and those queued while a commit is under way go together in the one
-after it. On both real stores. (A worker killed in the middle
+"""Group commit: a batch that fails fails every caller waiting on it, a pass of the loop that
+goes on for more than a few milliseconds hands over what it gathered before it ends, and
+checkpoints queued while a commit is under way go together in the one after it. On both real
+stores. (A worker killed in the middle
 of a commit: tests/chaos/test_group_commit_crash.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -98,12 +100,13 @@ class _RecordingCommits:
         return getattr(self._store, name)
 
 
-def test_a_checkpoint_leaves_with_the_next_commit_and_the_rest_gather_behind_it(
+def test_a_long_pass_hands_over_what_it_gathered_before_it_ends(
     store: Store, clock: FakeClock
 ) -> None:
-    """A checkpoint that finds the thread idle leaves at once, alone: its step's effect does
-    not wait for other runs' steps. Those that come while it commits gather, and go
-    together in one commit next."""
+    """Checkpoints gathered in a pass of the loop that goes on past a few milliseconds leave
+    as soon as the thread is idle, instead of waiting for the pass to end (their steps'
+    effects are not left waiting behind every other run's); those that come while that
+    commit is under way gather, and go together in the one after it."""
     ids = [f"r{i}" for i in range(8)]
     for run_id in ids:
         store.create_run(NewRun(run_id, "w", "[]"), now=clock.now())
@@ -113,23 +116,25 @@ def test_a_checkpoint_leaves_with_the_next_commit_and_the_rest_gather_behind_it(
     async def commit_all() -> list[bool]:
         committer = Committer(recording, clock)  # type: ignore[arg-type]
         committer.start(asyncio.get_running_loop())
-        try:
-            first = asyncio.ensure_future(committer.commit(_step_checkpoint(claims[0], clock)))
-            await asyncio.sleep(0)  # it is queued, in the pass this task resumes in
-            # Its commit begins while this pass goes on (the loop is held here): it was not
-            # kept back for the end of the pass.
-            assert recording.began.wait(5), "the checkpoint waited for the end of the pass"
-            # the runs resume in the same pass, while the first commit is under way
-            rest = [
-                asyncio.ensure_future(committer.commit(_step_checkpoint(claim, clock)))
-                for claim in claims[1:]
-            ]
-            for _ in range(3):  # the pass that queues them, and the hand-over after it
+
+        async def step(n: int, claim: Claim) -> bool:
+            if n == 1:
+                time.sleep(0.006)  # noqa: ASYNC251 (an effect that takes the pass past 5 ms)
+            if n == 2:  # the pass goes on until the first two are being committed
+                assert recording.began.wait(5), "the long pass kept its checkpoints to its end"
+            return await committer.commit(_step_checkpoint(claim, clock))
+
+        async def release() -> None:
+            for _ in range(3):  # the pass of the steps, and the hand-over after it
                 await asyncio.sleep(0)
             recording.go.set()  # the first commit may end now
-            return await asyncio.gather(first, *rest)
+
+        try:  # the runs resume in the same pass, as after a shared commit
+            steps = [step(n, claim) for n, claim in enumerate(claims)]
+            *done, _ = await asyncio.gather(*steps, release())
+            return done
         finally:
             committer.stop()
 
     assert asyncio.run(commit_all()) == [True] * len(ids)
-    assert recording.batches == [1, len(ids) - 1]
+    assert recording.batches == [2, len(ids) - 2]
