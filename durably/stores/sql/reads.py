@@ -95,16 +95,56 @@ def runs(
     those `filters` (the keywords of `conditions`) match."""
     mark = dialect.mark
     where, params = conditions(dialect, status=status, workflow=workflow, **filters)
+    if not where and limit > 0:
+        return _newest(db, dialect, limit=limit, after=after)
     if after is not None:
-        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
-        # ties on updated_at (every run of one batch commit shares it) by id.
-        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
+        where.append(_AFTER.format(mark=mark))
         at = ts(after[0])
         params += [at, at, after[1]]
-    condition = f" WHERE {' AND '.join(where)}" if where else ""
     rows = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
-        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {' AND '.join(where)}"
+        + _NEWEST.format(mark=mark),
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+# A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks ties on
+# updated_at (every run of one batch commit shares it) by id.
+_AFTER = "updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})"
+_NEWEST = " ORDER BY updated_at DESC, id DESC LIMIT {mark}"
+
+
+def _newest(
+    db: Connection, dialect: Dialect, *, limit: int, after: tuple[datetime, str] | None
+) -> list[RunRecord]:
+    """The page of every run, newest first, read through the (status, updated_at) index
+    however many runs the store holds. No index orders the whole table by time: the one query
+    over it read and sorted every run for a page (the first page of `durably runs list` took
+    120 ms on SQLite, 76 ms on PostgreSQL, beside 100,000 ended runs; benchmarks `large`).
+    Each status's runs are in time order in the index, though: the `limit`-th newest of each
+    (its index entries alone, read from the end) bound the page from below by the latest of
+    them, since that status alone fills the page from there on; the page is then the runs
+    from that bound up, which the index finds for each status."""
+    mark, statuses = dialect.mark, [str(status) for status in RunStatus]
+    at = None if after is None else ts(after[0])
+    before = "" if at is None else f" AND updated_at < {mark}"  # a bound for what is after
+    nth = (
+        f"(SELECT updated_at FROM durably_runs WHERE status = {mark}{before}"
+        f" ORDER BY updated_at DESC LIMIT 1 OFFSET {mark})"
+    )
+    probes = [value for s in statuses for value in (s, *([] if at is None else [at]), limit - 1)]
+    found = db.execute("SELECT " + ", ".join([nth] * len(statuses)), probes).fetchone()
+    bounds = [bound for bound in found if bound is not None]
+    where, params = dialect.one_of("status", statuses)
+    if after is not None:
+        where += f" AND {_AFTER.format(mark=mark)}"
+        params += [at, at, after[1]]
+    if bounds:
+        where += f" AND updated_at >= {mark}"
+        params.append(max(bounds))
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {where}" + _NEWEST.format(mark=mark),
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]
