@@ -45,9 +45,9 @@ class Store:
         return f"{self.name} ({mode})" if self.fast else self.name
 
     @contextmanager
-    def fresh(self, runner: str) -> Iterator[str]:
-        """A new empty store, for `runner`: its URL."""
-        with fresh_file(runner) if self.name == "sqlite" else fresh_database() as url:
+    def fresh(self, runner: str, prefix: str = "bench_") -> Iterator[str]:
+        """A new empty store, for `runner` (PostgreSQL: a database named `prefix`...): its URL."""
+        with fresh_file(runner) if self.name == "sqlite" else fresh_database(prefix) as url:
             yield url if self.runner_processes else durable(url)
 
     def commit_floor(self, commits: int) -> float:
@@ -115,11 +115,11 @@ def postgres_problem() -> str | None:
 
 
 @contextmanager
-def fresh_database() -> Iterator[str]:
+def fresh_database(prefix: str = "bench_") -> Iterator[str]:
     """A new database; dropped afterwards with any the engine made beside it (named after it)."""
     from psycopg import sql
 
-    name = f"bench_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     with closing(connect(POSTGRES_URL)) as db:
         db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
