@@ -11,10 +11,11 @@ Of every 50 runs 47 completed (as many steps as make --events-per-run events, or
 one more by turns where the count cannot be met), two failed (the workflow's code raised after
 its steps: `compensating`, `run_failed`) and one was cancelled before a worker took it
 (`message_received`, `compensating`, `run_cancelled`, and the audit entry of the cancel). No
-other table holds rows of such a run. The schema is made by durably itself (open_store) first;
-then the fill needs the store to itself (SQLite: nobody else may hold it open). Payloads are
-written as JSON, as a store without DURABLY_KEYS keeps them. PostgreSQL's tables are vacuumed
-and analyzed after it, as autovacuum would within minutes.
+other table holds rows of such a run. The schema is made by durably itself (open_store) first.
+Fill a store nobody uses meanwhile: the fill writes without fsync (and, on SQLite, without a
+journal where it can), so a fill cut short leaves a store to throw away. Payloads are written
+as JSON, as a store without DURABLY_KEYS keeps them. PostgreSQL's tables are vacuumed and
+analyzed after it, as autovacuum would within minutes.
 """
 
 from __future__ import annotations
