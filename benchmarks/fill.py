@@ -96,7 +96,7 @@ class Filled:
 
 @dataclass(slots=True)
 class Batch:
-    """The rows of a batch of runs: runs, events, audit entries; and the inbox ids it took."""
+    """The rows of a batch of runs: runs, their events, the audit entries of their cancels."""
 
     runs: list[Row] = field(default_factory=list)
     events: list[Row] = field(default_factory=list)
@@ -120,8 +120,8 @@ def steps_of(plan: Plan, status: str, place: int) -> int:
 def status_of(place: int) -> str:
     at = place % 50
     if at in FAILED:
-        return RunStatus.FAILED
-    return RunStatus.CANCELLED if at in CANCELLED else RunStatus.COMPLETED
+        return str(RunStatus.FAILED)
+    return str(RunStatus.CANCELLED if at in CANCELLED else RunStatus.COMPLETED)
 
 
 def traceback_of(workflow: str, x: int) -> str:

@@ -122,27 +122,31 @@ def _newest(
     however many runs the store holds. No index orders the whole table by time: the one query
     over it read and sorted every run for a page (the first page of `durably runs list` took
     120 ms on SQLite, 76 ms on PostgreSQL, beside 100,000 ended runs; benchmarks `large`).
-    Each status's runs are in time order in the index, though: the `limit`-th newest of each
-    (its index entries alone, read from the end) bound the page from below by the latest of
-    them, since that status alone fills the page from there on; the page is then the runs
-    from that bound up, which the index finds for each status."""
+    Each status's runs are in time order in the index, though. The `limit`-th newest of each
+    status (read from the end of its index entries alone) bound the page from below by the
+    latest of them, since that status alone fills the page from there on; the page is then
+    the runs from that bound up, of the statuses that have any (their newest is read too)."""
     mark, statuses = dialect.mark, [str(status) for status in RunStatus]
     at = None if after is None else ts(after[0])
-    before = "" if at is None else f" AND updated_at < {mark}"  # a bound for what is after
-    nth = (
-        f"(SELECT updated_at FROM durably_runs WHERE status = {mark}{before}"
-        f" ORDER BY updated_at DESC LIMIT 1 OFFSET {mark})"
+    before = "" if at is None else f" AND r.updated_at < {mark}"  # a bound for what is after
+    probe = (  # each subquery planned once, run for each status
+        f"SELECT s.column1, (SELECT r.updated_at FROM durably_runs AS r WHERE r.status = s.column1"
+        f"{before} ORDER BY r.updated_at DESC LIMIT 1 OFFSET {mark}),"
+        " (SELECT max(r.updated_at) FROM durably_runs AS r WHERE r.status = s.column1)"
+        f" FROM (VALUES {', '.join([f'({mark})'] * len(statuses))}) AS s"
     )
-    probes = [value for s in statuses for value in (s, *([] if at is None else [at]), limit - 1)]
-    found = db.execute("SELECT " + ", ".join([nth] * len(statuses)), probes).fetchone()
-    bounds = [bound for bound in found if bound is not None]
-    where, params = dialect.one_of("status", statuses)
+    found = db.execute(probe, [*([] if at is None else [at]), limit - 1, *statuses]).fetchall()
+    bound = max((nth for _, nth, _ in found if nth is not None), default=None)
+    some = [
+        s for s, _, newest in found if newest is not None and (bound is None or newest >= bound)
+    ]
+    where, params = dialect.one_of("status", some)
     if after is not None:
         where += f" AND {_AFTER.format(mark=mark)}"
         params += [at, at, after[1]]
-    if bounds:
+    if bound is not None:
         where += f" AND updated_at >= {mark}"
-        params.append(max(bounds))
+        params.append(bound)
     rows = db.execute(
         f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {where}" + _NEWEST.format(mark=mark),
         [*params, limit],
