@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 
 from benchmarks.harness import run
-from benchmarks.registry import BENCHES
+from benchmarks.registry import BENCHES, filled
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engines", nargs="+", choices=["durably", "dbos"], help="side by side")
     parser.add_argument("--fast", action="store_true", help="side by side: SQLite NORMAL, PG off")
     parser.add_argument("--dbos-queue-poll-ms", type=float, help="DBOS's queue poll (default 200)")
+    parser.add_argument("--fill-runs", type=int, help="large: finished runs in the filled store")
     args = parser.parse_args(argv)
     if args.list:
         for bench in BENCHES.values():
@@ -44,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     known = {w.name for name in args.names for w in BENCHES[name].workloads}
     if unknown := set(args.workloads or ()) - known:
         parser.error(f"no workload {', '.join(sorted(unknown))} in {', '.join(args.names)}")
-    return max(run(BENCHES[name], args) for name in args.names)
+    if args.fill_runs is not None and (args.fill_runs < 1 or "large" not in args.names):
+        parser.error("--fill-runs is the large benchmark's, at least 1")
+    return max(run(filled(BENCHES[name], args.fill_runs), args) for name in args.names)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 benchmarks/workloads/) at their sizes (full, --quick), repetitions, engines, durably's targets.
 """
 
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from benchmarks.plan import Bench, Workload
 from benchmarks.runners.protocol import Load
-from benchmarks.workloads import capacity, engines, features, outputs, queries, queues
+from benchmarks.workloads import capacity, engines, features, large, outputs, queries, queues
 from benchmarks.workloads.features import Backlog
 from benchmarks.workloads.queues import Depths, Spread
 
@@ -215,6 +216,15 @@ CAPACITY = Bench(
         ),
     ),
 )
+LARGE = Bench(
+    "large",
+    "claims, the per-step fit and runs list's first page, empty and beside 1,000,000 finished"
+    " runs of 20 events (benchmarks.fill; --fill-runs N), filled/empty; size per million runs",
+    (Workload("large", large.measure, large.Large(1_000_000), large.Large(100_000)),),
+    targets=targets(
+        **{f"{key}_ratio": (1.10, 1.10) for key in large.LABELS}  # within 10%
+    ),
+)
 ALL = (
     CORE,
     COMPARE,
@@ -231,5 +241,17 @@ ALL = (
     QUERIES,
     OUTPUTS,
     CAPACITY,
+    LARGE,
 )
 BENCHES = {bench.name: bench for bench in ALL}
+
+
+def filled(bench: Bench, runs: int | None) -> Bench:
+    """`bench`; the large one with `runs` finished runs in its filled store, at either size."""
+    if bench is not LARGE or runs is None:
+        return bench
+    resized = [
+        replace(w, size=replace(w.size, runs=runs), quick=replace(w.quick, runs=runs))
+        for w in bench.workloads
+    ]
+    return replace(bench, workloads=tuple(resized))

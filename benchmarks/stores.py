@@ -45,9 +45,9 @@ class Store:
         return f"{self.name} ({mode})" if self.fast else self.name
 
     @contextmanager
-    def fresh(self, runner: str) -> Iterator[str]:
-        """A new empty store, for `runner`: its URL."""
-        with fresh_file(runner) if self.name == "sqlite" else fresh_database() as url:
+    def fresh(self, runner: str, prefix: str = "bench") -> Iterator[str]:
+        """A new empty store, for `runner` (PostgreSQL: a database named `prefix`_...): its URL."""
+        with fresh_file(runner) if self.name == "sqlite" else fresh_database(prefix) as url:
             yield url if self.runner_processes else durable(url)
 
     def commit_floor(self, commits: int) -> float:

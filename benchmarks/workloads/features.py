@@ -34,6 +34,7 @@ from durably.testing import FakeClock
 
 Variant = tuple[str, str, Callable[[], float]]  # its figure's key, its label, its measure
 W1 = Load(1_000, 3)
+CLAIMED_AT = FakeClock().now()  # when the claims' backlogs are due, and claimed
 W1_LABEL = f"W1 ({W1}, c={W1.concurrency})"
 SHORT, LONG = Load(100, 3, concurrency=1), Load(30, 20, concurrency=1)
 
@@ -275,24 +276,33 @@ class Backlog:
 
 def claims(trial: Trial, size: Backlog) -> Values:
     """Claims straight on the store, as an idle worker's, from a backlog (vacuumed): each."""
-    now, samples = FakeClock().now(), []
-    with trial.fresh() as url:  # the runs elsewhere first in claim order
-        store = open_store(url)
-        fill(store, "job", size.finished, now - timedelta(hours=1), "ended")
-        fill(store, "elsewhere", size.elsewhere, now - timedelta(hours=1))
-        fill(store, "job", size.sleeping, now, "asleep")
-        fill(store, "job", size.due, now)
-        vacuum(url)
-        for _ in range(size.claims):
-            began = time.perf_counter()
-            if len(store.claim("bench", SERVES, now=now, lease=LEASE, limit=size.take)) < size.take:
-                raise BenchmarkError(f"a claim took fewer than {size.take} runs")
-            samples.append(1000 * (time.perf_counter() - began))
+    with trial.fresh() as url:
+        store = backlog(url, size)
+        samples = [claim_ms(store, size) for _ in range(size.claims)]
         store.close()
     kinds = [(size.due, "due"), (size.sleeping, "sleeping a day"), (size.finished, "finished")]
     held = [f"{n:,} {kind}" for n, kind in [*kinds, (size.elsewhere, "due elsewhere")] if n]
     key = "_".join(f"{n}_{kind.split()[0]}" for n, kind in [*kinds, (size.elsewhere, "elsewhere")])
     return {Metric(f"claim_ms_{key}", f"claim of {size.take}, {', '.join(held)}", "ms"): samples}
+
+
+def backlog(url: str, size: Backlog) -> Store:
+    """The store at `url`, opened, with the backlog made in it (vacuumed)."""
+    now, store = CLAIMED_AT, open_store(url)  # the runs elsewhere first in claim order
+    fill(store, "job", size.finished, now - timedelta(hours=1), "ended")
+    fill(store, "elsewhere", size.elsewhere, now - timedelta(hours=1))
+    fill(store, "job", size.sleeping, now, "asleep")
+    fill(store, "job", size.due, now)
+    vacuum(url)
+    return store
+
+
+def claim_ms(store: Store, size: Backlog) -> float:
+    """Milliseconds one claim of `size.take` due runs of "job" took, as an idle worker's."""
+    began = time.perf_counter()
+    if len(store.claim("bench", SERVES, now=CLAIMED_AT, lease=LEASE, limit=size.take)) < size.take:
+        raise BenchmarkError(f"a claim took fewer than {size.take} runs")
+    return 1000 * (time.perf_counter() - began)
 
 
 def processes(trial: Trial, size: tuple[tuple[int, ...], Load]) -> Values:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from durably.core.history import Event, EventKind
+from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import RunRecord, Store, open_store
 from durably.testing import FakeClock
@@ -176,6 +176,43 @@ def test_pages_after_a_run_cover_every_run_exactly_once_in_order_with_ties(
     assert [run_id for page in pages(2, workflow="a") for run_id in page] == in_a
     pending = [run_id for page in pages(2, status=RunStatus.PENDING) for run_id in page]
     assert pending == [run.id for run in expected]
+
+
+def test_pages_of_every_run_follow_time_across_statuses_with_ties(
+    store: Store, clock: FakeClock
+) -> None:
+    # The unfiltered list reads each status's newest runs apart (durably.stores.sql.reads):
+    # pages of any size list every run once, newest first, ties by id, whatever status each
+    # run is in, however many of one status come before the others and tie with them.
+    for n in range(12):
+        if n % 3 == 0:
+            clock.advance("1s")
+        store.create_run(new_run(f"r{n:02d}"), now=clock.now())
+    clock.advance("1s")
+    claims = store.claim("w", [WORKFLOW], now=clock.now(), lease=LEASE, limit=7)
+    clock.advance("1s")
+    failed = ErrorInfo("ValueError", "no")
+    ended = [checkpoint(c, status=RunStatus.COMPLETED, result="1") for c in claims[:3]]
+    ended += [checkpoint(c, status=RunStatus.FAILED, error=failed) for c in claims[3:5]]
+    assert store.commit(ended, now=clock.now()) == [True] * 5  # five runs, two statuses, one time
+    store.create_run(new_run("r12"), now=clock.now())  # and a pending one at that time too
+    runs = [store.get_run(f"r{n:02d}") for n in range(13)]
+    expected = [r.id for r in sorted(runs, key=lambda r: (r.updated_at, r.id), reverse=True) if r]
+    assert {r.status for r in runs if r} == {
+        RunStatus.PENDING,
+        RunStatus.RUNNING,
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+    }
+
+    assert [run.id for run in store.runs(limit=100)] == expected
+    for size in range(1, 15):
+        pages, after = [], None
+        while page := store.runs(limit=size, after=after):
+            pages.append([run.id for run in page])
+            after = (page[-1].updated_at, page[-1].id)
+        assert [run_id for page in pages for run_id in page] == expected, size
+        assert [len(page) for page in pages[:-1]] == [size] * (len(pages) - 1)  # full pages
 
 
 def test_a_page_after_a_run_lists_only_older_runs_or_older_ids_at_the_same_time(

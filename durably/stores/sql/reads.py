@@ -95,16 +95,60 @@ def runs(
     those `filters` (the keywords of `conditions`) match."""
     mark = dialect.mark
     where, params = conditions(dialect, status=status, workflow=workflow, **filters)
+    if not where and limit > 0:
+        return _newest(db, dialect, limit=limit, after=after)
     if after is not None:
-        # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks
-        # ties on updated_at (every run of one batch commit shares it) by id.
-        where.append(f"updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})")
+        where.append(_AFTER.format(mark=mark))
         at = ts(after[0])
         params += [at, at, after[1]]
-    condition = f" WHERE {' AND '.join(where)}" if where else ""
     rows = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM durably_runs{condition}"
-        f" ORDER BY updated_at DESC, id DESC LIMIT {mark}",
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {' AND '.join(where)}"
+        + _NEWEST.format(mark=mark),
+        [*params, limit],
+    ).fetchall()
+    return [run_of(row) for row in rows]
+
+
+# A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks ties on
+# updated_at (every run of one batch commit shares it) by id.
+_AFTER = "updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})"
+_NEWEST = " ORDER BY updated_at DESC, id DESC LIMIT {mark}"
+
+
+def _newest(
+    db: Connection, dialect: Dialect, *, limit: int, after: tuple[datetime, str] | None
+) -> list[RunRecord]:
+    """The page of every run, newest first, read through the (status, updated_at) index
+    however many runs the store holds. No index orders the whole table by time: the one query
+    over it read and sorted every run for a page (the first page of `durably runs list` took
+    120 ms on SQLite, 76 ms on PostgreSQL, beside 100,000 ended runs; benchmarks `large`).
+    Each status's runs are in time order in the index, though. The `limit`-th newest of each
+    status (read from the end of its index entries alone) bound the page from below by the
+    latest of them, since that status alone fills the page from there on; the page is then
+    the runs from that bound up, of the statuses that have any (their newest is read too)."""
+    mark, statuses = dialect.mark, [str(status) for status in RunStatus]
+    at = None if after is None else ts(after[0])
+    before = "" if at is None else f" AND r.updated_at < {mark}"  # a bound for what is after
+    probe = (  # each subquery planned once, run for each status
+        f"SELECT s.column1, (SELECT r.updated_at FROM durably_runs AS r WHERE r.status = s.column1"
+        f"{before} ORDER BY r.updated_at DESC LIMIT 1 OFFSET {mark}),"
+        " (SELECT max(r.updated_at) FROM durably_runs AS r WHERE r.status = s.column1)"
+        f" FROM (VALUES {', '.join([f'({mark})'] * len(statuses))}) AS s"
+    )
+    found = db.execute(probe, [*([] if at is None else [at]), limit - 1, *statuses]).fetchall()
+    bound = max((nth for _, nth, _ in found if nth is not None), default=None)
+    some = [
+        s for s, _, newest in found if newest is not None and (bound is None or newest >= bound)
+    ]
+    where, params = dialect.one_of("status", some)
+    if after is not None:
+        where += f" AND {_AFTER.format(mark=mark)}"
+        params += [at, at, after[1]]
+    if bound is not None:
+        where += f" AND updated_at >= {mark}"
+        params.append(bound)
+    rows = db.execute(
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {where}" + _NEWEST.format(mark=mark),
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]
