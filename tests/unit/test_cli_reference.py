@@ -3,9 +3,7 @@ and the check that says when it does not; the exit statuses the page documents."
 
 from __future__ import annotations
 
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -19,16 +17,6 @@ from tools.docs.cli import BEGIN, END, PAGE, Block, blocks, problems, rewrite
 from tools.docs.cli import main as reference_main
 
 PAGE_TEXT = PAGE.read_text(encoding="utf-8")
-
-
-@pytest.fixture(autouse=True)
-def root_logger() -> Iterator[None]:
-    """Every `durably` invocation configures the root logger (--log-format): undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 # -- the reference -------------------------------------------------------------------------

@@ -4,9 +4,7 @@ line saying why (the supervisor at work: tests/chaos/test_worker_processes.py)."
 
 from __future__ import annotations
 
-import logging
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from unittest import mock
 
@@ -25,16 +23,6 @@ from durably.cli.supervisor import (
 from durably.durations import parse_duration
 
 TARGET = "tests.integration.stop_app:app"
-
-
-@pytest.fixture(autouse=True)
-def root_logger() -> Iterator[None]:
-    """Every `durably` invocation configures the root logger (--log-format): undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def test_a_child_dying_again_and_again_waits_twice_as_long_each_time_up_to_the_most() -> None:
