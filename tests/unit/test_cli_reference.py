@@ -3,16 +3,14 @@ and the check that says when it does not; the exit statuses the page documents."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from unittest import mock
 
 import click
 import pytest
-from click.testing import CliRunner
 
-from durably.cli import cli, main
+from durably.cli import cli
 from durably.stores import open_store
+from tests.console import run_durably
 from tools.docs.cli import BEGIN, END, PAGE, Block, blocks, problems, rewrite
 from tools.docs.cli import main as reference_main
 
@@ -100,13 +98,13 @@ def store_url(tmp_path: Path) -> str:
 
 
 def test_an_unknown_run_exits_1_with_one_error_line(store_url: str) -> None:
-    status, err = _durably("runs", "show", "nobody", "--store", store_url)
+    status, err = run_durably("runs", "show", "nobody", "--store", store_url)
     assert status == 1
     assert err.splitlines() == [f"error: no run has the id 'nobody' in {store_url}"]
 
 
 def test_a_bad_option_exits_2_after_the_usage(store_url: str) -> None:
-    status, err = _durably("runs", "show", "nobody", "--store", store_url, "--bogus")
+    status, err = run_durably("runs", "show", "nobody", "--store", store_url, "--bogus")
     assert status == 2
     usage, hint, error = err.splitlines()
     assert (usage, hint) == (
@@ -115,19 +113,6 @@ def test_a_bad_option_exits_2_after_the_usage(store_url: str) -> None:
     )
     assert error.startswith("error: No such option")  # then click's words, which vary
     assert "--bogus" in error
-
-
-def _durably(*args: str) -> tuple[int | str | None, str]:
-    """`durably ARGS` as the console script runs it, in CliRunner's isolation: its status and
-    stderr. The script is durably.cli:main, the `cli` group behind the one-line errors and
-    their statuses (CliRunner.invoke(cli) would show click's own, as a standalone group)."""
-    with (
-        CliRunner().isolation() as (_, err, _),
-        mock.patch.object(sys, "argv", ["durably", *args]),
-        pytest.raises(SystemExit) as exited,
-    ):
-        main()
-    return exited.value.code, err.getvalue().decode()
 
 
 def _command_at(path: str) -> click.Command:

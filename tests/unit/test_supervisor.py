@@ -4,14 +4,10 @@ line saying why (the supervisor at work: tests/chaos/test_worker_processes.py)."
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
-from unittest import mock
 
 import pytest
-from click.testing import CliRunner
 
-from durably.cli import main
 from durably.cli.supervisor import (
     FIRST_DELAY,
     MOST_DELAY,
@@ -21,6 +17,7 @@ from durably.cli.supervisor import (
     restart_delay,
 )
 from durably.durations import parse_duration
+from tests.console import run_durably
 
 TARGET = "tests.integration.stop_app:app"
 
@@ -75,7 +72,7 @@ def test_a_supervisor_of_nobody_is_refused() -> None:
     ],
 )
 def test_a_bad_command_line_is_one_line_and_exit_2(options: list[str], said: str) -> None:
-    status, err = _durably("worker", TARGET, *options)
+    status, err = run_durably("worker", TARGET, *options)
     assert status == 2, err
     error = err.splitlines()[-1]
     assert error.startswith("error: "), err
@@ -84,18 +81,7 @@ def test_a_bad_command_line_is_one_line_and_exit_2(options: list[str], said: str
 
 
 def test_a_queue_the_app_does_not_declare_is_refused_before_any_child_starts() -> None:
-    status, err = _durably("worker", TARGET, "--processes", "2", "--queues", "nowhere")
+    status, err = run_durably("worker", TARGET, "--processes", "2", "--queues", "nowhere")
     assert status == 1, err
     assert err.splitlines()[-1].startswith("error: no queue named 'nowhere' is declared"), err
     assert "supervisor: worker" not in err
-
-
-def _durably(*args: str) -> tuple[int | str | None, str]:
-    """`durably ARGS` as the console script runs it (durably.cli:main): its status, stderr."""
-    with (
-        CliRunner().isolation() as (_, err, _),
-        mock.patch.object(sys, "argv", ["durably", *args]),
-        pytest.raises(SystemExit) as exited,
-    ):
-        main()
-    return exited.value.code, err.getvalue().decode()
