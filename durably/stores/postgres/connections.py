@@ -142,6 +142,14 @@ class Connections:
             raise StoreUnavailable(
                 f"the PostgreSQL store at {self.url} is unavailable: {_reason(exc)}"
             ) from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            # A standby (before a failover promotes it) or a database set read-only: no write
+            # was made, and the same write succeeds once the URL leads to a primary again.
+            raise StoreUnavailable(
+                f"the PostgreSQL store at {self.url} takes no writes: {_reason(exc)}. It is a "
+                "standby or a read-only database (default_transaction_read_only); point the "
+                "store URL at the primary, or wait for the failover to promote this one"
+            ) from exc
         except _PREPARED_ELSEWHERE as exc:
             if not self._hinted and "_pg3_" in str(exc):
                 self._hinted = True
