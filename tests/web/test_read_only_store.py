@@ -17,6 +17,7 @@ from durably.core.status import RunStatus
 from durably.errors import RunNotFound, StoreUnavailable
 from durably.testing import FakeClock
 from tests.console import run_durably
+
 from .conftest import Keys, serving
 from .shop import Payments, make_shop
 
