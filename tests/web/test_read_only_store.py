@@ -69,7 +69,8 @@ def test_a_write_is_refused_by_name_and_changes_nothing(
 def test_the_cli_says_it_in_one_line(read_only: str) -> None:
     status, said = run_durably("cancel", "d-1", "--store", read_only)
     assert status == 1
-    assert said.startswith("error: ") and _SAID in said, said
+    assert said.startswith("error: "), said
+    assert _SAID in said, said
     assert "Traceback" not in said
 
 
