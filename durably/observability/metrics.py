@@ -107,6 +107,18 @@ class Metrics(Hooks):
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
             registry=r,
         )
+        self.claim_seconds = Histogram(
+            "durably_claim_seconds",
+            "A claim of due runs in the store",
+            buckets=_COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.claim_size = Histogram(
+            "durably_claim_size",
+            "Runs a claim took (0: none was due for this worker)",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
         self.started = Counter(
             "durably_runs_started", "Runs claimed for the first time", ["workflow"], registry=r
         )
@@ -161,6 +173,10 @@ class Metrics(Hooks):
 
     def claimed(self, run_id: str, workflow: str, *, takeover: bool) -> None:
         self.claims.labels(workflow, "true" if takeover else "false").inc()
+
+    def claim_made(self, runs: int, seconds: float) -> None:
+        self.claim_seconds.observe(seconds)
+        self.claim_size.observe(runs)
 
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         labels = (step, dependency or "")

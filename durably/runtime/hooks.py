@@ -21,6 +21,10 @@ class Hooks:
     def claimed(self, run_id: str, workflow: str, *, takeover: bool) -> None:
         """A worker leased the run; `takeover`: from a worker whose lease had expired."""
 
+    def claim_made(self, runs: int, seconds: float) -> None:
+        """A worker's claim of due runs returned `runs` (0: none was due for it) after
+        `seconds` in the store (its statement or transaction, not the wait for its turn)."""
+
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         """A step body is about to run (after its start was committed; a transactional
         step's start commits with its outcome, in the transaction the body runs in)."""
@@ -76,6 +80,10 @@ class HookChain(Hooks):
     def claimed(self, run_id: str, workflow: str, *, takeover: bool) -> None:
         for hook in self.hooks:
             hook.claimed(run_id, workflow, takeover=takeover)
+
+    def claim_made(self, runs: int, seconds: float) -> None:
+        for hook in self.hooks:
+            hook.claim_made(runs, seconds)
 
     def attempt_started(self, run_id: str, step: str, attempt: int, dependency: str | None) -> None:
         for hook in self.hooks:

@@ -12,6 +12,7 @@ import functools
 import itertools
 import logging
 import signal
+import time
 from collections import deque
 from collections.abc import Collection
 from datetime import datetime, timedelta
@@ -247,7 +248,8 @@ class Worker:
             # The time is read when the claim runs, after the checkpoints queued before it are
             # committed: a run one of them made due (a child it started, a parent it woke) is
             # due by then, so a drain does not stop short of it.
-            return store.claim(
+            began = time.perf_counter()
+            claims = store.claim(
                 self.name,
                 serves,
                 now=clock.now(),
@@ -255,6 +257,9 @@ class Worker:
                 limit=free,
                 queues=self.queues,
             )
+            if self._settings.hooks is not None:
+                self._settings.hooks.claim_made(len(claims), time.perf_counter() - began)
+            return claims
 
         claims = await committer.call(claim_due)
         assert self._loop is not None

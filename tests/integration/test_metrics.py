@@ -104,6 +104,10 @@ def test_hooks_and_store_gauges(store_url: str, clock: FakeClock) -> None:
     assert value("durably_runs_claimed_total", workflow="paying", takeover="false") == 2
     assert value("durably_step_duration_seconds_count", step="charge") == 2
     assert value("durably_checkpoint_commit_seconds_count") >= 1
+    claims = value("durably_claim_seconds_count")
+    assert claims == value("durably_claim_size_count") >= 3  # every drain's claims, empty too
+    assert value("durably_claim_size_sum") == 4  # the three runs, and the refused one's retry
+    assert value("durably_claim_size_bucket", le="0.0") >= 1  # a drain ends on an empty claim
     assert value("durably_runs", status="completed") == 1
     assert value("durably_runs", status="failed") == 1
     assert value("durably_runs", status="pending") == 2

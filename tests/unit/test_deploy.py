@@ -33,6 +33,8 @@ METRICS = {
     "durably_step_duration_seconds": "histogram",
     "durably_checkpoint_commit_seconds": "histogram",
     "durably_checkpoint_batch_size": "histogram",
+    "durably_claim_seconds": "histogram",
+    "durably_claim_size": "histogram",
     "durably_run_state_seconds": "histogram",
     "durably_runs": "gauge",
     "durably_dead_letters": "gauge",
