@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import durably
 from benchmarks.runners import statements
@@ -28,7 +30,7 @@ from benchmarks.runners.durably_runner import in_thread
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 from durably.runtime.hooks import Hooks
 
-WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
+WARM: dict[str, Any] = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
 
 
 def say(go: str, *phases: str) -> None:
@@ -130,7 +132,11 @@ def outputs_app(url: str, hooks: Hooks) -> durably.App:
 def publish(args: SimpleNamespace) -> Figures:
     commits = Commits()
     app = outputs_app(args.store, commits)
-    sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
+    sizes: dict[str, Any] = {
+        "events": args.events,
+        "spacing_ms": args.spacing_ms,
+        "items": args.items,
+    }
     with in_thread(app.worker(concurrency=4)), tempfile.TemporaryDirectory() as warm_go:
         say(warm_go, "events", "stream", "quiet")
         app.start("outputs", **WARM, go=warm_go, id=f"{args.run_id}-warm").result(timeout="60s")
@@ -193,10 +199,11 @@ def quiet(app: durably.App, handle: durably.RunHandle, args: SimpleNamespace) ->
     """Statements/s blocked on the silent run; then the updates' round trips; then the signal."""
     said_go(handle, args.go, "quiet")
     waits: dict[str, float] = {}
-    for what, wait in {
+    blocking: dict[str, Callable[[], object]] = {
         "get_event": lambda: handle.get_event("never", timeout=args.wait_s),
         "read_stream": lambda: list(handle.read_stream("nothing", timeout=args.wait_s)),
-    }.items():
+    }
+    for what, wait in blocking.items():
         before, began = statements.so_far(), time.perf_counter()
         try:
             wait()

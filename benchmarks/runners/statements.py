@@ -25,7 +25,7 @@ def count() -> None:
     plain = sqlite3.connect
 
     def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        connection = plain(*args, **kwargs)
+        connection: sqlite3.Connection = plain(*args, **kwargs)
         connection.set_trace_callback(_one)
         return connection
 

@@ -89,7 +89,9 @@ def kills(trial: Trial, size: tuple[Load, int, int]) -> Values:
     workload = f"W3 ({load}, {sleep_ms} ms each), {count} kills"
     unit = "effects per kill"
     return {
-        Metric("w3_kill_duplicates", f"{workload}: effects applied twice", unit): duplicates,
+        Metric("w3_kill_duplicates", f"{workload}: effects applied twice", unit): [
+            float(d) for d in duplicates
+        ],
         Metric("w3_kill_duplicates_max", f"{workload}: the most after one kill", unit): max(
             duplicates
         ),

@@ -111,7 +111,11 @@ def stream_figures(items: int, written: dict[str, float], read: dict[str, Any]) 
     another process: end to end (first write -> last item read), the writer's own rate (its
     writes returning), until all are stored, and how far the reader's last item trailed."""
     label, unit = f"stream of {items:,} items", "items/s"
-    first, span = written["first"], (lambda end: end - written["first"])
+    first = written["first"]
+
+    def span(end: float) -> float:
+        return end - first
+
     return {
         Metric(f"stream_{items}_end_to_end_per_s", f"{label}, end to end", unit, True): items
         / span(read["last_seen"]),
