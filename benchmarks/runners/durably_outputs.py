@@ -30,7 +30,8 @@ from benchmarks.runners.durably_runner import in_thread
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 from durably.runtime.hooks import Hooks
 
-WARM: dict[str, Any] = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
+# the small run's sizes
+WARM: dict[str, Any] = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}
 
 
 def say(go: str, *phases: str) -> None:
