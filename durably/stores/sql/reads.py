@@ -169,6 +169,8 @@ def _newest(
     some = [
         s for s, _, newest in found if newest is not None and (bound is None or newest >= bound)
     ]
+    if not some:  # no run matches
+        return []
     which, more = dialect.one_of("status", some)
     where, params = [which, *where], [*more, *params]
     if after is not None:

@@ -7,9 +7,9 @@ Counting them at each scrape read every ended run, the bulk of a store's runs (5
 final: durably.core.status) and only pruning deletes one, oldest first, so a store object
 keeps, for each status, how many ended in each ten minutes up to a time a little in the past
 (`through`), and each scrape reads from the (status, updated_at) index only what changed: the
-runs since `through`, a new `through` ten minutes on, and, where pruning moved a status's
-oldest run, the one ten minutes it lies in. The first scrape of a process counts every ended
-run once.
+runs since `through`, a new `through` ten minutes on, each status's oldest time and how many
+runs have it (pruning changes one or the other), and, where that changed, the ten minutes it
+lies in, again. The first scrape of a process counts every ended run once.
 
 A run whose end is written more than `_MARGIN` after the time it records (a worker whose clock
 is that far behind the others', a commit held that long) is counted only by the next process's
@@ -40,7 +40,7 @@ class Tally:
         self._through: float | None = None  # no count yet
         self._spans: dict[str, dict[int, int]] = {status: {} for status in _ENDED}
         self._totals = dict.fromkeys(_ENDED, 0)  # the sums of _spans
-        self._oldest: dict[str, float | None] = {}
+        self._oldest: dict[str, tuple[float, int] | None] = {}
 
     def ended(self, db: Connection, dialect: Dialect, *, now: datetime) -> dict[str, int]:
         """How many runs ended in each final status (a status none did is left out). Read
@@ -58,7 +58,7 @@ class Tally:
             for (status, span), count in new.items():
                 self._add(status, span, count)
             for status, counted in moved.items():
-                first = oldest[status]
+                first = _time(oldest[status])
                 spans = self._spans[status]
                 for span in [s for s in spans if first is None or s * _SPAN <= first]:
                     self._totals[status] -= spans.pop(span)  # emptied, or counted again
@@ -76,23 +76,33 @@ class Tally:
         self._totals[status] += count
 
 
-def _span(first: float | None, through: float) -> tuple[float, float]:
-    """The span (start, end) a run that ended at `first` is in, up to `through` (none: empty)."""
-    if first is None:
+def _time(oldest: tuple[float, int] | None) -> float | None:
+    return None if oldest is None else oldest[0]
+
+
+def _span(oldest: tuple[float, int] | None, through: float) -> tuple[float, float]:
+    """The span (start, end) the oldest run is in, up to `through` (none: empty)."""
+    if oldest is None:
         return through, through
-    start = (first // _SPAN) * _SPAN
+    start = (oldest[0] // _SPAN) * _SPAN
     return start, max(start, min(start + _SPAN, through))
 
 
-def _oldest(db: Connection, dialect: Dialect) -> dict[str, float | None]:
-    """Each final status's oldest updated_at, from the end of its index entries."""
+def _oldest(db: Connection, dialect: Dialect) -> dict[str, tuple[float, int] | None]:
+    """Each final status's oldest updated_at and how many runs of it have that time, from the
+    end of its index entries. Pruning deletes the oldest first: either the oldest time moves
+    on, or fewer runs have it (a batch commit gives one time to many runs)."""
     mark = dialect.mark
-    return {
-        status: db.execute(
-            f"SELECT min(updated_at) FROM durably_runs WHERE status = {mark}", (status,)
-        ).fetchone()[0]
-        for status in _ENDED
-    }
+    found: dict[str, tuple[float, int] | None] = {}
+    for status in _ENDED:
+        row = db.execute(
+            f"SELECT updated_at, count(*) FROM durably_runs WHERE status = {mark}"
+            f" AND updated_at = (SELECT min(updated_at) FROM durably_runs WHERE status = {mark})"
+            " GROUP BY updated_at",
+            (status, status),
+        ).fetchone()
+        found[status] = None if row is None else (float(row[0]), int(row[1]))
+    return found
 
 
 def _count(
