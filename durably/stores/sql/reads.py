@@ -95,13 +95,14 @@ def runs(
     those `filters` (the keywords of `conditions`) match."""
     mark = dialect.mark
     where, params = conditions(dialect, status=status, workflow=workflow, **filters)
-    since = filters.get("since")
-    if since is not None:  # a bound on the index's time as well (see _SKEW)
-        where.append(f"updated_at >= {mark}")
-        params.append(ts(since - _SKEW))
+    since = filters.get("since")  # a bound on the index's time as well (see _SKEW)
+    floor = None if since is None else ts(since - _SKEW)
     given = {name for name, value in filters.items() if value}  # an empty one: no condition
     if status is None and given <= _BY_STATUS and limit > 0:
-        return _newest(db, dialect, where, params, limit=limit, after=after)
+        return _newest(db, dialect, where, params, floor=floor, limit=limit, after=after)
+    if floor is not None:
+        where.append(f"updated_at >= {mark}")
+        params.append(floor)
     if after is not None:
         where.append(_AFTER.format(mark=mark))
         at = ts(after[0])
@@ -140,6 +141,7 @@ def _newest(
     where: list[str],
     params: list[object],
     *,
+    floor: float | None,
     limit: int,
     after: tuple[datetime, str] | None,
 ) -> list[RunRecord]:
@@ -151,10 +153,14 @@ def _newest(
     time order in an index, though. The `limit`-th newest matching run of each status (read
     from the end of its index entries alone) bound the page from below by the latest of
     them, since that status alone fills the page from there on; the page is then the runs
-    from that bound up, of the statuses that have any (their newest is read too)."""
+    from that bound up, of the statuses that have any (their newest is read too). `floor`:
+    no run of the page is older (one bound, the higher, for the planner to range over)."""
     mark, statuses = dialect.mark, [str(status) for status in RunStatus]
     at = None if after is None else ts(after[0])
-    matching = "".join(f" AND {condition}" for condition in where)
+    probed, probing = where, params  # and above the floor
+    if floor is not None:
+        probed, probing = [*where, f"updated_at >= {mark}"], [*params, floor]
+    matching = "".join(f" AND {condition}" for condition in probed)
     before = "" if at is None else f" AND r.updated_at < {mark}"  # a bound for what is after
     newest = f" FROM durably_runs AS r WHERE r.status = s.column1{matching}"
     probe = (  # each subquery planned once, run for each status
@@ -163,9 +169,9 @@ def _newest(
         f" (SELECT r.updated_at{newest} ORDER BY r.updated_at DESC LIMIT 1)"
         f" FROM (VALUES {', '.join([f'({mark})'] * len(statuses))}) AS s"
     )
-    first = [*params, *([] if at is None else [at]), limit - 1]
-    found = db.execute(probe, [*first, *params, *statuses]).fetchall()
-    bound = max((nth for _, nth, _ in found if nth is not None), default=None)
+    first = [*probing, *([] if at is None else [at]), limit - 1]
+    found = db.execute(probe, [*first, *probing, *statuses]).fetchall()
+    bound = max((nth for _, nth, _ in found if nth is not None), default=floor)
     some = [
         s for s, _, newest in found if newest is not None and (bound is None or newest >= bound)
     ]
