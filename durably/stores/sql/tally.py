@@ -93,16 +93,17 @@ def _oldest(db: Connection, dialect: Dialect) -> dict[str, tuple[float, int] | N
     end of its index entries. Pruning deletes the oldest first: either the oldest time moves
     on, or fewer runs have it (a batch commit gives one time to many runs)."""
     mark = dialect.mark
-    found: dict[str, tuple[float, int] | None] = {}
-    for status in _ENDED:
-        row = db.execute(
-            f"SELECT updated_at, count(*) FROM durably_runs WHERE status = {mark}"
-            f" AND updated_at = (SELECT min(updated_at) FROM durably_runs WHERE status = {mark})"
-            " GROUP BY updated_at",
-            (status, status),
-        ).fetchone()
-        found[status] = None if row is None else (float(row[0]), int(row[1]))
-    return found
+    rows = db.execute(
+        "SELECT o.column1, o.t, (SELECT count(*) FROM durably_runs AS r"
+        " WHERE r.status = o.column1 AND r.updated_at = o.t) FROM (SELECT s.column1,"
+        " (SELECT min(r.updated_at) FROM durably_runs AS r WHERE r.status = s.column1) AS t"
+        f" FROM (VALUES {', '.join([f'({mark})'] * len(_ENDED))}) AS s) AS o",
+        _ENDED,
+    ).fetchall()
+    return {
+        str(status): None if first is None else (float(first), int(count))
+        for status, first, count in rows
+    }
 
 
 def _count(
