@@ -104,3 +104,34 @@ def test_the_oldest_run_not_ended_and_the_due_ones(store: Store, clock: FakeCloc
     assert stats.oldest_due == first
     assert stats.lease_expired == 0
     assert store.stats(now=clock.now() + LEASE * 2).lease_expired == 1
+
+
+def test_runs_by_status_stay_exact_when_pruning_goes_past_a_day_at_once(
+    store: Store, store_url: str, clock: FakeClock
+) -> None:
+    # The tally keeps the oldest day by ten minutes; pruning past it in one go counts the
+    # status afresh, and pruning within it drops the spans it passed.
+    def scraped() -> dict[str, int]:
+        got = store.stats(now=clock.now()).by_status
+        assert got == _counted(store_url)
+        return got
+
+    for day in range(4):
+        for hour in (0, 7, 13):
+            _end(store, clock, _start(store, clock, f"d{day}-{hour}", 2), RunStatus.COMPLETED)
+            clock.advance(timedelta(hours=6, minutes=20))
+            scraped()
+        clock.advance(timedelta(hours=5))
+    assert scraped() == {"completed": 24}
+    assert store.prune(clock.now() - timedelta(days=2, hours=1), limit=100) == 12
+    assert scraped() == {"completed": 12}
+    assert store.prune(clock.now() - timedelta(days=1, hours=12), limit=3) == 3
+    assert scraped() == {"completed": 9}
+    clock.advance("1d")
+    assert scraped() == {"completed": 9}
+    assert store.prune(clock.now(), limit=100) == 9
+    assert scraped() == {}
+    _end(store, clock, _start(store, clock, "again", 1), RunStatus.FAILED)
+    assert scraped() == {"failed": 1}
+    clock.advance("1h")
+    assert scraped() == {"failed": 1}
