@@ -218,8 +218,9 @@ CAPACITY = Bench(
 )
 LARGE = Bench(
     "large",
-    "claims, the per-step fit and runs list's first page, empty and beside 1,000,000 finished"
-    " runs of 20 events (benchmarks.fill; --fill-runs N), filled/empty; size per million runs",
+    "claims, the per-step fit, runs list's first page (filtered too) and the metrics scrape's"
+    " run stats, empty and beside 1,000,000 finished runs of 20 events (benchmarks.fill;"
+    " --fill-runs N), filled/empty; size per million runs",
     (Workload("large", large.measure, large.Large(1_000_000), large.Large(100_000)),),
     targets=targets(
         **{f"{key}_ratio": (1.10, 1.10) for key in large.LABELS}  # within 10%

@@ -1,15 +1,17 @@
-"""What a large store costs: claims, steps and the first page of `durably runs list` on an
-empty store and beside a million finished runs of 20 events each (benchmarks.fill), and each
-figure's ratio, filled over empty (durably's target: within 10%); what the store takes per
-million runs, and how fast the fill wrote them.
+"""What a large store costs: claims, steps, the first page of `durably runs list` (unfiltered
+and filtered) and a metrics scrape's run stats on an empty store and beside a million finished
+runs of 20 events each (benchmarks.fill), and each figure's ratio, filled over empty
+(durably's target: within 10%); what the store takes per million runs, and how fast the fill
+wrote them.
 
 Both stores are made at the first repetition and kept for the others. Each figure is measured
 on the two in turns, sample by sample (the first alternating), so that the load of a shared
 machine falls on both alike: the scaling bench's claims (its backlog of "job" runs made in
 each store and vacuumed, claimed one at a time, then deleted); the per-step fit of the core
 bench (chains run one at a time), three times; the client's page of `durably runs list`
-(newest first, 50 runs), unfiltered and of completed runs. By then either store holds the
-fit's runs, so both pages are full. The runs a repetition starts stay for the next.
+(newest first, 50 runs), unfiltered, of completed runs, of a workflow, of the default queue
+and since a day ago; Store.stats, as a scrape reads it after its first. By then either store
+holds the fit's runs, so every page is full. The runs a repetition starts stay for the next.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import durably
 from benchmarks.fill import Filled, Plan, fill, postgres_url, sqlite_path, store_size
@@ -124,15 +128,18 @@ def figures(stores: list[str], size: Large) -> dict[str, dict[str, list[float]]]
     apps = {url: durably.App(url) for url in stores}
     try:
         pages = {}
-        for key, status in (("list", None), ("list_completed", RunStatus.COMPLETED)):
+        for key, filters in lists().items():
             for app in apps.values():  # untimed, once
-                if len(app.client.runs(status=status, limit=size.page).runs) < size.page:
-                    raise BenchmarkError(f"a page of {status or 'all'} runs is not full")
+                if len(app.client.runs(limit=size.page, **filters).runs) < size.page:
+                    raise BenchmarkError(f"a page of runs {filters or ''} is not full")
 
-            def page(url: str, status: RunStatus | None = status) -> float:
-                return timed(lambda: apps[url].client.runs(status=status, limit=size.page))
+            def page(url: str, filters: dict[str, Any] = filters) -> float:
+                return timed(lambda: apps[url].client.runs(limit=size.page, **filters))
 
             pages[key] = paired(stores, size.lists, page)
+        for app in apps.values():  # untimed: a process's first scrape counts every ended run
+            app.client.stats()
+        pages["stats"] = paired(stores, size.lists, lambda url: timed(apps[url].client.stats))
     finally:
         for app in apps.values():
             app.close()
@@ -140,11 +147,28 @@ def figures(stores: list[str], size: Large) -> dict[str, dict[str, list[float]]]
     return {url: {key: got[url] for key, got in by_figure.items()} for url in stores}
 
 
+def lists() -> dict[str, dict[str, Any]]:
+    """Each list figure's filters. Both stores hold the fit's runs (of the workflow "chain", on
+    the default queue, started in the last day), so every page is full; in the filled one they
+    are few beside the fill's, which the filters pass over (but for a day of them: --since)."""
+    return {
+        "list": {},
+        "list_completed": {"status": RunStatus.COMPLETED},
+        "list_workflow": {"workflow": "chain"},
+        "list_queue": {"queue": "default"},
+        "list_since": {"since": datetime.now(UTC) - timedelta(days=1)},
+    }
+
+
 LABELS = {  # each figure's label and unit
     "claim": ("claim of 1 from 200 due", "ms"),
     "step": ("per-step checkpoint (fit)", "ms/step"),
     "list": ("runs list, first page of 50", "ms"),
     "list_completed": ("runs list --status completed, first page", "ms"),
+    "list_workflow": ("runs list --workflow chain, first page", "ms"),
+    "list_queue": ("runs list --queue default, first page", "ms"),
+    "list_since": ("runs list --since 1d, first page", "ms"),
+    "stats": ("metrics scrape's run stats (after its first)", "ms"),
 }
 
 

@@ -95,8 +95,14 @@ def runs(
     those `filters` (the keywords of `conditions`) match."""
     mark = dialect.mark
     where, params = conditions(dialect, status=status, workflow=workflow, **filters)
-    if not where and limit > 0:
-        return _newest(db, dialect, limit=limit, after=after)
+    since = filters.get("since")  # a bound on the index's time as well (see _SKEW)
+    floor = None if since is None else ts(since - _SKEW)
+    given = {name for name, value in filters.items() if value}  # an empty one: no condition
+    if status is None and given <= _BY_STATUS and limit > 0:
+        return _newest(db, dialect, where, params, floor=floor, limit=limit, after=after)
+    if floor is not None:
+        where.append(f"updated_at >= {mark}")
+        params.append(floor)
     if after is not None:
         where.append(_AFTER.format(mark=mark))
         at = ts(after[0])
@@ -109,6 +115,20 @@ def runs(
     return [run_of(row) for row in rows]
 
 
+# The filters whose pages are read status by status (_newest), each through an index that
+# holds each status's matching runs in time order, or a range of one: the workflow's and the
+# named queue's (workflow or queue, status, updated_at), and `since` a range of the status
+# index's (status, updated_at) (the default queue's runs are most runs: they are found there
+# too, the others passed over). Any other filter goes to one query that the database plans:
+# a key through its own index in time order, a correlation id or an attribute through theirs.
+_BY_STATUS = frozenset({"workflow", "queue", "since"})
+
+# A run's last change comes after its start, on one clock; a worker whose clock is behind its
+# starter's may write a run's updated_at before its created_at. `since` bounds updated_at too
+# (so that its page is a range of an index, not every run), less this much: a run is missed
+# only if its worker's clock was this far behind its starter's, which breaks leases first.
+_SKEW = timedelta(hours=1)
+
 # A keyset, not an OFFSET: `updated_at <= t` is the index's range, the rest breaks ties on
 # updated_at (every run of one batch commit shares it) by id.
 _AFTER = "updated_at <= {mark} AND (updated_at < {mark} OR id < {mark})"
@@ -116,39 +136,58 @@ _NEWEST = " ORDER BY updated_at DESC, id DESC LIMIT {mark}"
 
 
 def _newest(
-    db: Connection, dialect: Dialect, *, limit: int, after: tuple[datetime, str] | None
+    db: Connection,
+    dialect: Dialect,
+    where: list[str],
+    params: list[object],
+    *,
+    floor: float | None,
+    limit: int,
+    after: tuple[datetime, str] | None,
 ) -> list[RunRecord]:
-    """The page of every run, newest first, read through the (status, updated_at) index
-    however many runs the store holds. No index orders the whole table by time: the one query
-    over it read and sorted every run for a page (the first page of `durably runs list` took
-    120 ms on SQLite, 76 ms on PostgreSQL, beside 100,000 ended runs; benchmarks `large`).
-    Each status's runs are in time order in the index, though. The `limit`-th newest of each
-    status (read from the end of its index entries alone) bound the page from below by the
-    latest of them, since that status alone fills the page from there on; the page is then
-    the runs from that bound up, of the statuses that have any (their newest is read too)."""
+    """The page of the runs `where` matches (every run, or those of _BY_STATUS's filters),
+    newest first, read status by status however many runs the store holds. No index orders
+    the whole table by time: the one query over it read and sorted every run for a page (the
+    first page of `durably runs list` took 120 ms on SQLite, 76 ms on PostgreSQL, beside
+    100,000 ended runs; `--workflow` 65 ms; benchmarks `large`). Each status's runs are in
+    time order in an index, though. The `limit`-th newest matching run of each status (read
+    from the end of its index entries alone) bound the page from below by the latest of
+    them, since that status alone fills the page from there on; the page is then the runs
+    from that bound up, of the statuses that have any (their newest is read too). `floor`:
+    no run of the page is older (one bound, the higher, for the planner to range over)."""
     mark, statuses = dialect.mark, [str(status) for status in RunStatus]
     at = None if after is None else ts(after[0])
+    probed, probing = where, params  # and above the floor
+    if floor is not None:
+        probed, probing = [*where, f"updated_at >= {mark}"], [*params, floor]
+    matching = "".join(f" AND {condition}" for condition in probed)
     before = "" if at is None else f" AND r.updated_at < {mark}"  # a bound for what is after
+    newest = f" FROM durably_runs AS r WHERE r.status = s.column1{matching}"
     probe = (  # each subquery planned once, run for each status
-        f"SELECT s.column1, (SELECT r.updated_at FROM durably_runs AS r WHERE r.status = s.column1"
-        f"{before} ORDER BY r.updated_at DESC LIMIT 1 OFFSET {mark}),"
-        " (SELECT max(r.updated_at) FROM durably_runs AS r WHERE r.status = s.column1)"
+        f"SELECT s.column1, (SELECT r.updated_at{newest}{before}"
+        f" ORDER BY r.updated_at DESC LIMIT 1 OFFSET {mark}),"
+        f" (SELECT r.updated_at{newest} ORDER BY r.updated_at DESC LIMIT 1)"
         f" FROM (VALUES {', '.join([f'({mark})'] * len(statuses))}) AS s"
     )
-    found = db.execute(probe, [*([] if at is None else [at]), limit - 1, *statuses]).fetchall()
-    bound = max((nth for _, nth, _ in found if nth is not None), default=None)
+    first = [*probing, *([] if at is None else [at]), limit - 1]
+    found = db.execute(probe, [*first, *probing, *statuses]).fetchall()
+    bound = max((nth for _, nth, _ in found if nth is not None), default=floor)
     some = [
         s for s, _, newest in found if newest is not None and (bound is None or newest >= bound)
     ]
-    where, params = dialect.one_of("status", some)
+    if not some:  # no run matches
+        return []
+    which, more = dialect.one_of("status", some)
+    where, params = [which, *where], [*more, *params]
     if after is not None:
-        where += f" AND {_AFTER.format(mark=mark)}"
+        where.append(_AFTER.format(mark=mark))
         params += [at, at, after[1]]
     if bound is not None:
-        where += f" AND updated_at >= {mark}"
+        where.append(f"updated_at >= {mark}")
         params.append(bound)
     rows = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {where}" + _NEWEST.format(mark=mark),
+        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE {' AND '.join(where)}"
+        + _NEWEST.format(mark=mark),
         [*params, limit],
     ).fetchall()
     return [run_of(row) for row in rows]

@@ -389,6 +389,18 @@ _V12 = [
     " WHERE available_at IS NOT NULL",
 ]
 
+_V13 = [
+    # Pages of `durably runs list --workflow W` and `--queue Q` (and the API's, the
+    # dashboard's): each status's runs of the workflow, of the named queue, in time order, so
+    # that a page reads its own runs however many others the store holds
+    # (durably.stores.sql.reads). Every checkpoint changes updated_at, so each index costs every
+    # checkpoint an entry (on PostgreSQL any index does: updated_at is indexed, so no update is
+    # HOT); the default queue's runs stay out of the second (it finds them in the status index).
+    "CREATE INDEX durably_runs_by_workflow ON durably_runs (workflow, status, updated_at)",
+    "CREATE INDEX durably_runs_by_queue ON durably_runs (queue, status, updated_at)"
+    " WHERE queue IS NOT NULL",
+]
+
 # A statement is the same on both databases (with the words of _DIALECTS), or a dict of each
 # database's own (a database not in it has none).
 _VERSIONS: list[Sequence[str | dict[str, str]]] = [
@@ -404,6 +416,7 @@ _VERSIONS: list[Sequence[str | dict[str, str]]] = [
     _V10,
     _V11,
     _V12,
+    _V13,
 ]
 LATEST_VERSION = len(_VERSIONS)
 

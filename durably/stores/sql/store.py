@@ -52,6 +52,7 @@ from durably.stores.sql import (
 )
 from durably.stores.sql.reads import Dialect
 from durably.stores.sql.stats import activity, run_stats
+from durably.stores.sql.tally import Tally
 from durably.stores.webhooks import Retried
 
 __all__ = ["SqlStore"]
@@ -68,6 +69,7 @@ class SqlStore(ABC):
     schema_found: int  # the schema version opening found: 0 if it created it, less if it migrated
     _skip_locked = ""  # how a take keeps concurrent takers apart (SQLite: its write lock)
     _notices_trigger: str | None = None  # made with the first webhook (durably.stores.sql.schema)
+    _tally: Tally | None = None  # the ended runs a scrape counted (Store.stats)
 
     @abstractmethod
     def _reading(self, read: Callable[[Any], R]) -> R:
@@ -271,7 +273,10 @@ class SqlStore(ABC):
         return self._reading(lambda db: pruning.prunable(db, self.dialect, before))
 
     def stats(self, *, now: datetime) -> RunStats:
-        return self._reading(lambda db: run_stats(db, self.dialect, now=now))
+        if self._tally is None:  # made on first use: a store that no scrape reads needs none
+            self._tally = Tally()
+        tally = self._tally
+        return self._reading(lambda db: run_stats(db, self.dialect, tally, now=now))
 
     def activity(self, *, since: datetime) -> list[Ended]:
         return self._reading(lambda db: activity(db, self.dialect, since=since))
