@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from dbos import DBOS, DBOSClient, SetWorkflowID
 
@@ -27,7 +28,8 @@ from benchmarks.runners import statements
 from benchmarks.runners.dbos_runner import command, hold_durability, launch
 from benchmarks.runners.protocol import BenchmarkError, Figures, emit, main
 
-WARM = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}  # the small run's sizes
+# the small run's sizes
+WARM: dict[str, Any] = {"events": 2, "spacing_ms": 0, "items": 10, "quiet": False}
 
 
 def say(go: str, *phases: str) -> None:
@@ -98,7 +100,11 @@ async def outputs(events: int, spacing_ms: float, items: int, quiet: bool, go: s
 
 async def publish(args: SimpleNamespace) -> Figures:
     launch(args)
-    sizes = {"events": args.events, "spacing_ms": args.spacing_ms, "items": args.items}
+    sizes: dict[str, Any] = {
+        "events": args.events,
+        "spacing_ms": args.spacing_ms,
+        "items": args.items,
+    }
     with tempfile.TemporaryDirectory() as warm_go:
         say(warm_go, "events", "stream", "quiet")
         with SetWorkflowID(f"{args.run_id}-warm"):
