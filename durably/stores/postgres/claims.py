@@ -49,7 +49,8 @@ _PICK_IDS = (
 # the claim; 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
 # `at`). The reads go
 # by arrays of the leased ids, so that they are index look-ups whatever the planner guesses
-# of how many runs a claim leases.
+# of how many runs a claim leases, and by their births, so that they read only the history's
+# partitions of those (durably.stores.postgres.partitions: pruned as the statement starts).
 _LEASE = """
 WITH picked AS ({pick}),
 leased AS (
@@ -59,11 +60,12 @@ leased AS (
         began_at = coalesce(r.began_at, %s)
     FROM picked WHERE r.id = picked.id
     RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority, r.event_count,
-        picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank
+        picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank,
+        coalesce(r.born, r.created_at) AS born
 ),
 logged AS (
-    INSERT INTO durably_events (run_id, seq, kind, at, data)
-    SELECT id, event_count, 'claimed', %s, %s::text || lease_epoch || CASE
+    INSERT INTO durably_events (run_id, seq, kind, at, born, data)
+    SELECT id, event_count, 'claimed', %s, born, %s::text || lease_epoch || CASE
             WHEN previous_status = 'running' AND previous_owner <> ''
             THEN ', "took_over_from": ' || to_json(previous_owner)::text ELSE '' END || '}'
     FROM leased
@@ -77,6 +79,7 @@ UNION ALL
 SELECT 1, NULL, e.run_id, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.at, e.position, e.name,
     e.attempt, e.data
 FROM durably_events AS e WHERE e.run_id = ANY(ARRAY(SELECT id FROM leased))
+    AND e.born = ANY(ARRAY(SELECT born FROM leased))
 UNION ALL
 SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at, NULL, m.name,
     NULL, m.data
@@ -86,6 +89,7 @@ ORDER BY part, due_rank, id, seq
 _CLAIMED = """
 SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
 JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
+    AND e.born = coalesce(r.born, r.created_at)
 WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
     AND e.kind = 'claimed' AND e.at = %(now)s
     AND (e.data::jsonb ->> 'epoch')::bigint = r.lease_epoch

@@ -14,7 +14,7 @@ from durably.core.status import FINAL, RunStatus
 from durably.stores.protocol import NewRun
 from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event, insert_run
-from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.reads import Connection, Dialect, born_as
 
 __all__ = ["fork"]
 
@@ -42,7 +42,11 @@ def fork(
         return False
     if not insert_run(db, dialect, run, events, now=now):
         return False
-    last = db.execute(f"SELECT max(seq) FROM durably_events WHERE run_id = {mark}", (source,))
+    last = db.execute(
+        f"SELECT max(e.seq) FROM durably_runs AS r JOIN durably_events AS e ON e.run_id = r.id"
+        f"{born_as(dialect, 'e', 'r')} WHERE r.id = {mark}",
+        (source,),
+    )
     seq = last.fetchone()[0] + 1
     insert_event(db, dialect, source, replace(note, seq=seq))
     db.execute(f"UPDATE durably_runs SET event_count = {mark} WHERE id = {mark}", (seq, source))

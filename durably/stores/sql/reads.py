@@ -26,6 +26,7 @@ __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
+    "born_as",
     "conditions",
     "get_run",
     "histories",
@@ -47,6 +48,9 @@ class Dialect:
     arrays: bool  # whether a list of values is one array parameter (PostgreSQL)
     whole: str  # the whole part of a positive number, `{}` for it (SQLite may lack floor())
     row_lock: str = ""  # after a SELECT: hold its rows until the transaction ends (PostgreSQL)
+    # the history is partitioned by the birth of its run (PostgreSQL: schema.BIRTH): a read
+    # of a run's events says its birth too, so that it reads that partition alone
+    partitioned: bool = False
 
     def one_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
         """`column` is one of `values` (none: false), with its parameters."""
@@ -56,7 +60,15 @@ class Dialect:
 
 
 SQLITE = Dialect("?", arrays=False, whole="CAST({} AS INTEGER)")  # `IN ()` matches nothing
-POSTGRES = Dialect("%s", arrays=True, whole="floor({})", row_lock=" FOR UPDATE")
+POSTGRES = Dialect("%s", arrays=True, whole="floor({})", row_lock=" FOR UPDATE", partitioned=True)
+
+
+def born_as(dialect: Dialect, events: str, runs: str) -> str:
+    """On PostgreSQL, " AND" the condition that the events `events` (a table's alias) have
+    the birth of their run `runs` (an alias of durably_runs); on SQLite, nothing."""
+    if not dialect.partitioned:
+        return ""
+    return f" AND {events}.born = coalesce({runs}.born, {runs}.created_at)"
 
 
 def get_run(db: Connection, dialect: Dialect, run_id: str) -> RunRecord | None:
@@ -71,11 +83,20 @@ def histories(db: Connection, dialect: Dialect, run_ids: Sequence[str]) -> dict[
     found: dict[str, list[Event]] = {}
     if not run_ids:
         return found
-    which, params = dialect.one_of("run_id", run_ids)
-    rows = db.execute(
-        f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq",
-        params,
-    )
+    if dialect.partitioned:  # through each run's row: its birth names its partition
+        which, params = dialect.one_of("r.id", run_ids)
+        columns = ", ".join(f"e.{column}" for column in EVENT_COLUMNS.split(", "))
+        query = (
+            f"SELECT e.run_id, {columns} FROM durably_runs AS r JOIN durably_events AS e"
+            f" ON e.run_id = r.id{born_as(dialect, 'e', 'r')} WHERE {which}"
+            " ORDER BY e.run_id, e.seq"
+        )
+    else:
+        which, params = dialect.one_of("run_id", run_ids)
+        query = (
+            f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq"
+        )
+    rows = db.execute(query, params)
     for run_id, *event in rows:
         found.setdefault(run_id, []).append(event_of(event))
     return found
@@ -205,7 +226,7 @@ def conditions(
         condition, more = _HAPPENED[Happened(what)]
         where.append(
             "EXISTS (SELECT 1 FROM durably_events AS e WHERE e.run_id = durably_runs.id"
-            f" AND {condition.format(mark=mark)})"
+            f"{born_as(dialect, 'e', 'durably_runs')} AND {condition.format(mark=mark)})"
         )
         params += more
     if slower_than is not None:
