@@ -47,10 +47,13 @@ _PICK_IDS = (
 # (`part`): 0, a leased run, in claim order (its workflow, input, epoch, inbox count,
 # priority, and its `claimed` event's seq, time and data); 1, an event of its history before
 # the claim; 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
-# `at`). The reads go
-# by arrays of the leased ids, so that they are index look-ups whatever the planner guesses
-# of how many runs a claim leases, and by their births, so that they read only the history's
-# partitions of those (durably.stores.postgres.partitions: pruned as the statement starts).
+# `at`). The messages are read
+# by an array of the leased ids, so that they are index look-ups whatever the planner guesses
+# of how many runs a claim leases; the history, run by run (a lateral subquery kept apart by
+# its OFFSET: a nested loop, which the planner may not turn into a hash join), by the run's id
+# and birth: one index look-up in the one partition of its history (pruned for each run as
+# it is read: durably.stores.postgres.partitions). PostgreSQL prunes no partition by an array
+# it only knows as the statement runs.
 _LEASE = """
 WITH picked AS ({pick}),
 leased AS (
@@ -78,8 +81,8 @@ FROM leased AS l JOIN logged AS g ON g.run_id = l.id
 UNION ALL
 SELECT 1, NULL, e.run_id, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.at, e.position, e.name,
     e.attempt, e.data
-FROM durably_events AS e WHERE e.run_id = ANY(ARRAY(SELECT id FROM leased))
-    AND e.born = ANY(ARRAY(SELECT born FROM leased))
+FROM leased AS l, LATERAL (SELECT * FROM durably_events AS e
+    WHERE e.run_id = l.id AND e.born = l.born OFFSET 0) AS e
 UNION ALL
 SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at, NULL, m.name,
     NULL, m.data

@@ -109,7 +109,7 @@ class PostgresStore(SqlStore):
         self._transactions_lock = threading.Lock()
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._width = options.history_partition
-        self._partitions_at = 0.0  # when to make the history's partitions ahead next
+        self._partitions_made: float | None = None  # when it last made partitions ahead
         self._told: set[str] = set()  # partitions refused, said once
         self._db = Connections(
             url,
@@ -132,9 +132,10 @@ class PostgresStore(SqlStore):
     def keep_partitions(self, now: float) -> None:
         """Make the history's partitions ahead of `now` (an hour apart at most): never fails,
         but says why it could not (its rows go to the DEFAULT partition meanwhile)."""
-        if now < self._partitions_at:
+        last = self._partitions_made
+        if last is not None and abs(now - last) < _PARTITIONS_EVERY:  # (clocks may disagree)
             return
-        self._partitions_at = now + _PARTITIONS_EVERY
+        self._partitions_made = now
         try:
             self._db.run(lambda db: partitions.make_ahead(db, now, self._width, told=self._told))
         except (psycopg.Error, StoreUnavailable) as exc:
