@@ -91,8 +91,8 @@ ORDER BY part, due_rank, id, seq
 """
 _CLAIMED = """
 SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
-JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
-    AND e.born = coalesce(r.born, r.created_at)
+CROSS JOIN LATERAL (SELECT * FROM durably_events AS e WHERE e.run_id = r.id
+    AND e.seq = r.event_count AND e.born = coalesce(r.born, r.created_at) OFFSET 0) AS e
 WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
     AND e.kind = 'claimed' AND e.at = %(now)s
     AND (e.data::jsonb ->> 'epoch')::bigint = r.lease_epoch

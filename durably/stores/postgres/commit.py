@@ -92,14 +92,16 @@ _FINISHED = """, ended AS (
 # this commit, whose answer was lost with its connection: `applied` reports it and keeps it
 # out of the update and the insert. The whole event is compared, not only its seq: after a
 # takeover, the seq a stale writer would use holds the new owner's CLAIMED event.
-# That look-up costs ~5% of a large batch, so a commit first runs without it, and again with
-# it only when the first answer may be wrong: its connection was lost, its events collide
-# with ones already written, or a checkpoint was refused (all three rare).
+# It reads each run's partition of the history alone (a lateral subquery: PostgreSQL prunes
+# the partitions for each run it joins). That look-up costs ~5% of a large batch, so a commit
+# first runs without it, and again with it only when the first answer may be wrong: its
+# connection was lost, its events collide with ones already written, or a checkpoint was
+# refused (all three rare).
 _APPLIED = """SELECT v.id FROM v
     JOIN e ON e.run_id = v.id AND e.seq = v.first_seq
     JOIN durably_runs AS r ON r.id = v.id
-    JOIN durably_events AS d ON d.run_id = e.run_id AND d.seq = e.seq
-        AND d.born = coalesce(r.born, r.created_at)
+    CROSS JOIN LATERAL (SELECT * FROM durably_events AS d WHERE d.run_id = e.run_id
+        AND d.seq = e.seq AND d.born = coalesce(r.born, r.created_at) OFFSET 0) AS d
     WHERE d.kind = e.kind AND d.at = e.at AND d.position IS NOT DISTINCT FROM e.position
         AND d.name IS NOT DISTINCT FROM e.name AND d.attempt IS NOT DISTINCT FROM e.attempt"""
 

@@ -14,7 +14,8 @@ from durably.core.status import FINAL, RunStatus
 from durably.stores.protocol import NewRun
 from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event, insert_run
-from durably.stores.sql.reads import Connection, Dialect, born_as
+from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.schema import BIRTH
 
 __all__ = ["fork"]
 
@@ -42,10 +43,12 @@ def fork(
         return False
     if not insert_run(db, dialect, run, events, now=now):
         return False
+    # on PostgreSQL, in the partition of the run's birth alone (pruned as the statement runs)
+    born = f" AND born = (SELECT {BIRTH} FROM durably_runs WHERE id = {mark})"
     last = db.execute(
-        f"SELECT max(e.seq) FROM durably_runs AS r JOIN durably_events AS e ON e.run_id = r.id"
-        f"{born_as(dialect, 'e', 'r')} WHERE r.id = {mark}",
-        (source,),
+        f"SELECT max(seq) FROM durably_events WHERE run_id = {mark}"
+        + (born if dialect.partitioned else ""),
+        (source, source) if dialect.partitioned else (source,),
     )
     seq = last.fetchone()[0] + 1
     insert_event(db, dialect, source, replace(note, seq=seq))
