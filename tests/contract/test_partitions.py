@@ -16,7 +16,7 @@ import pytest
 
 from durably.core.status import RunStatus
 from durably.stores import NewRun, Store, open_store
-from durably.stores.postgres import claims, partitions
+from durably.stores.postgres import partitions
 from durably.stores.postgres.store import PostgresStore
 from durably.stores.protocol import WorkerBeat
 from durably.stores.sql import reads
@@ -150,13 +150,17 @@ def test_a_claim_and_a_history_read_each_read_one_partition_of_thirty(
     later = clock.now() + timedelta(days=31)
 
     capture = _Capture()
-    reads.histories(capture, reads.POSTGRES, ["r7"])
+    reads.histories(capture, reads.POSTGRES, ["r7"])  # the births first, then by them:
+    reads.born_histories(capture, {"r7": ts(clock.now() + timedelta(days=7))})
     assert _scanned(postgres_url, capture.sql, capture.params) == ["durably_events_20260108"]
 
-    picked = claims.pick_one("r12", ["pending"], ts(later))
-    params = {"now": ts(later), "expires": ts(later + LEASE), "owner": "w"}
-    claims._lease(capture, picked, params)  # type: ignore[arg-type]
-    assert _scanned(postgres_url, capture.sql, capture.params) == ["durably_events_20260113"]
+    claims = pg.claim("w", [WORKFLOW], now=later, lease=LEASE, limit=3)  # born days 0, 1, 2
+    assert [len(claim.events) for claim in claims] == [2, 2, 2]
+    capture = _Capture()
+    births = {f"r{day}": ts(clock.now() + timedelta(days=day)) for day in (12, 20)}
+    reads.born_histories(capture, births)
+    scanned = _scanned(postgres_url, capture.sql, capture.params)
+    assert sorted(scanned) == ["durably_events_20260113", "durably_events_20260121"]
 
 
 def test_retention_drops_a_partition_whose_runs_are_all_gone(

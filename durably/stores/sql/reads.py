@@ -20,13 +20,14 @@ from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import StepFailed
 from durably.stores.protocol import Happened, RunRecord
 from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
-from durably.stores.sql.schema import CLAIM_RANK
+from durably.stores.sql.schema import BIRTH, CLAIM_RANK
 
 __all__ = [
     "POSTGRES",
     "SQLITE",
     "Dialect",
     "born_as",
+    "born_histories",
     "conditions",
     "get_run",
     "histories",
@@ -83,22 +84,33 @@ def histories(db: Connection, dialect: Dialect, run_ids: Sequence[str]) -> dict[
     found: dict[str, list[Event]] = {}
     if not run_ids:
         return found
-    if dialect.partitioned:  # through each run's row: its birth names its partition
-        which, params = dialect.one_of("r.id", run_ids)
-        columns = ", ".join(f"e.{column}" for column in EVENT_COLUMNS.split(", "))
-        query = (  # a nested loop (the OFFSET keeps the subquery apart): pruned run by run
-            f"SELECT e.run_id, {columns} FROM durably_runs AS r, LATERAL (SELECT * FROM"
-            f" durably_events AS e WHERE e.run_id = r.id{born_as(dialect, 'e', 'r')} OFFSET 0)"
-            f" AS e WHERE {which} ORDER BY e.run_id, e.seq"
-        )
-    else:
-        which, params = dialect.one_of("run_id", run_ids)
-        query = (
-            f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq"
-        )
-    rows = db.execute(query, params)
+    if dialect.partitioned:
+        rows = db.execute(f"SELECT id, {BIRTH} FROM durably_runs WHERE id = ANY(%s)", [run_ids])
+        return born_histories(db, dict(rows.fetchall()))
+    which, params = dialect.one_of("run_id", run_ids)
+    rows = db.execute(
+        f"SELECT run_id, {EVENT_COLUMNS} FROM durably_events WHERE {which} ORDER BY run_id, seq",
+        params,
+    )
     for run_id, *event in rows:
         found.setdefault(run_id, []).append(event_of(event))
+    return found
+
+
+def born_histories(db: Connection, births: Mapping[str, float]) -> dict[str, list[Event]]:
+    """PostgreSQL: the events of these runs (id: birth, schema.BIRTH), in order. The births
+    are values the statement is planned with (a custom plan: PostgreSQL keeps to those while
+    a generic one would read every partition), so it reads only their partitions of the
+    history."""
+    found: dict[str, list[Event]] = {}
+    rows = db.execute(
+        f"SELECT run_id, born, {EVENT_COLUMNS} FROM durably_events"
+        " WHERE run_id = ANY(%s) AND born = ANY(%s) ORDER BY run_id, seq",
+        [list(births), sorted(set(births.values()))],
+    )
+    for run_id, born, *event in rows:
+        if born == births[run_id]:  # not a row of an earlier run of its id, of another birth
+            found.setdefault(run_id, []).append(event_of(event))
     return found
 
 
