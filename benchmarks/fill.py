@@ -338,10 +338,16 @@ def fill_postgres(url: str, plan: Plan, progress: Callable[[int, int], object]) 
             [cancels(plan.runs)],
         ).fetchall()
         db.commit()
+        make_partitions(db, plan)
         runs = events = 0
         for made in batches(plan, iter([n for (n,) in ids])):
+            # each event with its run's birth: the partition of its history
+            born = {row[0]: row[7] for row in made.runs}
+            made.events = [(*row, born[row[0]]) for row in made.events]
             with db.cursor() as cursor:
                 for (table, columns), rows in zip(TABLES, made.tables(), strict=True):
+                    if table == "durably_events":
+                        columns += ", born"
                     with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                         for row in rows:
                             copy.write_row(row)
@@ -351,6 +357,21 @@ def fill_postgres(url: str, plan: Plan, progress: Callable[[int, int], object]) 
     with psycopg.connect(postgres_url(url), autocommit=True) as db:
         db.execute("VACUUM ANALYZE durably_runs, durably_events, durably_audit")
     return events
+
+
+def make_partitions(db: Any, plan: Plan) -> None:
+    """The history's partitions of the days the fill's runs are born in, as workers that ran
+    those days would have made them ahead (durably.stores.postgres.partitions)."""
+    from durably.stores.postgres import partitions
+
+    db.commit()
+    db.autocommit = True
+    day = partitions.DEFAULT_WIDTH.total_seconds()
+    at = plan.end - plan.days * 86_400
+    while at <= plan.end + day:
+        partitions.make_ahead(db, at, partitions.DEFAULT_WIDTH, told=set())
+        at += day * (partitions.AHEAD + 1)
+    db.autocommit = False
 
 
 def store_size(url: str) -> int:

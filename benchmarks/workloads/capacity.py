@@ -48,7 +48,10 @@ UPKEEP = (  # the c=32 pair's upkeep, fitted per step and per run besides its st
     ("prune_cpu", "deleting it (retention): PostgreSQL CPU", "us", 1e6),
     ("prune_wal", "deleting it (retention): WAL", "bytes", 1.0),
 )
-TABLES = "pg_total_relation_size('durably_runs'), pg_total_relation_size('durably_events')"
+TABLES = (  # the history with its partitions, if any (durably.stores.postgres.partitions)
+    "pg_total_relation_size('durably_runs'), (SELECT coalesce(sum(pg_total_relation_size(relid)),"
+    " 0)::bigint FROM pg_partition_tree('durably_events'))"
+)
 _counted: list[bool] = []  # statements.count() patches the drivers once a process
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,6 +98,9 @@ def migrate_store(url: str | None = None) -> Migration:
     what `durably migrate` does, as a role that may change the schema."""
     store = _open(url, create=True)
     try:
+        keep = getattr(store, "keep_partitions", None)  # PostgreSQL's (SQLite has none)
+        if keep is not None:  # the history's partitions of the days ahead
+            keep(time.time())
         return Migration(store.url, found=store.schema_found, now=LATEST_VERSION)
     finally:
         store.close()

@@ -37,11 +37,14 @@ def append_row(app: durably.App, run_id: str, kind: str, at: object) -> int:
     """A row appended to the run's history behind the engine's back; its seq."""
     store_url = app.store_url or ""
     seq = max(e.seq for e in app.client.history(run_id)) + 1
+    # PostgreSQL's history rows carry their run's birth (durably.stores.postgres.partitions)
+    born = ("", "") if store_url.startswith("sqlite") else (", born", ", created_at")
     execute_sql(
         store_url,
-        "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
-        " VALUES (?, ?, ?, ?, NULL, NULL, NULL, NULL)",
-        [run_id, seq, kind, at],
+        f"INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data"
+        f"{born[0]}) SELECT ?, ?, ?, ?, NULL, NULL, NULL, NULL{born[1]}"
+        " FROM durably_runs WHERE id = ?",
+        [run_id, seq, kind, at, run_id],
     )
     execute_sql(store_url, "UPDATE durably_runs SET event_count = ? WHERE id = ?", [seq, run_id])
     return seq

@@ -84,7 +84,9 @@ def keyed_by_run(url: str) -> list[str]:
             "SELECT table_name FROM information_schema.columns"
             " WHERE column_name = 'run_id' AND table_schema = current_schema()"
         )
-    tables = {name for (name,) in sql_rows(url, query)} - {"durably_events", "durably_audit"}
+    found = {name for (name,) in sql_rows(url, query)} - {"durably_audit"}
+    # PostgreSQL's history partitions (durably_events_<day>) are the history too
+    tables = {name for name in found if not name.startswith("durably_events")}
     assert {"durably_inbox", "durably_attributes"} <= tables
     return sorted(tables)
 

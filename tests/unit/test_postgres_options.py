@@ -4,11 +4,13 @@ transaction pooler cannot carry."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
 
 from durably.errors import ConfigError
+from durably.stores.postgres import partitions
 from durably.stores.postgres.options import store_options
 
 URL = "postgresql://app@db.internal:6432/shop"
@@ -71,3 +73,25 @@ def test_synchronous_commit_goes_on_the_role_behind_a_transaction_pooler() -> No
 def test_a_listen_url_that_is_no_url_is_refused_when_the_store_opens() -> None:
     with pytest.raises(ConfigError, match="listen_url is not a PostgreSQL URL"):
         store_options(f"{URL}?pgbouncer=transaction&listen_url=nonsense")
+
+
+def test_the_history_partition_width_is_taken_out_of_the_url() -> None:
+    options = store_options("postgresql://h/db?history_partition=7d&sslmode=require")
+    assert options.history_partition == timedelta(days=7)
+    assert options.url == "postgresql://h/db?sslmode=require"
+    assert store_options("postgresql://h/db").history_partition == timedelta(days=1)
+
+
+@pytest.mark.parametrize("width", ["5m", "400d", "90s30ms", "soon"])
+def test_a_history_partition_width_that_will_not_do_is_refused(width: str) -> None:
+    with pytest.raises(ConfigError, match="history_partition"):
+        store_options(f"postgresql://h/db?history_partition={width}")
+
+
+def test_partition_ranges_are_aligned_on_the_epoch_and_named_by_their_start() -> None:
+    day = timedelta(days=1)
+    ranges = partitions.ranges_ahead(86_400 * 3 + 5, day)
+    assert ranges[0] == (86_400 * 3, 86_400 * 4)
+    assert len(ranges) == partitions.AHEAD + 1
+    assert partitions.name_of(ranges[0][0], day) == "durably_events_19700104"
+    assert partitions.name_of(3_600, timedelta(hours=12)) == "durably_events_19700101_0100"

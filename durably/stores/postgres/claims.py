@@ -17,7 +17,7 @@ from durably.stores.postgres.connections import Connections
 from durably.stores.protocol import Claim, Delivery
 from durably.stores.sql import inbox, reads
 from durably.stores.sql.queues import lock_queues, pick
-from durably.stores.sql.rows import event_of, from_ts
+from durably.stores.sql.rows import from_ts
 from durably.stores.sql.schema import CLAIM_RANK
 
 __all__ = ["SKIP_LOCKED", "Pick", "lease_limited", "lease_once", "pick_ids", "pick_one"]
@@ -41,15 +41,17 @@ _PICK_IDS = (
 
 # The lease. `logged` writes each run's `claimed` event with the data claimed_data
 # (durably.stores.sql.rows) gives: the owner's part is JSON Python wrote (a parameter), the
-# epoch and the owner taken over from, if any, are added here. The statement's reads see the
-# store as it was before the statement: the history read is the one before the claim, and
-# the claim's own event is handed back from `logged`. One row shape for three kinds of rows
-# (`part`): 0, a leased run, in claim order (its workflow, input, epoch, inbox count,
-# priority, and its `claimed` event's seq, time and data); 1, an event of its history before
-# the claim; 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
-# `at`). The reads go
-# by arrays of the leased ids, so that they are index look-ups whatever the planner guesses
-# of how many runs a claim leases.
+# epoch and the owner taken over from, if any, are added here. The claim's own event is
+# handed back from `logged`. One row shape for two kinds of rows (`part`): 0, a leased run,
+# in claim order (its workflow, input, epoch, birth, priority, and its `claimed` event's seq,
+# time and data); 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
+# `at`). The messages are read by an array of the leased ids, so that they are index
+# look-ups whatever the planner guesses of how many runs a claim leases. The histories are
+# read by a second statement (reads.born_histories), given the runs' births as values: a
+# read of the partitioned history in this statement, by births it learns only as it runs,
+# was planned and set up over every partition (PostgreSQL prunes them only as it runs), and
+# a claim cost 2.7x as much beside 36 daily partitions as beside none (measured); given as
+# values, the births prune the partitions as the read is planned.
 _LEASE = """
 WITH picked AS ({pick}),
 leased AS (
@@ -59,24 +61,21 @@ leased AS (
         began_at = coalesce(r.began_at, %s)
     FROM picked WHERE r.id = picked.id
     RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority, r.event_count,
-        picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank
+        picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank,
+        coalesce(r.born, r.created_at) AS born
 ),
 logged AS (
-    INSERT INTO durably_events (run_id, seq, kind, at, data)
-    SELECT id, event_count, 'claimed', %s, %s::text || lease_epoch || CASE
+    INSERT INTO durably_events (run_id, seq, kind, at, born, data)
+    SELECT id, event_count, 'claimed', %s, born, %s::text || lease_epoch || CASE
             WHEN previous_status = 'running' AND previous_owner <> ''
             THEN ', "took_over_from": ' || to_json(previous_owner)::text ELSE '' END || '}'
     FROM leased
     RETURNING run_id, seq, at, data
 )
 SELECT 0 AS part, l.due_rank, l.id, l.workflow AS t1, l.input AS t2, l.lease_epoch AS n1,
-    l.inbox::bigint AS n2, l.priority::bigint AS n3, g.seq::bigint, 'claimed' AS kind, g.at,
+    l.born AS n2, l.priority::bigint AS n3, g.seq::bigint, 'claimed' AS kind, g.at,
     NULL::integer AS position, NULL::text AS name, NULL::integer AS attempt, g.data
 FROM leased AS l JOIN logged AS g ON g.run_id = l.id
-UNION ALL
-SELECT 1, NULL, e.run_id, NULL, NULL, NULL, NULL, NULL, e.seq, e.kind, e.at, e.position, e.name,
-    e.attempt, e.data
-FROM durably_events AS e WHERE e.run_id = ANY(ARRAY(SELECT id FROM leased))
 UNION ALL
 SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at, NULL, m.name,
     NULL, m.data
@@ -85,7 +84,8 @@ ORDER BY part, due_rank, id, seq
 """
 _CLAIMED = """
 SELECT r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority FROM durably_runs AS r
-JOIN durably_events AS e ON e.run_id = r.id AND e.seq = r.event_count
+CROSS JOIN LATERAL (SELECT * FROM durably_events AS e WHERE e.run_id = r.id
+    AND e.seq = r.event_count AND e.born = coalesce(r.born, r.created_at) OFFSET 0) AS e
 WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(now)s
     AND e.kind = 'claimed' AND e.at = %(now)s
     AND (e.data::jsonb ->> 'epoch')::bigint = r.lease_epoch
@@ -167,13 +167,17 @@ def _lease(db: psycopg.Connection[Any], picked: Pick, params: dict[str, Any]) ->
     lease_params = [owner, params["expires"], at, at, at, head]
     statement = _LEASE.replace("{pick}", pick_sql)  # its JSON has braces of its own
     rows = db.execute(statement, [*pick_params, *lease_params]).fetchall()
-    return _claims(rows)
+    births = {row[2]: row[6] for row in rows if row[0] == 0}
+    # the histories: no one but the lease's holder writes a leased run's events, so a read
+    # after the lease's commit reads those before it, and the claimed event it wrote
+    events = reads.born_histories(db, births) if births else {}
+    return _claims(rows, events)
 
 
-def _claims(rows: Sequence[Sequence[Any]]) -> list[Claim]:
-    """The claims of _LEASE's rows (runs first, then their events and messages in order)."""
+def _claims(rows: Sequence[Sequence[Any]], events: dict[str, list[Event]]) -> list[Claim]:
+    """The claims of _LEASE's rows (runs first, then their messages in order), with their
+    histories (read after the lease: the claimed events are taken from its rows)."""
     leased: list[tuple[Any, ...]] = []
-    events: dict[str, list[Event]] = {}
     claimed: dict[str, Event] = {}
     mail: dict[str, list[Delivery]] = {}
     for part, _, run_id, t1, t2, n1, _, n3, *event in rows:
@@ -181,12 +185,12 @@ def _claims(rows: Sequence[Sequence[Any]]) -> list[Claim]:
         if part == 0:
             claimed[run_id] = Event(seq, EventKind.CLAIMED, from_ts(at), None, None, None, data)
             leased.append((run_id, t1, t2, n1, 0, n3))  # the inbox count: not needed
-            events[run_id] = []
-        elif part == 1:
-            events[run_id].append(event_of(event))
         else:
             mail.setdefault(run_id, []).append(Delivery(seq, kind, name, data, t1, from_ts(at)))
-    histories = {run_id: [*events[run_id], claimed[run_id]] for run_id in claimed}
+    histories = {
+        run_id: [*(e for e in events.get(run_id, []) if e.seq < event.seq), event]
+        for run_id, event in claimed.items()
+    }
     return inbox.claims_of(leased, histories, mail)
 
 

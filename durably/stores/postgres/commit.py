@@ -51,10 +51,10 @@ WITH v AS (
     FROM v
     WHERE r.id = v.id AND r.lease_epoch = v.epoch AND r.status = 'running'
         AND v.id NOT IN (SELECT id FROM applied)
-    RETURNING r.id, r.available_at
+    RETURNING r.id, r.available_at, coalesce(r.born, r.created_at) AS born
 ), appended AS (
-    INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)
-    SELECT * FROM e WHERE e.run_id IN (SELECT id FROM fenced)
+    INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data, born)
+    SELECT e.*, fenced.born FROM e JOIN fenced ON fenced.id = e.run_id
 ){consumed}, woken AS (
     SELECT pg_notify('durably_due', '') FROM v JOIN fenced USING (id)
     WHERE v.status = 'pending' AND fenced.available_at <= %(now)s
@@ -76,7 +76,8 @@ _FINISHED = """, ended AS (
     FROM ended WHERE ids IS NOT NULL
 )"""
 # One statement, so one round trip: the fenced update of every run in the batch, the insert of
-# the events of those whose epoch held (a CTE sees the update's RETURNING), the deletion of the
+# the events of those whose epoch held (a CTE sees the update's RETURNING), each with its run's
+# birth (the partition of its history: durably.stores.postgres.partitions), the deletion of the
 # inbox messages those events fold in (`consumed`; the update took their count off the run's
 # `inbox`: only the holder deletes them, so each is still there), a wake-up for runs handed back
 # due now (a hand-back to wait is due now all the same when messages came in while the run was
@@ -91,12 +92,16 @@ _FINISHED = """, ended AS (
 # this commit, whose answer was lost with its connection: `applied` reports it and keeps it
 # out of the update and the insert. The whole event is compared, not only its seq: after a
 # takeover, the seq a stale writer would use holds the new owner's CLAIMED event.
-# That look-up costs ~5% of a large batch, so a commit first runs without it, and again with
-# it only when the first answer may be wrong: its connection was lost, its events collide
-# with ones already written, or a checkpoint was refused (all three rare).
+# It reads each run's partition of the history alone (a lateral subquery: PostgreSQL prunes
+# the partitions for each run it joins). That look-up costs ~5% of a large batch, so a commit
+# first runs without it, and again with it only when the first answer may be wrong: its
+# connection was lost, its events collide with ones already written, or a checkpoint was
+# refused (all three rare).
 _APPLIED = """SELECT v.id FROM v
     JOIN e ON e.run_id = v.id AND e.seq = v.first_seq
-    JOIN durably_events AS d ON d.run_id = e.run_id AND d.seq = e.seq
+    JOIN durably_runs AS r ON r.id = v.id
+    CROSS JOIN LATERAL (SELECT * FROM durably_events AS d WHERE d.run_id = e.run_id
+        AND d.seq = e.seq AND d.born = coalesce(r.born, r.created_at) OFFSET 0) AS d
     WHERE d.kind = e.kind AND d.at = e.at AND d.position IS NOT DISTINCT FROM e.position
         AND d.name IS NOT DISTINCT FROM e.name AND d.attempt IS NOT DISTINCT FROM e.attempt"""
 

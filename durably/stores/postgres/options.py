@@ -8,18 +8,23 @@ libpq (which refuses query parameters it does not know) sees the URL:
   prepared statements, no session SET, and no LISTEN through it;
 - `listen_url=...`: where to LISTEN for wake-ups instead of the URL itself, a connection
   straight to the same database (percent-encoded if it has `&` or `%` in it). Behind a
-  transaction pooler without one, nothing listens: workers and waiters poll.
+  transaction pooler without one, nothing listens: workers and waiters poll;
+- `history_partition=7d` (1d by default): how wide a range of run births each partition of
+  the history this process makes holds (durably.stores.postgres.partitions).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
+from durably.durations import parse_duration
 from durably.errors import ConfigError
+from durably.stores.postgres.partitions import DEFAULT_WIDTH, check_width
 
 __all__ = ["POOL_MODES", "SYNCHRONOUS_COMMIT", "StoreOptions", "store_options"]
 
@@ -33,6 +38,7 @@ class StoreOptions:
     synchronous_commit: str | None  # None: the server's (role's, database's) setting
     transaction_pooling: bool  # behind a pooler in transaction mode
     listen_url: str | None  # where LISTEN connects; None: nowhere (wake-ups by polling only)
+    history_partition: timedelta = DEFAULT_WIDTH  # the births a history partition holds
 
 
 def store_options(
@@ -50,6 +56,7 @@ def store_options(
     pool_mode = (pgbouncer or from_url or "session").strip().lower()
     url, from_url = without_option(url, "listen_url")
     listen_url = listen_url or from_url
+    url, width = without_option(url, "history_partition")
     if synchronous_commit is not None and synchronous_commit not in SYNCHRONOUS_COMMIT:
         raise ConfigError(
             f"synchronous_commit={synchronous_commit!r} is not a PostgreSQL setting: use one "
@@ -85,7 +92,16 @@ def store_options(
             ) from None
     elif not pooled:
         listen_url = url
-    return StoreOptions(url, synchronous_commit, pooled, listen_url)
+    return StoreOptions(url, synchronous_commit, pooled, listen_url, _width(width))
+
+
+def _width(text: str | None) -> timedelta:
+    if text is None:
+        return DEFAULT_WIDTH
+    try:
+        return check_width(parse_duration(text, what="history_partition"))
+    except ValueError as exc:
+        raise ConfigError(f"history_partition={text!r} in the store URL: {exc}") from None
 
 
 def without_option(url: str, name: str) -> tuple[str, str | None]:

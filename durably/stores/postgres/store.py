@@ -20,19 +20,17 @@ import random
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
-from durably.core.history import EventKind
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.core.webhooks import StatusChange
 from durably.errors import StoreUnavailable
-from durably.stores.postgres import claims
+from durably.stores.postgres import claims, partitions, starts
 from durably.stores.postgres.commit import OUTPUTS_CHANNEL, WAKE_CHANNEL, Batch, run_lines
 from durably.stores.postgres.connections import Connections, redact
 from durably.stores.postgres.listen import CHANGES_CHANNEL, Wakeups, switch_changes
@@ -45,9 +43,9 @@ from durably.stores.protocol import (
     NewRun,
     RunRecord,
     Serves,
+    WorkerBeat,
 )
 from durably.stores.sql import (
-    audit,
     debounce,
     inbox,
     reads,
@@ -55,7 +53,7 @@ from durably.stores.sql import (
 )
 from durably.stores.sql.due import due_statements
 from durably.stores.sql.queues import limited_of, plain_condition
-from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
+from durably.stores.sql.rows import created_record, ts
 from durably.stores.sql.schema import (
     LATEST_VERSION,
     check_schema,
@@ -71,66 +69,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 log = logging.getLogger("durably.store")
 
-_INSERT_EVENT = (
-    "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-)
-_CREATE = """
-WITH created AS (
-    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id, queue, queue_key)
-    VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(due)s, 1, %(priority)s,
-        %(version)s, %(correlation_id)s, %(queue)s, %(key)s)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id
-), started AS (
-    INSERT INTO durably_events (run_id, seq, kind, at, data)
-    SELECT id, 1, %(kind)s, %(at)s, %(started)s FROM created
-), attributes AS (
-    INSERT INTO durably_attributes (run_id, name, value)
-    SELECT id, a.name, a.value
-    FROM created, unnest(%(names)s::text[], %(values)s::text[]) AS a(name, value)
-), woken AS (
-    SELECT pg_notify('durably_due', %(workflow)s) FROM created
-)
-SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
-"""
-_CREATE_MANY = """
-WITH v AS (
-    SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
-        %(priority)s::int[], %(version)s::text[], %(correlation_id)s::text[],
-        %(started)s::text[], %(queue)s::text[], %(key)s::text[], %(due)s::float8[])
-        WITH ORDINALITY AS v(id, workflow, input, priority, version, correlation_id, started,
-            queue, key, due, n)
-), created AS (
-    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id, queue, queue_key)
-    SELECT id, workflow, 'pending', input, %(at)s, %(at)s, coalesce(due, %(at)s), 1, priority,
-        version, correlation_id, queue, key
-    FROM v ORDER BY n
-    ON CONFLICT (id) DO NOTHING
-    RETURNING id, workflow
-), started AS (
-    INSERT INTO durably_events (run_id, seq, kind, at, data)
-    SELECT DISTINCT ON (v.id) v.id, 1, %(kind)s, %(at)s, v.started
-    FROM created JOIN v ON v.id = created.id ORDER BY v.id, v.n  -- an id given twice: its first
-), attributes AS (
-    INSERT INTO durably_attributes (run_id, name, value)
-    SELECT a.id, a.name, a.value
-    FROM unnest(%(attribute_run)s::text[], %(attribute_name)s::text[],
-        %(attribute_value)s::text[]) AS a(id, name, value)
-    JOIN created ON created.id = a.id
-), woken AS (
-    SELECT pg_notify('durably_due', workflow) FROM (SELECT DISTINCT workflow FROM created) AS w
-)
-SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
-"""
-# A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
-# NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
-# The attributes given are only those of each id's first occurrence (create_runs picks them).
 _WAKE_CHANNEL = WAKE_CHANNEL
 _DONE_CHANNEL = "durably_done"  # payload: the ids of the runs a commit ended, a line each
 _DEADLOCK_TRIES = 5
+_PARTITIONS_EVERY = 3_600.0  # seconds between a store's making of partitions ahead
 _MIGRATION_LOCK = 0x6475726162  # any fixed number; serialises concurrent migrations
 
 
@@ -166,6 +108,9 @@ class PostgresStore(SqlStore):
         self._transaction_pool: Connections | None = None
         self._transactions_lock = threading.Lock()
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
+        self._width = options.history_partition
+        self._partitions_made: float | None = None  # when it last made partitions ahead
+        self._told: set[str] = set()  # partitions refused, said once
         self._db = Connections(
             url,
             self.url,
@@ -179,6 +124,42 @@ class PostgresStore(SqlStore):
         except BaseException:
             self._db.close()  # nobody else can: the caller gets no store to close
             raise
+
+    def beat(self, worker: WorkerBeat) -> None:
+        super().beat(worker)
+        self.keep_partitions(ts(worker.seen_at))
+
+    def keep_partitions(self, now: float) -> None:
+        """Make the history's partitions ahead of `now` (an hour apart at most): never fails,
+        but says why it could not (its rows go to the DEFAULT partition meanwhile)."""
+        last = self._partitions_made
+        if last is not None and abs(now - last) < _PARTITIONS_EVERY:  # (clocks may disagree)
+            return
+        self._partitions_made = now
+        try:
+            self._db.run(lambda db: partitions.make_ahead(db, now, self._width, told=self._told))
+        except (psycopg.Error, StoreUnavailable) as exc:
+            if "ahead" not in self._told:  # e.g. a role that may not create tables
+                self._told.add("ahead")
+                log.warning("the history's partitions were not made ahead: %s", exc)
+
+    def prune(self, before: datetime, *, limit: int) -> int:
+        # Partitions born before `before` first, each dropped once its runs are gone; then
+        # the rest row by row (the DEFAULT partition, and runs of partitions not yet past).
+        deleted = 0
+        for partition in self._db.run(partitions.listed):
+            if partition.high is None or partition.high > ts(before) or deleted >= limit:
+                continue
+            deleted += self._db.run(
+                functools.partial(
+                    partitions.prune_partition,
+                    partition=partition,
+                    before=ts(before),
+                    limit=limit - deleted,
+                ),
+                transaction=True,
+            )
+        return deleted + (super().prune(before, limit=limit - deleted) if deleted < limit else 0)
 
     def _configure(self, db: psycopg.Connection[Any]) -> None:
         if self.synchronous_commit is not None:
@@ -199,7 +180,7 @@ class PostgresStore(SqlStore):
             )
         # Safe to repeat (ON CONFLICT DO NOTHING). A create whose answer was lost with its
         # connection is found on the second try as an existing run: (run, False).
-        if self._db.run(lambda db: _create(db, run, now), transaction=run.audit is not None):
+        if self._db.run(lambda db: starts.create(db, run, now), transaction=run.audit is not None):
             return created_record(run, now), True
         existing = self.get_run(run.id)
         assert existing is not None
@@ -209,40 +190,16 @@ class PostgresStore(SqlStore):
         if not runs:
             return []
         if any(run.debounce is not None for run in runs):
-            return self._db.run(lambda db: _create_each(db, runs, now), transaction=True)
-        params = {
-            "id": [run.id for run in runs],
-            "workflow": [run.workflow for run in runs],
-            "input": [run.input for run in runs],
-            "priority": [run.priority for run in runs],
-            "version": [run.version for run in runs],
-            "correlation_id": [run.correlation_id for run in runs],
-            "started": [run.started for run in runs],
-            "queue": [run.queue for run in runs],
-            "key": [run.key for run in runs],
-            "due": [None if run.due is None else ts(run.due) for run in runs],
-            "at": ts(now),
-            "kind": str(EventKind.RUN_STARTED),
-        }
-        firsts = {run.id: run for run in reversed(runs)}  # an id given twice: its first
-        audited = {run_id: run.audit for run_id, run in firsts.items() if run.audit is not None}
-        named = [(run.id, *item) for run in firsts.values() for item in run.attributes.items()]
-        params["attribute_run"] = [run_id for run_id, _, _ in named]
-        params["attribute_name"] = [name for _, name, _ in named]
-        params["attribute_value"] = [value for _, _, value in named]
-
-        def create(db: psycopg.Connection[Any]) -> set[str]:
-            made = {row[0] for row in db.execute(_CREATE_MANY, params)}
-            for run_id in made & audited.keys():
-                audit.record(db, reads.POSTGRES, audited[run_id], now=now, run_id=run_id)
-            return made
-
+            return self._db.run(lambda db: starts.create_each(db, runs, now), transaction=True)
         # Safe to repeat, like create_run: a second try finds the first's runs as existing.
-        made = self._db.run(create, transaction=bool(audited))
+        made = self._db.run(
+            functools.partial(starts.create_many, runs=runs, now=now),
+            transaction=any(run.audit is not None for run in runs),
+        )
         others = list(dict.fromkeys(run.id for run in runs if run.id not in made))
         existing: dict[str, RunRecord] = {}
         if others:  # read after the insert: a run another transaction created is visible now
-            existing = self._db.run(lambda db: _runs_by_id(db, others))
+            existing = self._db.run(lambda db: starts.runs_by_id(db, others))
         outcomes: list[tuple[RunRecord, bool]] = []
         for run in runs:
             if run.id in made:
@@ -496,48 +453,20 @@ class PostgresStore(SqlStore):
             self._db.run(lambda db: check_schema(db, "postgres", self.url))
             return LATEST_VERSION  # migrated meanwhile by another process
         try:
-            return self._db.run(self._migrate, transaction=True)
+            found = self._db.run(self._migrate, transaction=True)
         except psycopg.errors.InsufficientPrivilege as exc:
             refused = exc.diag.message_primary or str(exc).splitlines()[0]
             why = f", and this role may not change the schema ({refused})"
             raise not_current(found, self.url, why) from None
+        # the history's partitions of now and ahead, before any worker beats: by the clock
+        # here, the one time the store reads it (workers' beats go by theirs)
+        self.keep_partitions(time.time())
+        return found
 
     def _migrate(self, db: psycopg.Connection[Any]) -> int:
         """In one transaction, under a lock: safe to repeat, it reads the version first."""
         db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         return migrate(db, "postgres", self.url)
-
-
-def _create(db: psycopg.Connection[Any], run: NewRun, now: datetime) -> bool:
-    """Insert `run` with its run_started event and a wake-up, unless its id is taken; its
-    audit entry in the same transaction (the caller's, when it has one)."""
-    at = ts(now)
-    params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
-    params["due"] = at if run.due is None else ts(run.due)
-    params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
-    del params["audit"], params["attributes"]
-    row = db.execute(_CREATE, params).fetchone()
-    created = row is not None and row[0] == 1
-    if created and run.audit is not None:
-        audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
-    return created
-
-
-def _create_each(
-    db: psycopg.Connection[Any], runs: Sequence[NewRun], now: datetime
-) -> list[tuple[RunRecord, bool]]:
-    """A batch with debounced starts in it: each start in turn, in the caller's transaction,
-    so that a start of a key finds the run an earlier one of the batch made. Safe to repeat,
-    like create_run (a debounced start's count aside)."""
-    outcomes: list[tuple[RunRecord, bool]] = []
-    for run in runs:
-        if run.debounce is not None:
-            outcomes.append(debounce.gather(db, reads.POSTGRES, run, now=now))
-        elif _create(db, run, now):
-            outcomes.append((created_record(run, now), True))
-        else:
-            outcomes.append((_runs_by_id(db, [run.id])[run.id], False))
-    return outcomes
 
 
 def _despite_deadlocks(work: Callable[[], T]) -> T:
@@ -560,10 +489,3 @@ def _left(db: psycopg.Connection[Any]) -> str:
     if status == psycopg.pq.TransactionStatus.INTRANS:
         return "open"
     return "aborted" if status == psycopg.pq.TransactionStatus.INERROR else "ended"
-
-
-def _runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, RunRecord]:
-    rows = db.execute(
-        f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ANY(%s)", (list(ids),)
-    ).fetchall()
-    return {record.id: record for record in map(run_of, rows)}

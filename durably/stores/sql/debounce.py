@@ -21,6 +21,7 @@ from durably.stores.protocol import NewRun, RunRecord
 from durably.stores.sql import audit
 from durably.stores.sql.reads import POSTGRES, Connection, Dialect
 from durably.stores.sql.rows import RUN_COLUMNS, run_of, ts
+from durably.stores.sql.schema import BIRTH
 
 __all__ = ["gather"]
 
@@ -70,10 +71,11 @@ def gather(
     )
     started = (run.id, str(EventKind.RUN_STARTED), at, run.started)
     if dialect == POSTGRES:  # one round trip: the run_started event by the same statement
+        # the event's birth is its run's (schema.BIRTH), as the run's row says
         row = db.execute(
-            f"WITH gathered AS ({upsert}), started AS (INSERT INTO durably_events"
-            " (run_id, seq, kind, at, data) SELECT id, 1, %s, %s, %s FROM gathered"
-            f" WHERE id = %s) SELECT {RUN_COLUMNS} FROM gathered",
+            f"WITH gathered AS ({upsert}, {BIRTH} AS birth), started AS (INSERT INTO"
+            " durably_events (run_id, seq, kind, at, data, born) SELECT id, 1, %s, %s, %s,"
+            f" birth FROM gathered WHERE id = %s) SELECT {RUN_COLUMNS} FROM gathered",
             (*values, *started[1:], run.id),
         ).fetchone()
         record = run_of(row)

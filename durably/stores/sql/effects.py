@@ -19,6 +19,7 @@ from durably.stores.protocol import Checkpoint, Message, NewRun, SentOutcome
 from durably.stores.sql import attributes, inbox
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import event_row, ts
+from durably.stores.sql.schema import BIRTH
 
 __all__ = ["apply", "insert_event", "insert_run"]
 
@@ -84,12 +85,18 @@ def insert_run(
 
 
 def insert_event(db: Connection, dialect: Dialect, run_id: str, event: Event) -> None:
+    """Append `event` to the history of the run `run_id` (which exists: on PostgreSQL its
+    row gives the event its birth, schema.BIRTH)."""
     marks = ", ".join([dialect.mark] * 8)
-    db.execute(
-        "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
-        f" VALUES ({marks})",
-        event_row(run_id, event),
-    )
+    columns = "run_id, seq, kind, at, position, name, attempt, data"
+    if dialect.partitioned:
+        db.execute(
+            f"INSERT INTO durably_events ({columns}, born) SELECT {marks}, {BIRTH}"
+            f" FROM durably_runs WHERE id = {dialect.mark}",
+            (*event_row(run_id, event), run_id),
+        )
+        return
+    db.execute(f"INSERT INTO durably_events ({columns}) VALUES ({marks})", event_row(run_id, event))
 
 
 def _begin_generation(db: Connection, dialect: Dialect, checkpoint: Checkpoint) -> None:
@@ -102,9 +109,11 @@ def _begin_generation(db: Connection, dialect: Dialect, checkpoint: Checkpoint) 
         f" WHERE id = {mark}",
         (checkpoint.input, checkpoint.version, run_id),
     )
-    db.execute(
-        f"DELETE FROM durably_events WHERE run_id = {mark} AND seq < {mark}",
-        (run_id, checkpoint.events[0].seq),
+    born = f" AND born = (SELECT {BIRTH} FROM durably_runs WHERE id = {mark})"
+    db.execute(  # on PostgreSQL, in the partition of the run's birth alone
+        f"DELETE FROM durably_events WHERE run_id = {mark} AND seq < {mark}"
+        + (born if dialect.partitioned else ""),
+        (run_id, checkpoint.events[0].seq, *((run_id,) if dialect.partitioned else ())),
     )
 
 

@@ -15,6 +15,7 @@ from durably.stores.protocol import NewRun
 from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event, insert_run
 from durably.stores.sql.reads import Connection, Dialect
+from durably.stores.sql.schema import BIRTH
 
 __all__ = ["fork"]
 
@@ -42,7 +43,13 @@ def fork(
         return False
     if not insert_run(db, dialect, run, events, now=now):
         return False
-    last = db.execute(f"SELECT max(seq) FROM durably_events WHERE run_id = {mark}", (source,))
+    # on PostgreSQL, in the partition of the run's birth alone (pruned as the statement runs)
+    born = f" AND born = (SELECT {BIRTH} FROM durably_runs WHERE id = {mark})"
+    last = db.execute(
+        f"SELECT max(seq) FROM durably_events WHERE run_id = {mark}"
+        + (born if dialect.partitioned else ""),
+        (source, source) if dialect.partitioned else (source,),
+    )
     seq = last.fetchone()[0] + 1
     insert_event(db, dialect, source, replace(note, seq=seq))
     db.execute(f"UPDATE durably_runs SET event_count = {mark} WHERE id = {mark}", (seq, source))

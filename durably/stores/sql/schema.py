@@ -16,6 +16,7 @@ from durably.errors import ConfigError, SchemaTooOld
 from durably.stores.sql.rows import check_version
 
 __all__ = [
+    "BIRTH",
     "CHANGES_TRIGGER",
     "CLAIM_RANK",
     "CREATE_META",
@@ -401,6 +402,71 @@ _V13 = [
     " WHERE queue IS NOT NULL",
 ]
 
+# The birth of a run on PostgreSQL (durably.stores.postgres.partitions): the time its history is
+# partitioned by. NULL `born`, every run made since V14, is its created_at; the runs of before
+# V14 read 0 (the column's default when it was added, kept by PostgreSQL without writing a
+# row), so their histories stay where they were: the legacy partition, of births below 1.
+# Indexed as written here, by its text: what retention finds a partition's runs by.
+BIRTH = "coalesce(born, created_at)"
+
+_V14: list[str | dict[str, str]] = [
+    # PostgreSQL partitions the history by the birth of its run: retention drops a partition
+    # whose runs have all gone, instead of deleting its rows one by one. A run's events all
+    # have its birth, so each run's history lives whole in one partition. SQLite: none of it.
+    {"postgres": "ALTER TABLE durably_runs ADD COLUMN born DOUBLE PRECISION DEFAULT 0"},
+    {"postgres": "ALTER TABLE durably_runs ALTER COLUMN born DROP DEFAULT"},
+    {"postgres": f"CREATE INDEX durably_runs_born ON durably_runs (({BIRTH}))"},
+    # The history so far becomes the legacy partition as it is: no row is rewritten and no
+    # index built (its unique indexes are kept as that partition's own, see below). Adding
+    # the check reads it once, under the migration's lock, so that attaching it does not.
+    {"postgres": "ALTER TABLE durably_events RENAME TO durably_events_legacy"},
+    {"postgres": "ALTER INDEX durably_events_pkey RENAME TO durably_events_legacy_pkey"},
+    {
+        "postgres": "ALTER INDEX durably_events_one_outcome"
+        " RENAME TO durably_events_legacy_one_outcome"
+    },
+    {"postgres": "ALTER INDEX durably_events_patches RENAME TO durably_events_legacy_patches"},
+    {
+        "postgres": "ALTER TABLE durably_events_legacy"
+        " ADD COLUMN born DOUBLE PRECISION NOT NULL DEFAULT 0"
+        " CONSTRAINT durably_events_legacy_born CHECK (born = 0)"
+    },
+    # No primary key on the partitioned table: PostgreSQL would make it include the partition
+    # key, and attaching the legacy partition would build that index over the whole history.
+    # Each partition has its own unique (run_id, seq) and one outcome per step instead
+    # (durably.stores.postgres.partitions makes them with it): a run's events are all in one
+    # partition (one birth), so each is as unique per run as a table-wide index would make it.
+    {
+        "postgres": """CREATE TABLE durably_events (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        position INTEGER,
+        name TEXT,
+        attempt INTEGER,
+        data TEXT,
+        at DOUBLE PRECISION NOT NULL,
+        born DOUBLE PRECISION NOT NULL
+    ) PARTITION BY RANGE (born)"""
+    },
+    {
+        "postgres": "CREATE INDEX durably_events_patches ON durably_events (name, run_id)"
+        " WHERE kind = 'patch_decided'"
+    },
+    {
+        "postgres": "ALTER TABLE durably_events ATTACH PARTITION durably_events_legacy"
+        " FOR VALUES FROM (MINVALUE) TO (1)"
+    },
+    # Events of a birth no partition holds (made late, or a clock far off): kept, and read,
+    # all the same; pruned row by row, never dropped.
+    {"postgres": "CREATE TABLE durably_events_default PARTITION OF durably_events DEFAULT"},
+    {"postgres": "ALTER TABLE durably_events_default ADD PRIMARY KEY (run_id, seq)"},
+    {
+        "postgres": "CREATE UNIQUE INDEX durably_events_default_one_outcome"
+        " ON durably_events_default (run_id, position) WHERE kind = 'step_completed'"
+    },
+]
+
 # A statement is the same on both databases (with the words of _DIALECTS), or a dict of each
 # database's own (a database not in it has none).
 _VERSIONS: list[Sequence[str | dict[str, str]]] = [
@@ -417,6 +483,7 @@ _VERSIONS: list[Sequence[str | dict[str, str]]] = [
     _V11,
     _V12,
     _V13,
+    _V14,
 ]
 LATEST_VERSION = len(_VERSIONS)
 
