@@ -182,8 +182,11 @@ def test_retention_drops_a_partition_whose_runs_are_all_gone(
     assert "durably_events_20260101" not in names
     assert "durably_events_20260102" not in names
     gone = execute_sql(
-        postgres_url, "SELECT count(*) FROM pg_class WHERE relname = ?", ["durably_events_20260101"]
-    )
+        postgres_url,
+        "SELECT count(*) FROM pg_class"
+        " WHERE relname = ? AND relnamespace = current_schema()::regnamespace",
+        ["durably_events_20260101"],
+    )  # this test's schema: other tests' may hold a partition of that name
     assert gone == [(0,)]
     assert [pg.get_run(run_id) for run_id in "abc"] == [None, None, None]
     assert len(pg.history("recent")) == 4
@@ -281,3 +284,29 @@ def test_a_run_restarted_from_one_in_a_dropped_partition_keeps_its_history(
     assert "durably_events_20260101" not in _names(postgres_url)
     assert pg.history("source.restart-1") == forked
     assert _homes(postgres_url, "source.restart-1") == {"durably_events_20260106"}
+
+
+def test_a_scrape_counts_ended_runs_exactly_after_retention_drops_by_birth(
+    pg: PostgresStore, postgres_url: str, clock: FakeClock
+) -> None:
+    # Retention deletes a partition's runs by their birth, not their end: a run born first
+    # may have ended after one born later, which stays. The scrape's tally counts afresh.
+    _make(postgres_url, clock.now())
+    clock.advance(timedelta(hours=23))
+    _ended(pg, clock, "early")  # born on day 0, ended then: the oldest end
+    clock.advance(timedelta(minutes=30))
+    pg.create_run(new_run("long", "slow"), now=clock.now())  # born on day 0, ends on day 1
+    clock.advance(timedelta(hours=1))
+    _ended(pg, clock, "short")  # born on day 1, ended then: before "long"
+    clock.advance(timedelta(hours=7))
+    claim = claim_only(pg, clock, "long", workflow="slow")
+    done = checkpoint(claim, step_events(claim, 0, clock.now()), status=RunStatus.COMPLETED)
+    assert pg.commit([done], now=clock.now()) == [True]
+    clock.advance(timedelta(days=5))
+    assert pg.stats(now=clock.now()).by_status == {"completed": 3}
+
+    assert pg.prune(clock.now() - timedelta(days=1), limit=2) == 2  # day 0's: early and long
+    assert pg.get_run("short") is not None
+    assert pg.stats(now=clock.now()).by_status == {"completed": 1}
+    assert pg.prune(clock.now() - timedelta(days=1), limit=100) == 1
+    assert pg.stats(now=clock.now()).by_status == {}

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from durably.core.status import FINAL
-from durably.stores.sql import pruning, reads
+from durably.stores.sql import pruning, reads, tally
 from durably.stores.sql.schema import BIRTH
 
 __all__ = [
@@ -152,6 +152,9 @@ def prune_partition(
         )
     ]
     deleted = pruning.delete_runs(db, reads.POSTGRES, ids) if ids else []
+    if deleted:
+        # Runs deleted by birth, not oldest end first: a scrape's tally must count afresh.
+        tally.mark_pruned_out_of_order(db, reads.POSTGRES)
     left = db.execute(
         f"SELECT EXISTS (SELECT 1 FROM durably_runs WHERE {born})", [low, partition.high]
     ).fetchone()

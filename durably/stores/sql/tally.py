@@ -14,6 +14,11 @@ again, and the oldest day's spans it brought in. The first scrape of a process c
 ended runs by status from the index alone (and the oldest day's by ten minutes); so does a
 scrape after pruning went past the oldest day at once, for that status.
 
+Pruning by anything but the oldest end first (PostgreSQL's retention deletes the runs of a
+history partition, by birth: durably.stores.postgres.partitions) would leave spans counted
+that lost runs; such a prune marks the store (`mark_pruned_out_of_order`, in its transaction),
+and the next scrape of every process counts afresh, as a first scrape does.
+
 A run whose end is written more than `_MARGIN` after the time it records (a worker whose clock
 is that far behind the others', a commit held that long) is counted only by the next process's
 first scrape: the gauge is then that much short until then.
@@ -30,12 +35,13 @@ from durably.core.status import FINAL
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import ts
 
-__all__ = ["Tally"]
+__all__ = ["Tally", "mark_pruned_out_of_order"]
 
 _SPAN = 600  # seconds: the tally's ten minutes
 _AHEAD = 144 * _SPAN  # the oldest day, kept by span
 _MARGIN = timedelta(minutes=10)  # how long after `through` the ends before it are all written
 _ENDED = tuple(sorted(str(status) for status in FINAL))
+_MARK = "pruned_out_of_order"  # durably_meta's key: how many such prunes the store has had
 
 Oldest = tuple[float, int] | None  # a status's oldest time, and how many runs have it
 
@@ -61,12 +67,14 @@ class Tally:
         self._through: float | None = None  # no count yet
         self._kept: dict[str, _Kept] = {}
         self._oldest: dict[str, Oldest] = {}
+        self._marked: str | None = None  # the store's mark when the tally was last kept
 
     def ended(self, db: Connection, dialect: Dialect, *, now: datetime) -> dict[str, int]:
         """How many runs ended in each final status (a status none did is left out). Read
         first, kept after: a read that fails (and is run again) leaves the tally as it was."""
         with self._lock:
-            was = self._through
+            marked = _marked(db, dialect)
+            was = self._through if marked == self._marked else None  # None: count afresh
             through = max((ts(now - _MARGIN) // _SPAN) * _SPAN, was or 0.0)
             oldest = _oldest(db, dialect)
             new = _totals(db, dialect, was, through) if was is not None and through > was else {}
@@ -90,8 +98,27 @@ class Tally:
                 )
             recent = _totals(db, dialect, through, None)
             self._through, self._kept, self._oldest = through, kept, oldest
+            self._marked = marked
         totals = {status: kept[status].total + recent.get(status, 0) for status in _ENDED}
         return {status: count for status, count in totals.items() if count}
+
+
+def mark_pruned_out_of_order(db: Connection, dialect: Dialect) -> None:
+    """In the caller's transaction: say that runs were deleted by something other than their
+    end's order, so that every tally counts afresh at its next scrape."""
+    db.execute(
+        f"INSERT INTO durably_meta (key, value) VALUES ({dialect.mark}, '1')"
+        " ON CONFLICT (key) DO UPDATE SET value = CAST(CAST(durably_meta.value AS INTEGER) + 1"
+        " AS TEXT)",
+        (_MARK,),
+    )
+
+
+def _marked(db: Connection, dialect: Dialect) -> str | None:
+    row = db.execute(
+        f"SELECT value FROM durably_meta WHERE key = {dialect.mark}", (_MARK,)
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _past(first: Oldest, kept: _Kept) -> bool:
