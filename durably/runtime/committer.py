@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import math
 import queue
 import threading
 import time
@@ -91,6 +92,7 @@ class Committer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._give_up_at: float | None = None  # time.monotonic(): store work fails from then
         self._working = threading.Lock()  # held while store work is under way
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
         self._gathering: list[_Commit] = []  # queued in this pass of the loop, not handed over
@@ -110,6 +112,11 @@ class Committer:
         self._queue.put(_STOP)
         if self._thread is not None:
             self._thread.join()
+
+    def give_up_after(self, seconds: float) -> None:
+        """Store work still failing `seconds` from now fails instead of being retried: a
+        worker that is stopping waits that long for a store that is down, not forever."""
+        self._give_up_at = time.monotonic() + seconds
 
     async def commit(self, checkpoint: Checkpoint) -> bool:
         """True once durable; False if the run's lease epoch was stale (nothing written)."""
@@ -236,13 +243,14 @@ class Committer:
             try:
                 value = fn()
             except StoreUnavailable as exc:
-                if self._stopping.is_set():
+                left = math.inf if self._give_up_at is None else self._give_up_at - time.monotonic()
+                if self._stopping.is_set() or left <= 0:
                     raise
                 if not outage and self._hooks is not None:
                     self._hooks.store_outage(str(exc))
                 outage = True
                 log.warning("store unavailable, retrying in %.2fs: %s", delay.total_seconds(), exc)
-                self._stopping.wait(delay.total_seconds())
+                self._stopping.wait(min(delay.total_seconds(), left))
                 delay = min(delay * 2, _RETRY_MAX)
                 continue
             if outage:

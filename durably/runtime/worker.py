@@ -106,6 +106,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None
+        self._committer: Committer | None = None  # while it serves
         self._warned_unknown: set[str | tuple[str, str]] = set()
         self._serves: dict[str, tuple[str, ...]] = {}
         self._schedules_at: datetime | None = None  # when to look at the schedules next
@@ -133,6 +134,8 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; held runs get `stop_grace` to finish, then are handed back."""
         self._stopping = True
+        if self._committer is not None:  # a store that is down: waited for that long, no more
+            self._committer.give_up_after(self.stop_grace.total_seconds())
         self._poke()
 
     async def serve(self, *, until_idle: bool = False) -> None:
@@ -153,6 +156,7 @@ class Worker:
             hooks=self._settings.hooks,
         )
         committer.start(self._loop)
+        self._committer = committer
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
         # A drain ends when nothing is due; only a long-lived worker waits to be woken.
         unwatch = _deaf if until_idle else store.watch(self._poke_threadsafe)
@@ -188,10 +192,17 @@ class Worker:
                     if idle_polls % _UNKNOWN_CHECK_EVERY == 1:
                         await self._warn_unknown(committer)
                 await self._wait_for_work()
+        except StoreUnavailable:
+            if not self._stopping:
+                raise
+            log.warning(
+                "worker %s stopped with its store down: its runs wait out their leases", self.name
+            )
         finally:
             unsubscribe()
             unwatch()
-            await self._shutdown()
+            with contextlib.suppress(StoreUnavailable):  # hand-backs: as above
+                await self._shutdown()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import durably
-from durably.stores import Store
+from durably.stores import Store, open_store
 from tests.integration.processes import start_worker, wait_for_step_start
 from tests.integration.stop_app import make_app
 
@@ -129,3 +129,26 @@ def test_a_stop_that_arrives_while_the_store_opens_is_not_lost(sqlite_url: str) 
 
     assert time.monotonic() - began < 10
     app.close()
+
+
+@pytest.mark.postgres
+def test_sigterm_stops_a_worker_whose_store_is_down_within_its_grace(
+    postgres_url: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    # Its store calls fail and are retried with backoff: the stop must not wait for them
+    # forever (it did: the worker's loop awaited a retried call and never saw the stop).
+    open_store(postgres_url).close()  # the schema, made while the database takes writes
+    read_only = postgres_url + "%20-cdefault_transaction_read_only%3Don"  # as a standby is
+    log = tmp_path / "worker.log"
+    worker = start_worker(read_only, log, "--stop-grace", "2s")
+    processes.append(worker)
+    deadline = time.monotonic() + 30
+    while "store unavailable, retrying" not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, log.read_text()
+        assert worker.poll() is None, log.read_text()
+        time.sleep(0.05)
+
+    took = stop(worker, log, within=15)
+
+    assert took < 10
+    assert "stopped with its store down" in log.read_text(errors="replace")
