@@ -369,7 +369,7 @@ def runs() -> None:
     type=DURATION,
     default=None,
     metavar="DURATION",
-    help="Only runs whose last change came longer than this after their start (10s, 5m).",
+    help="Only runs whose status last changed longer than this after their start (10s, 5m).",
 )
 @click.option("--since", type=MOMENT, default=None, help="Only runs started at or after it.")
 @click.option("--until", type=MOMENT, default=None, help="Only runs started before it.")

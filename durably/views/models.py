@@ -97,7 +97,10 @@ class RunOut(BaseModel):
     result: Any = None
     error: ErrorInfoOut | None = None
     created_at: datetime
-    updated_at: datetime
+    updated_at: datetime = Field(
+        description="When its status last changed (its start, a claim, a hand-back, its end); "
+        "a step that keeps it running leaves it as it was"
+    )
     due_at: datetime | None = Field(description="Pending: when it is due; running: lease expiry")
     lease_owner: str | None
     priority: int

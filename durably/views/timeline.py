@@ -92,7 +92,7 @@ def describe_run(
         ("workflow", run.workflow),
         ("status", str(run.status)),
         ("created", run.created_at.isoformat(timespec="milliseconds")),
-        ("updated", run.updated_at.isoformat(timespec="milliseconds")),
+        ("status changed", run.updated_at.isoformat(timespec="milliseconds")),
         ("input", short(run.input, 200)),
     ]
     if run.correlation_id is not None:

@@ -153,7 +153,7 @@ def list_runs(
         Query(
             min_length=1,
             max_length=40,
-            description="Only runs whose last change came longer than this after their start "
+            description="Only runs whose status last changed longer than this after their start "
             "(10s, 5m)",
         ),
     ] = None,

@@ -36,7 +36,7 @@ WITH v AS (
     {applied}
 ), fenced AS (
     UPDATE durably_runs AS r SET
-        updated_at = %(now)s,
+        updated_at = CASE WHEN v.status IS NULL THEN r.updated_at ELSE %(now)s END,
         event_count = coalesce(v.event_count, r.event_count),
         status = coalesce(v.status, r.status),
         result = CASE WHEN v.status IS NULL THEN r.result ELSE v.result END,
@@ -75,6 +75,10 @@ _FINISHED = """, ended AS (
     SELECT pg_notify('durably_done', CASE WHEN length(ids) < 7900 THEN ids ELSE '' END)
     FROM ended WHERE ids IS NOT NULL
 )"""
+# A checkpoint that keeps its run running (no status) leaves updated_at as it was, with every
+# other column an index holds: PostgreSQL then updates the run in place (a HOT update, when its
+# page has room), adding no entry to any of the run's indexes. updated_at moves when the run's
+# status, lease or due time does; its history says when it last moved.
 # One statement, so one round trip: the fenced update of every run in the batch, the insert of
 # the events of those whose epoch held (a CTE sees the update's RETURNING), each with its run's
 # birth (the partition of its history: durably.stores.postgres.partitions), the deletion of the

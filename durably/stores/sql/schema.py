@@ -394,9 +394,10 @@ _V13 = [
     # Pages of `durably runs list --workflow W` and `--queue Q` (and the API's, the
     # dashboard's): each status's runs of the workflow, of the named queue, in time order, so
     # that a page reads its own runs however many others the store holds
-    # (durably.stores.sql.reads). Every checkpoint changes updated_at, so each index costs every
-    # checkpoint an entry (on PostgreSQL any index does: updated_at is indexed, so no update is
-    # HOT); the default queue's runs stay out of the second (it finds them in the status index).
+    # (durably.stores.sql.reads). A checkpoint that changes a run's status changes updated_at,
+    # so each index costs it an entry (a step that keeps its run running changes no indexed
+    # column: durably.stores.sqlite.commit, durably.stores.postgres.commit); the default
+    # queue's runs stay out of the second (it finds them in the status index).
     "CREATE INDEX durably_runs_by_workflow ON durably_runs (workflow, status, updated_at)",
     "CREATE INDEX durably_runs_by_queue ON durably_runs (queue, status, updated_at)"
     " WHERE queue IS NOT NULL",

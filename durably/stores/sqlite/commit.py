@@ -34,6 +34,17 @@ UPDATE durably_runs SET
 WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
 RETURNING status, available_at
 """
+# A checkpoint that keeps its run running (no status) changes no column an index holds: not
+# even updated_at, which moves only when the run's status, lease or due time does (its history
+# says when it last moved). SQLite rewrites the entries of every index on a column an UPDATE
+# sets, whatever the value, so this one sets only what changes.
+_KEEP_RUNNING = """
+UPDATE durably_runs SET
+    event_count = coalesce(:event_count, event_count),
+    inbox = inbox - :consumed
+WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
+RETURNING status, available_at
+"""
 # The whole event, not only its seq: after a takeover, the seq a stale writer would use holds
 # the new owner's CLAIMED event.
 _APPLIED = """
@@ -56,7 +67,8 @@ def apply(
         if look_first and _applied(db, checkpoint):
             results.append(True)
             continue
-        row = db.execute(_COMMIT, checkpoint_params(checkpoint, at)).fetchone()
+        update = _KEEP_RUNNING if checkpoint.status is None else _COMMIT
+        row = db.execute(update, checkpoint_params(checkpoint, at)).fetchone()
         fenced_in = row is not None
         if row is not None and checkpoint.status is not None:
             status, available_at = row
