@@ -92,9 +92,9 @@ WHERE r.status = 'running' AND r.lease_owner = %(owner)s AND r.updated_at = %(no
     AND {which}
 """
 # The runs a claim made at `now` by `owner` leased, if it committed: each is still leased to
-# the owner, was last updated by that claim, and has the claim's CLAIMED event last (a run
-# that moved on since has other events after it). `now` tells one claim from another: every
-# claim the engine makes passes a fresh one.
+# the owner, had its status last changed by that claim (updated_at), and has the claim's
+# CLAIMED event last (a run that moved on since has other events after it). `now` tells one
+# claim from another: every claim the engine makes passes a fresh one.
 
 
 def pick_one(run_id: str, statuses: Sequence[str], now: float) -> Pick:
