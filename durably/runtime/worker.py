@@ -102,6 +102,7 @@ class Worker:
         # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
         self._suspects: deque[RunExecution] = deque()
         self._alone: list[RunExecution] = []  # suspects running now with no other run
+        self._filled = False  # the last claim took as many runs as it asked for
         self._stopping = False
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -185,8 +186,8 @@ class Worker:
                 if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
                     break
-                if claims and self._free() > 0 and not self._isolating():
-                    continue  # more may be due right now
+                if claims and self._filled and self._free() > 0 and not self._isolating():
+                    continue  # it took all it asked for, and slots freed since: more may be due
                 if not claims:
                     idle_polls += 1
                     if idle_polls % _UNKNOWN_CHECK_EVERY == 1:
@@ -273,6 +274,9 @@ class Worker:
             return claims
 
         claims = await committer.call(claim_due)
+        # Fewer than it asked for: nothing more was due. Claiming again at once would only put
+        # an empty claim ahead of its new runs' first commits (a queue hop paid ~0.5 ms for it).
+        self._filled = len(claims) >= free
         assert self._loop is not None
         for claim in claims:
             execution = RunExecution(claim, self._engine, committer, self._loop)
