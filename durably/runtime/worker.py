@@ -1,4 +1,5 @@
-"""The worker: claims due runs under a lease, executes them, renews its leases, stops cleanly.
+"""The worker: claims due runs under a lease, executes them, renews its leases, stops cleanly;
+between claims, its housekeeping (durably.runtime.housekeeping: schedules, retention).
 
 Concurrency starts in `run()` / `run_until_idle()` and nowhere else. Its background tasks are
 named; if one dies, the worker says so and stops.
@@ -20,13 +21,12 @@ from datetime import datetime, timedelta
 from durably.clock import Clock
 from durably.core.queues import served_queues
 from durably.core.replay import WorkerDeaths, fold_deaths
-from durably.core.schedules import State
 from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError, StoreUnavailable
-from durably.runtime import schedules
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
+from durably.runtime.housekeeping import Housekeeping
 from durably.runtime.neighbours import default_name, gone_here
 from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.runtime.webhooks import Courier
@@ -45,13 +45,6 @@ _OPEN_RETRY_MAX = timedelta(seconds=5)
 # How often a worker looks for messages sent to the runs it is running (a cancel, a pause):
 # one indexed read of their inbox counts, and only while it holds any.
 _MAIL_EVERY = timedelta(seconds=1)
-# How often a worker reads its schedules' state at the least (a pause, a change by another
-# worker); it looks at once when one is due.
-_SCHEDULES_EVERY = timedelta(minutes=1)
-# Retention: runs deleted a transaction at a time; when idle, batch after batch while there is
-# more; when busy, a batch a minute; when none was left, a look every five minutes.
-_PRUNE_BATCH = 500
-_PRUNE_BUSY, _PRUNE_EVERY = timedelta(minutes=1), timedelta(minutes=5)
 
 
 class Worker:
@@ -110,9 +103,6 @@ class Worker:
         self._committer: Committer | None = None  # while it serves
         self._warned_unknown: set[str | tuple[str, str]] = set()
         self._serves: dict[str, tuple[str, ...]] = {}
-        self._schedules_at: datetime | None = None  # when to look at the schedules next
-        self._prune_at: datetime | None = None  # when to delete old runs next (retention)
-        self._prune_more = True  # old runs may be left to delete: go on when idle
         self._started_at = self._clock.now()
 
     # -- entry points -------------------------------------------------------------------
@@ -149,6 +139,15 @@ class Worker:
             return  # stopped before the store could be reached
         self._engine = Engine(self.app.registry, self._settings, store, self.concurrency)
         self._serves = self.app.registry.serves()  # the versions of each workflow it runs
+        housekeeping = Housekeeping(
+            self.name,
+            store,
+            self._clock,
+            schedules=self.app.registry.schedules,
+            retention=self._settings.retention,
+            poll=self.poll,
+            wake_at=self._wake_at,
+        )
         self._started_at = self._clock.now()
         committer = Committer(
             store,
@@ -180,9 +179,9 @@ class Worker:
             if self.recovers_own:
                 await self._recover_own(committer)
             while not self._stopping:
-                await self._run_schedules(committer)
+                await housekeeping.run_schedules(committer)
                 claims = await self._claim(committer)
-                await self._prune(committer, idle=not claims and not self._active)
+                await housekeeping.prune(committer, idle=not claims and not self._active)
                 if until_idle and not claims and not self._active and not self._suspects:
                     await self._warn_unknown(committer)
                     break
@@ -296,54 +295,6 @@ class Worker:
                 self._launch(execution)
         self._start_alone()
         return claims
-
-    async def _run_schedules(self, committer: Committer) -> None:
-        """Start the due ticks of the app's schedules (durably.runtime.schedules), when one is due:
-        between ticks this costs a comparison of times, and one read a minute."""
-        defined = self.app.registry.schedules
-        now = self._clock.now()
-        if not defined or (self._schedules_at is not None and now < self._schedules_at):
-            return
-        assert self._engine is not None
-        store = self._engine.store
-        states = await committer.call(store.schedules)
-        check = now + _SCHEDULES_EVERY
-        for name, schedule in defined.items():
-            state = State.from_json(states[name]) if name in states else None
-            if state is None or state.spec != schedule.spec:  # new, or changed in code
-                state = await committer.call(
-                    functools.partial(schedules.register, store, schedule, now=now)
-                )
-            upcoming = state.next_fire(name)
-            if state.pending or state.held or (upcoming is not None and upcoming <= now):
-                state = await committer.call(
-                    functools.partial(schedules.fire, store, schedule, state, now=now)
-                )
-                upcoming = now + self.poll * 5 if state.held else state.next_fire(name)
-            check = check if upcoming is None else min(check, upcoming)
-        self._schedules_at = check
-        self._wake_at(check)
-
-    async def _prune(self, committer: Committer, *, idle: bool) -> None:
-        """Delete a batch of runs ended longer ago than the app's retention: in the worker's
-        idle passes (nothing claimed, nothing running), a batch each while there is more; when
-        it is never idle, a batch a minute all the same."""
-        retention, now = self._settings.retention, self._clock.now()
-        if retention is None:
-            return
-        if self._prune_at is None:  # from the worker's start
-            self._prune_at = now + _PRUNE_BUSY
-        if now < self._prune_at and not (idle and self._prune_more):
-            return
-        assert self._engine is not None
-        prune = functools.partial(self._engine.store.prune, now - retention, limit=_PRUNE_BATCH)
-        deleted = await committer.call(prune)
-        self._prune_more = deleted >= _PRUNE_BATCH
-        self._prune_at = now + (_PRUNE_BUSY if self._prune_more else _PRUNE_EVERY)
-        if deleted:
-            log.info(
-                "worker %s: deleted %d run(s) ended over %s ago", self.name, deleted, retention
-            )
 
     def _solo(self) -> bool:
         """Whether one run is in flight here, and it makes one call at a time (not in a
