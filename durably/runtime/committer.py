@@ -163,19 +163,8 @@ class Committer:
             self._hooks.checkpoint_committed(1)
         return ok
 
-    async def call(self, fn: Callable[[], T], *, inline: bool = False) -> T:
-        """Run other store work (claims, renewals) on the committer's thread. `inline`: on the
-        caller's thread instead when the committer's thread has nothing to do (a claim by a
-        worker running nothing: nothing waits on the loop meanwhile, and the two hand-offs
-        are saved); if the store is down, the thread retries it, with backoff."""
-        if inline and self._working.acquire(blocking=False):
-            try:
-                if self._idle() and not self._gathering:  # all handed over is done
-                    return fn()
-            except StoreUnavailable:
-                pass
-            finally:
-                self._working.release()
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run other store work (claims, renewals) on the committer's thread."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._hand_over()  # checkpoints queued before this call reach the store before it
         self._handed += 1

@@ -272,7 +272,7 @@ class Worker:
                 self._settings.hooks.claim_made(len(claims), time.perf_counter() - began)
             return claims
 
-        claims = await committer.call(claim_due, inline=not self._active)
+        claims = await committer.call(claim_due)
         # Fewer than it asked for: nothing more was due. Claiming again at once would only put
         # an empty claim ahead of its new runs' first commits (a queue hop paid ~0.5 ms for it).
         self._filled = len(claims) >= free
