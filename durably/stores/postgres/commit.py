@@ -77,8 +77,8 @@ _FINISHED = """, ended AS (
 )"""
 # A checkpoint that keeps its run running (no status) leaves updated_at as it was, with every
 # other column an index holds: PostgreSQL then updates the run in place (a HOT update, when its
-# page has room), adding no entry to any of the run's indexes. updated_at moves when the run's
-# status, lease or due time does; its history says when it last moved.
+# page has room), adding no entry to any of the run's indexes. updated_at moves with the run's
+# status (its start, a claim, a hand-back, its end); its history says when it last moved.
 # One statement, so one round trip: the fenced update of every run in the batch, the insert of
 # the events of those whose epoch held (a CTE sees the update's RETURNING), each with its run's
 # birth (the partition of its history: durably.stores.postgres.partitions), the deletion of the

@@ -35,9 +35,9 @@ WHERE id = :id AND lease_epoch = :epoch AND status = 'running'
 RETURNING status, available_at
 """
 # A checkpoint that keeps its run running (no status) changes no column an index holds: not
-# even updated_at, which moves only when the run's status, lease or due time does (its history
-# says when it last moved). SQLite rewrites the entries of every index on a column an UPDATE
-# sets, whatever the value, so this one sets only what changes.
+# even updated_at, which moves with the run's status (its start, a claim, a hand-back, its
+# end; its history says when it last moved). SQLite rewrites the entries of every index on a
+# column an UPDATE sets, whatever the value, so this one sets only what changes.
 _KEEP_RUNNING = """
 UPDATE durably_runs SET
     event_count = coalesce(:event_count, event_count),
