@@ -25,6 +25,7 @@ from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError
 from durably.resilience import Dependency
 from durably.runtime.engine import Settings
+from durably.runtime.handoffs import Taker
 from durably.runtime.hooks import Hooks, chain
 from durably.runtime.schedules import Schedules
 from durably.runtime.upgrades import Upgrade, upgrade
@@ -421,6 +422,11 @@ class App(Starting):
         """Call `listener` whenever this app starts a run or acts on one; returns the
         unsubscribe call."""
         return self.client.subscribe(listener)
+
+    def offer(self, taker: Taker) -> Callable[[], None]:
+        """Let a worker in this process take the runs this app starts that it would claim
+        at once, claimed in their start's commit (Client.offer); returns the withdrawal."""
+        return self.client.offer(taker)
 
     @property
     def store_url(self) -> str | None:

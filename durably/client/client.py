@@ -29,6 +29,7 @@ from durably.client.starts import (
     Started,
     Starter,
     StartOptions,
+    Takers,
     check_same_start,
     new_run,
     workflow_of,
@@ -50,6 +51,7 @@ from durably.errors import (
     DurablyError,
     RunConflict,
 )
+from durably.runtime.handoffs import Taker
 from durably.stores import NewRun, RunRecord, Store
 from durably.workflow.definitions import Workflow
 
@@ -95,6 +97,12 @@ class Client(RunReader):
         self._starter = Starter(
             lambda runs: self.store.create_runs(runs, now=self.clock.now()),
             lambda run: self.store.create_run(run, now=self.clock.now()),
+        )
+        # Local workers that take a start at once, claimed in its own commit.
+        self._takers = Takers(
+            lambda run, owner, lease: self.store.create_claimed(
+                run, owner, now=self.clock.now(), lease=lease
+            )
         )
 
     def through(self, via: Via) -> Client:
@@ -474,6 +482,12 @@ class Client(RunReader):
 
         return unsubscribe
 
+    def offer(self, taker: Taker) -> Callable[[], None]:
+        """Let a worker in this process take the runs this client starts that it would claim
+        at once: each is created already claimed for it, in its start's commit, and handed to
+        it (durably.client.starts.Takers); returns the withdrawal."""
+        return self._takers.offer(taker)
+
     def who(self, by: str | None) -> str:
         """Who acts: `by`, else the client's (recorded in the run's history)."""
         return check_name(self.by if by is None else by, "who acts (by)")
@@ -497,6 +511,8 @@ class Client(RunReader):
         return dataclasses.replace(run, audit=audit)
 
     def _create(self, new: NewRun) -> Started:
+        if (claimed := self._takers.create(new)) is not None:
+            return Started(claimed, True)  # a worker here runs it: none to wake
         record, created = self._starter.create(new)
         if created:
             self.notify()

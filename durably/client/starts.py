@@ -7,6 +7,10 @@ Leader and followers, without a thread of its own: a caller that finds nobody co
 commits what is queued, its own run first; callers that come meanwhile queue and wait, and
 when the commit is done the first of them leads the next one. A lone caller commits at once
 on its own thread, so it pays no hand-off.
+
+A start that a worker of the same process would claim at once (it serves the run, has a free
+slot and no backlog) is created already claimed by that worker, in the start's own commit,
+and handed to it (Takers): the run pays no wake-up, no claim and one commit fewer.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from durably.core.priority import DEFAULT_PRIORITY, check_priority
 from durably.core.queues import check_key
 from durably.durations import Duration, parse_duration
 from durably.errors import ConfigError, RunConflict
-from durably.stores import NewRun, RunRecord
+from durably.runtime.handoffs import Taker
+from durably.stores import Claim, NewRun, RunRecord
 from durably.workflow.definitions import Step, Workflow
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
     "StartOptions",
     "Started",
     "Starter",
+    "Takers",
     "check_same_start",
     "new_run",
     "workflow_of",
@@ -177,6 +183,49 @@ class Starter:
             for queued in batch:
                 if queued.done is not None:
                     queued.done.set()
+
+
+ClaimedStart = Callable[[NewRun, str, timedelta], "tuple[RunRecord, Claim] | None"]
+
+
+class Takers:
+    """The workers of this process that take runs at their start, and the start that hands
+    one over: created claimed for the worker (`create_claimed(run, owner, lease)`, the
+    store's), in one commit."""
+
+    def __init__(self, create_claimed: ClaimedStart) -> None:
+        self._create_claimed = create_claimed
+        self._takers: list[Taker] = []
+        self._lock = threading.Lock()
+
+    def offer(self, taker: Taker) -> Callable[[], None]:
+        """Let `taker` take the starts it can run at once; returns the withdrawal."""
+        with self._lock:
+            self._takers = [*self._takers, taker]
+
+        def withdraw() -> None:
+            with self._lock:
+                self._takers = [other for other in self._takers if other is not taker]
+
+        return withdraw
+
+    def create(self, run: NewRun) -> RunRecord | None:
+        """Create `run` claimed for a worker here that takes it, and hand it over; None if
+        none takes it (due later, debounced, or no worker has room) or its id is taken:
+        nothing is then written, and the start goes the usual way."""
+        takers = self._takers  # replaced, never changed: read without the lock
+        if not takers or run.debounce is not None or run.due is not None:
+            return None
+        taker = next((taker for taker in takers if taker.reserve(run)), None)
+        if taker is None:
+            return None
+        try:
+            made = self._create_claimed(run, taker.name, taker.lease)
+        except BaseException:
+            taker.hand(None)
+            raise
+        taker.hand(None if made is None else made[1])
+        return None if made is None else made[0]
 
 
 def check_same_start(record: RunRecord, workflow: str, payload: str) -> None:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from durably.clock import Clock
 from durably.core.retry import Retry
+from durably.runtime.handoffs import Taker
 from durably.runtime.hooks import Hooks
 from durably.stores.protocol import Store
 from durably.workflow.registry import Registry
@@ -41,6 +42,8 @@ class Host(Protocol):
     def settings(self) -> Settings: ...
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]: ...
+
+    def offer(self, taker: Taker) -> Callable[[], None]: ...
 
 
 @dataclass(frozen=True, slots=True)

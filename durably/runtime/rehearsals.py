@@ -24,6 +24,7 @@ from durably.core.replay import fold_run
 from durably.core.retry import Retry
 from durably.core.status import RunStatus
 from durably.runtime.engine import Settings
+from durably.runtime.handoffs import Taker
 from durably.runtime.worker import Worker
 from durably.stores import NewRun, Store, open_store
 from durably.workflow.context import replay_only
@@ -146,6 +147,9 @@ class _Stage:
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
         return _nothing
+
+    def offer(self, taker: Taker) -> Callable[[], None]:
+        return _nothing  # a rehearsal starts no run: nothing to hand over
 
 
 def _nothing() -> None:

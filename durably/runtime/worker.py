@@ -13,6 +13,7 @@ import functools
 import itertools
 import logging
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Collection
@@ -26,8 +27,10 @@ from durably.errors import PayloadError, StoreUnavailable
 from durably.runtime.committer import Committer
 from durably.runtime.engine import Engine, Host
 from durably.runtime.execution import RunExecution
+from durably.runtime.handoffs import Handoffs
 from durably.runtime.housekeeping import Housekeeping
 from durably.runtime.neighbours import default_name, gone_here
+from durably.runtime.strays import Strays
 from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.runtime.webhooks import Courier
 from durably.stores.protocol import Claim, Lease, Store, WorkerBeat
@@ -95,13 +98,20 @@ class Worker:
         # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
         self._suspects: deque[RunExecution] = deque()
         self._alone: list[RunExecution] = []  # suspects running now with no other run
-        self._filled = False  # the last claim took as many runs as it asked for
+        # The last claim took as many runs as it asked for: more may be due. True until a
+        # claim comes back short (a start is handed over only when nothing else waits).
+        self._filled = True
+        self._claiming = 0  # slots the claim under way may fill
+        self._handoffs: Handoffs | None = None  # while it serves: runs handed over at their start
+        # Set while it serves, from its first claim on: the runs this app starts from then on
+        # that it can run at once are handed to it at their start.
+        self.serving = threading.Event()
         self._stopping = False
+        self._draining = False  # it works until nothing is due (run_until_idle)
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None
         self._committer: Committer | None = None  # while it serves
-        self._warned_unknown: set[str | tuple[str, str]] = set()
         self._serves: dict[str, tuple[str, ...]] = {}
         self._started_at = self._clock.now()
 
@@ -132,6 +142,7 @@ class Worker:
     async def serve(self, *, until_idle: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._draining = until_idle
         # A drain (a script, a test) says at once that the store is down; a long-lived
         # worker waits for it.
         store = self.app.store if until_idle else await self._open_store()
@@ -148,6 +159,7 @@ class Worker:
             poll=self.poll,
             wake_at=self._wake_at,
         )
+        strays = Strays(store, self._clock, self.app.registry.workflow_names(), self._serves)
         self._started_at = self._clock.now()
         committer = Committer(
             store,
@@ -158,6 +170,18 @@ class Worker:
         committer.start(self._loop)
         self._committer = committer
         unsubscribe = self.app.subscribe(self._poke_threadsafe)
+        self._filled = True
+        handoffs = Handoffs(
+            self.name,
+            self.lease,
+            self._serves,
+            self.queues,
+            self._loop,
+            room=self._room,
+            launch=self._start,
+        )
+        self._handoffs = handoffs
+        withdraw = self.app.offer(handoffs)
         # A drain ends when nothing is due; only a long-lived worker waits to be woken.
         unwatch = _deaf if until_idle else store.watch(self._poke_threadsafe)
         heartbeat = asyncio.create_task(
@@ -181,16 +205,18 @@ class Worker:
             while not self._stopping:
                 await housekeeping.run_schedules(committer)
                 claims = await self._claim(committer)
+                self.serving.set()
                 await housekeeping.prune(committer, idle=not claims and not self._active)
-                if until_idle and not claims and not self._active and not self._suspects:
-                    await self._warn_unknown(committer)
+                idle = not claims and not self._active and not self._suspects
+                if until_idle and idle and not handoffs.held:
+                    await strays.warn(committer)
                     break
                 if claims and self._filled and self._free() > 0 and not self._isolating():
                     continue  # it took all it asked for, and slots freed since: more may be due
                 if not claims:
                     idle_polls += 1
                     if idle_polls % _UNKNOWN_CHECK_EVERY == 1:
-                        await self._warn_unknown(committer)
+                        await strays.warn(committer)
                 await self._wait_for_work()
         except StoreUnavailable:
             if not self._stopping:
@@ -199,6 +225,8 @@ class Worker:
                 "worker %s stopped with its store down: its runs wait out their leases", self.name
             )
         finally:
+            self.serving.clear()
+            withdraw()
             unsubscribe()
             unwatch()
             with contextlib.suppress(StoreUnavailable):  # hand-backs: as above
@@ -249,52 +277,78 @@ class Worker:
         if self._isolating():
             self._start_alone()
             return []
-        free = self._free()
-        if free <= 0:
+        handoffs = self._handoffs
+        assert handoffs is not None
+        if self._free() <= 0:
+            self._filled = True  # full: a slot that frees claims again
             return []
         assert self._engine is not None
         serves, store, clock = self._serves, self._engine.store, self._clock
+        asked = 0
 
         def claim_due() -> list[Claim]:
+            nonlocal asked
+            # Its free slots, counted as it runs: against the runs handed over meanwhile,
+            # which count against it while it runs (in the claim's thread, to keep the while
+            # short: a start in it goes the usual way).
+            with handoffs.lock:
+                asked = self._claiming = self._free()
+            if asked <= 0:
+                return []
             # The time is read when the claim runs, after the checkpoints queued before it are
             # committed: a run one of them made due (a child it started, a parent it woke) is
             # due by then, so a drain does not stop short of it.
             began = time.perf_counter()
-            claims = store.claim(
-                self.name,
-                serves,
-                now=clock.now(),
-                lease=self.lease,
-                limit=free,
-                queues=self.queues,
-            )
+            claims: list[Claim] = []
+            try:
+                claims = store.claim(
+                    self.name,
+                    serves,
+                    now=clock.now(),
+                    lease=self.lease,
+                    limit=asked,
+                    queues=self.queues,
+                )
+            finally:
+                self._claiming = len(claims)  # taken, not running yet: still counted
             if self._settings.hooks is not None:
                 self._settings.hooks.claim_made(len(claims), time.perf_counter() - began)
             return claims
 
-        claims = await committer.call(claim_due)
-        # Fewer than it asked for: nothing more was due. Claiming again at once would only put
-        # an empty claim ahead of its new runs' first commits (a queue hop paid ~0.5 ms for it).
-        self._filled = len(claims) >= free
-        assert self._loop is not None
-        for claim in claims:
-            execution = RunExecution(claim, self._engine, committer, self._loop)
-            try:
-                deaths = fold_deaths(claim.events)
-            except PayloadError:  # an unreadable history: its execution parks the run
-                deaths = WorkerDeaths()
-            if self._settings.hooks is not None:
-                takeover = taken_over_from(claim.events) is not None
-                self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
-                if first_claim(claim.events):
-                    self._settings.hooks.run_began(claim.run_id, claim.workflow)
-            if deaths.suspect:
-                execution.strict = deaths.strict
-                self._suspects.append(execution)
-            else:
-                self._launch(execution)
+        try:
+            claims = await committer.call(claim_due)
+            # Fewer than it asked for: nothing more was due. Claiming again at once would only
+            # put an empty claim ahead of its new runs' first commits (a queue hop paid ~0.5 ms
+            # for it). None asked for: it was full.
+            self._filled = len(claims) >= asked
+            for claim in claims:
+                self._start(claim)
+        finally:
+            self._claiming = 0
         self._start_alone()
         return claims
+
+    def _start(self, claim: Claim) -> None:
+        """Run a run it claimed (or was handed at its start), or set it aside to run alone
+        if a worker died running it."""
+        assert self._engine is not None
+        assert self._committer is not None
+        assert self._loop is not None
+        execution = RunExecution(claim, self._engine, self._committer, self._loop)
+        try:
+            deaths = fold_deaths(claim.events)
+        except PayloadError:  # an unreadable history: its execution parks the run
+            deaths = WorkerDeaths()
+        if self._settings.hooks is not None:
+            takeover = taken_over_from(claim.events) is not None
+            self._settings.hooks.claimed(claim.run_id, claim.workflow, takeover=takeover)
+            if first_claim(claim.events):
+                self._settings.hooks.run_began(claim.run_id, claim.workflow)
+        if deaths.suspect:
+            execution.strict = deaths.strict
+            self._suspects.append(execution)
+        else:
+            self._launch(execution)
 
     def _solo(self) -> bool:
         """Whether one run is in flight here, and it makes one call at a time (not in a
@@ -304,7 +358,15 @@ class Worker:
         return not any(execution.gathering for execution, _ in self._active.values())
 
     def _free(self) -> int:
-        return self.concurrency - len(self._active) - len(self._suspects)
+        held = 0 if self._handoffs is None else self._handoffs.held
+        return self.concurrency - len(self._active) - len(self._suspects) - held
+
+    def _room(self, held: int) -> bool:
+        """Whether it would claim a new run now, with a slot free beyond the `held` ones and
+        the claim under way's (asked from a starting thread, under the hand-overs' lock)."""
+        if self._stopping or self._filled or self._isolating():
+            return False
+        return self.concurrency - len(self._active) - len(self._suspects) - self._claiming > held
 
     def _isolating(self) -> bool:
         """Whether a suspect waits to run alone, or runs alone now: nothing new starts."""
@@ -365,7 +427,10 @@ class Worker:
                     self._wake_at(execution.wake_at)
             elif not execution.lost:
                 self.completed += 1
-        self._poke()
+        # A slot freed matters to a worker that was full, or a drain (which hears of runs its
+        # own commits made due only by looking); a worker that serves is told of due runs.
+        if self._filled or self._suspects or self._stopping or self._draining:
+            self._poke()
 
     def _wake_at(self, due: datetime) -> None:
         """Claim a run that waits (a retry's backoff, a timer) back as soon as it is due."""
@@ -460,33 +525,6 @@ class Worker:
                 execution = self._active.get(run_id, (None, None))[0]
                 if execution is not None:
                     execution.deliver(inbox)
-
-    async def _warn_unknown(self, committer: Committer) -> None:
-        names = self.app.registry.workflow_names()
-        unclaimable = functools.partial(self.app.store.unclaimable, names, now=self._clock.now())
-        waiting = await committer.call(unclaimable)
-        unserved = functools.partial(self.app.store.unserved, self._serves, now=self._clock.now())
-        for (name, version), count in (await committer.call(unserved)).items():
-            if (name, version) not in self._warned_unknown:
-                self._warned_unknown.add((name, version))
-                log.warning(
-                    "%d run(s) of workflow %r started on version %s are waiting, but this "
-                    "worker runs version(s) %s of it; they stay pending until a worker with "
-                    "their code runs, or until `durably upgrade` (or a worker started with "
-                    "--upgrade) moves them to this code, each only if it replays their history",
-                    *(count, name, version, ", ".join(self._serves[name])),
-                )
-        for name, count in waiting.items():
-            if name not in self._warned_unknown:
-                self._warned_unknown.add(name)
-                log.warning(
-                    "%d run(s) of workflow %r are waiting, but this worker does not know that "
-                    "workflow; they stay pending. Import the module that defines it in the "
-                    "worker's app. Known here: %s",
-                    count,
-                    name,
-                    ", ".join(sorted(names)) or "none",
-                )
 
     async def _shutdown(self) -> None:
         while self._suspects:  # never started: hand back at once (they stay suspects)

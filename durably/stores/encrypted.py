@@ -202,6 +202,15 @@ class EncryptedStore:
         made = self.inner.create_runs([self._seal_run(run) for run in runs], now=now)
         return [(self._open_run(record), created) for record, created in made]
 
+    def create_claimed(
+        self, run: NewRun, owner: str, *, now: datetime, lease: timedelta
+    ) -> tuple[RunRecord, Claim] | None:
+        made = self.inner.create_claimed(self._seal_run(run), owner, now=now, lease=lease)
+        if made is None:
+            return None
+        record, claim = made
+        return self._open_run(record), self._open_claim(claim)
+
     def claim(
         self,
         owner: str,

@@ -288,6 +288,16 @@ class EngineStore(Protocol):
         twice is created once, by its first occurrence; the later ones answer False."""
         ...
 
+    def create_claimed(
+        self, run: NewRun, owner: str, *, now: datetime, lease: timedelta
+    ) -> tuple[RunRecord, Claim] | None:
+        """Create `run` and claim it for `owner` in one transaction, as `create_run` then
+        `claim` would (its claim in its history, its lease `lease` long), waking no worker:
+        a start in the process of a worker with a free slot, which runs it at once. None if
+        the id is taken: nothing written (`create_run` tells what is there). Not for a
+        debounced run or one due later (ValueError)."""
+        ...
+
     def claim(
         self,
         owner: str,

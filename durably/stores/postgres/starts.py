@@ -1,25 +1,27 @@
 """Starting runs on PostgreSQL: a run, or a batch of them, with its run_started event, its
 attributes and a wake-up for workers, in one statement (an audited start: and its audit
-entry, in the caller's transaction). Run by the store (durably.stores.postgres.store) on its
-connections."""
+entry, in the caller's transaction; a start that claims its run for a worker of its process:
+and the claim, in a second statement of its transaction). Run by the store
+(durably.stores.postgres.store) on its connections."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from durably.core.history import EventKind
+from durably.core.status import RunStatus
 from durably.stores.protocol import NewRun, RunRecord
 from durably.stores.sql import audit, debounce, reads
-from durably.stores.sql.rows import RUN_COLUMNS, created_record, run_of, ts
+from durably.stores.sql.rows import RUN_COLUMNS, claimed_data, created_record, run_of, ts
 
-__all__ = ["create", "create_each", "create_many", "runs_by_id"]
+__all__ = ["claimed_before", "create", "create_claimed", "create_each", "create_many", "runs_by_id"]
 
-_CREATE = """
+_CREATE_ROWS = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
         event_count, priority, version, correlation_id, queue, queue_key)
@@ -34,11 +36,35 @@ WITH created AS (
     INSERT INTO durably_attributes (run_id, name, value)
     SELECT id, a.name, a.value
     FROM created, unnest(%(names)s::text[], %(values)s::text[]) AS a(name, value)
-), woken AS (
+)"""
+_CREATE = (
+    _CREATE_ROWS
+    + """, woken AS (
     SELECT pg_notify('durably_due', %(workflow)s) FROM created
 )
 SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
+)
+# A start that claims its run (create_claimed): the same rows, no wake-up (the worker that
+# claims it runs it), then the claim, as its own statement so that its status change is one
+# an UPDATE makes, heard as every claim's is (durably listen's trigger).
+_CREATE_QUIET = _CREATE_ROWS + " SELECT count(*) FROM created"
+_CLAIM_CREATED = """
+WITH leased AS (
+    UPDATE durably_runs SET status = 'running', lease_owner = %(owner)s, lease_epoch = 1,
+        available_at = %(expires)s, updated_at = %(at)s, event_count = 2, began_at = %(at)s
+    WHERE id = %(id)s
+    RETURNING id
+)
+INSERT INTO durably_events (run_id, seq, kind, at, born, data)
+SELECT id, 2, 'claimed', %(at)s, %(at)s, %(claimed)s FROM leased
+"""
+# Whether the run with this id is one an earlier try of create_claimed made for this owner
+# (its connection lost before the answer came): running under that owner's first lease.
+_CLAIMED_BY = (
+    "SELECT status = 'running' AND lease_owner = %s AND lease_epoch = 1 FROM durably_runs"
+    " WHERE id = %s"
+)
 _CREATE_MANY = """
 WITH v AS (
     SELECT * FROM unnest(%(id)s::text[], %(workflow)s::text[], %(input)s::text[],
@@ -107,16 +133,38 @@ def create_many(db: psycopg.Connection[Any], runs: Sequence[NewRun], now: dateti
 def create(db: psycopg.Connection[Any], run: NewRun, now: datetime) -> bool:
     """Insert `run` with its run_started event and a wake-up, unless its id is taken; its
     audit entry in the same transaction (the caller's, when it has one)."""
-    at = ts(now)
-    params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
-    params["due"] = at if run.due is None else ts(run.due)
-    params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
-    del params["audit"], params["attributes"]
-    row = db.execute(_CREATE, params).fetchone()
+    row = db.execute(_CREATE, _create_params(run, now)).fetchone()
     created = row is not None and row[0] == 1
     if created and run.audit is not None:
         audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
     return created
+
+
+def create_claimed(
+    db: psycopg.Connection[Any], run: NewRun, owner: str, now: datetime, lease: timedelta
+) -> bool:
+    """Insert `run` claimed for `owner` (`create_claimed`), in the caller's transaction,
+    unless its id is taken."""
+    params = _create_params(run, now)
+    if db.execute(_CREATE_QUIET, params).fetchone() != (1,):
+        return False
+    claimed = claimed_data(owner, 1, RunStatus.PENDING, None)
+    expires = ts(now + lease)
+    db.execute(_CLAIM_CREATED, {**params, "owner": owner, "expires": expires, "claimed": claimed})
+    if run.audit is not None:
+        audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
+    return True
+
+
+def claimed_before(
+    db: psycopg.Connection[Any], run: NewRun, owner: str, now: datetime, lease: timedelta
+) -> bool:
+    """`create_claimed` again after a try whose connection was lost: True if that try made
+    the run (it committed before the answer was lost), else the create, if the id is free."""
+    found = db.execute(_CLAIMED_BY, (owner, run.id)).fetchone()
+    if found is not None:
+        return bool(found[0])
+    return create_claimed(db, run, owner, now, lease)
 
 
 def create_each(
@@ -141,3 +189,13 @@ def runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, Run
         f"SELECT {RUN_COLUMNS} FROM durably_runs WHERE id = ANY(%s)", (list(ids),)
     ).fetchall()
     return {record.id: record for record in map(run_of, rows)}
+
+
+def _create_params(run: NewRun, now: datetime) -> dict[str, Any]:
+    """The parameters of _CREATE (and _CREATE_QUIET) for `run`, created at `now`."""
+    at = ts(now)
+    params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
+    params["due"] = at if run.due is None else ts(run.due)
+    params["names"], params["values"] = list(run.attributes), list(run.attributes.values())
+    del params["audit"], params["attributes"]
+    return params

@@ -53,7 +53,7 @@ from durably.stores.sql import (
 )
 from durably.stores.sql.due import due_statements
 from durably.stores.sql.queues import limited_of, plain_condition
-from durably.stores.sql.rows import created_record, ts
+from durably.stores.sql.rows import claimed_start, created_record, ts
 from durably.stores.sql.schema import (
     LATEST_VERSION,
     check_schema,
@@ -209,6 +209,19 @@ class PostgresStore(SqlStore):
             else:
                 outcomes.append((existing[run.id], False))
         return outcomes
+
+    def create_claimed(
+        self, run: NewRun, owner: str, *, now: datetime, lease: timedelta
+    ) -> tuple[RunRecord, Claim] | None:
+        made = claimed_start(run, owner, now, lease)  # ValueError before anything is written
+        # Not safe to repeat as it is: a try whose answer was lost may have made the run, which
+        # a second try would find taken. The second try looks for this owner's lease on it.
+        created = self._db.run(
+            lambda db: starts.create_claimed(db, run, owner, now, lease),
+            transaction=True,
+            after_loss=lambda db: starts.claimed_before(db, run, owner, now, lease),
+        )
+        return made if created else None
 
     def claim(
         self,

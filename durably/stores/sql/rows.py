@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durably.core.event_data import encode_payload
@@ -11,7 +12,7 @@ from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import Claimed
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
-from durably.stores.protocol import Checkpoint, NewRun, RunRecord
+from durably.stores.protocol import Checkpoint, Claim, NewRun, RunRecord
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -19,6 +20,7 @@ __all__ = [
     "check_version",
     "checkpoint_params",
     "claimed_data",
+    "claimed_start",
     "created_record",
     "event_of",
     "event_row",
@@ -124,6 +126,33 @@ def claimed_data(owner: str, epoch: int, previous_status: str, previous_owner: s
     # claimed while still running: the previous owner's lease had expired
     expired = previous_owner if previous_status == RunStatus.RUNNING and previous_owner else None
     return encode_payload(Claimed(owner, epoch, took_over_from=expired))
+
+
+def claimed_start(
+    run: NewRun, owner: str, now: datetime, lease: timedelta
+) -> tuple[RunRecord, Claim]:
+    """The record and the claim of `run` as a start that claims it for `owner` at `now`
+    writes them (Store.create_claimed), without reading them back: running under its first
+    lease, its history its run_started and claimed events. ValueError for a run no start
+    may claim: a debounced one, or one due later."""
+    if run.debounce is not None or run.due is not None:
+        raise ValueError(
+            f"run {run.id!r} is debounced or due later: a start cannot claim it; create it"
+            " with create_run, and a worker claims it when it is due"
+        )
+    at = from_ts(ts(now))  # as it reads back
+    claimed = Event(2, EventKind.CLAIMED, at, data=claimed_data(owner, 1, RunStatus.PENDING, None))
+    record = dataclasses.replace(
+        created_record(run, now),
+        status=RunStatus.RUNNING,
+        available_at=from_ts(ts(now + lease)),
+        lease_owner=owner,
+        lease_epoch=1,
+        event_count=2,
+    )
+    started = Event(1, EventKind.RUN_STARTED, at, data=run.started)
+    claim = Claim(run.id, run.workflow, run.input, 1, (started, claimed), (), run.priority)
+    return record, claim
 
 
 def check_version(found: int, latest: int, url: str) -> None:

@@ -42,6 +42,7 @@ from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
     RUN_COLUMNS,
     claimed_data,
+    claimed_start,
     run_of,
     ts,
 )
@@ -163,6 +164,19 @@ class SQLiteStore(SqlStore):
             gathered[index] if index in gathered else (run_of(rows[run.id]), made)
             for index, (run, made) in enumerate(zip(runs, created, strict=True))
         ]
+
+    def create_claimed(
+        self, run: NewRun, owner: str, *, now: datetime, lease: timedelta
+    ) -> tuple[RunRecord, Claim] | None:
+        made = claimed_start(run, owner, now, lease)  # ValueError before anything is written
+        at = ts(now)
+        with self._write() as db:
+            if db.execute(_CREATE, _created_row(run, at)).rowcount != 1:
+                return None
+            _write_start(db, run, at, now)
+            # the claim's own statement: its status change is heard as any claim's is
+            self._lease(db, run.id, RunStatus.PENDING, None, owner, at, ts(now + lease))
+        return made
 
     def claim(
         self,
