@@ -368,10 +368,22 @@ async def cold_start(args: SimpleNamespace) -> Figures:
 
 
 async def roundtrip(args: SimpleNamespace) -> Figures:
-    """Start -> result of `chain`, one at a time, run by a worker in another process."""
+    """Start -> result of `chain`, one at a time: started here (--mode in-process:
+    DBOS.start_workflow, which runs it in this process at once), or enqueued for a worker in
+    another process (cross-process)."""
+    if args.mode == "in-process":
+        launch(args)
+
+        @asynccontextmanager
+        async def here() -> AsyncIterator[Enqueue]:
+            yield lambda *values: DBOS.start_workflow_async(chain, *values)
+
+        starting = here()
+    else:
+        starting = remote(args, "chain")
     totals: list[float] = []
     heard: list[float | None] = []
-    async with remote(args, "chain") as enqueue:
+    async with starting as enqueue:
         for n in range(-args.warm_up, args.workflows):
             began = time.perf_counter()
             handle = await enqueue(n, args.steps)

@@ -357,8 +357,10 @@ def cold_start(args: SimpleNamespace) -> Figures:
 
 
 def roundtrip(args: SimpleNamespace) -> Figures:
+    """Start -> result of `chain`, one at a time, run by a worker here (--mode in-process: each
+    run handed to it at its start) or in another process (cross-process)."""
     app, totals, heard = bench_app(args.store), list[float](), list[float]()
-    with serving(app, args.store, "cross-process", "--poll", "60s", "--concurrency", "4"):
+    with serving(app, args.store, args.mode, "--poll", "60s", "--concurrency", "4"):
         for n in range(-args.warm_up, args.workflows):  # connections, caches, the listener
             began = time.perf_counter()
             handle = app.start("chain", n, args.steps)

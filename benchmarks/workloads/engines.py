@@ -158,22 +158,33 @@ def cold_start(trial: Trial, size: None) -> Values:
 
 
 def roundtrip(trial: Trial, size: tuple[int, int, int]) -> Values:
-    """Start -> result of a 3-step workflow, one at a time, run in another process (`warm_up`
-    first): the median, the p95 (pooled), the wait after the run's last commit, and the median
-    beyond the 6 commits a run makes at the store's floor (`commits` timed right after)."""
+    """Start -> result of a 3-step workflow, one at a time (`warm_up` first), run in another
+    process: the median, the p95 (pooled), the wait after the run's last commit, and the median
+    beyond the 6 commits a run makes at the store's floor (`commits` timed right after). Then
+    started beside a worker in the caller's process: the median, and beyond its 3 steps'
+    commits at the floor (what the run costs besides its steps)."""
     runs, warm_up, commits = size
-    output = run(trial, "roundtrip", workflows=runs, steps=3, warm_up=warm_up)
+    output = run(trial, "roundtrip", workflows=runs, steps=3, warm_up=warm_up, mode="cross-process")
     if len(totals := output["roundtrip_ms"]) != runs:
         raise BenchmarkError(f"{len(totals)} round trips, not {runs}")
     heard = [ms for ms in output["heard_after_end_ms"] or () if ms is not None]
     label = f"round trip, start -> result ({runs} of 3 steps)"
+    here = run(trial, "roundtrip", workflows=runs, steps=3, warm_up=warm_up, mode="in-process")
+    if len(beside := here["roundtrip_ms"]) != runs:
+        raise BenchmarkError(f"{len(beside)} round trips in-process, not {runs}")
+    label_here = f"round trip in-process, start -> result ({runs} of 3 steps)"
     floor_ms = 1000 * trial.store.commit_floor(commits) / commits
-    beyond = statistics.median(totals) - 6 * floor_ms
     return {
         Metric("roundtrip_ms", label, "ms (median)"): statistics.median(totals),
         Metric("roundtrip_p95_ms", label, "ms (p95)", p95=True): totals,
         Metric("heard_ms", "round trip: heard after the run's last commit", "ms"): heard or None,
-        Metric("beyond_commits_ms", "round trip beyond 6 commits of the floor", "ms"): beyond,
+        Metric("beyond_commits_ms", "round trip beyond 6 commits of the floor", "ms"): (
+            statistics.median(totals) - 6 * floor_ms
+        ),
+        Metric("roundtrip_in_process_ms", label_here, "ms (median)"): statistics.median(beside),
+        Metric("fixed_in_process_ms", "in-process: beyond its 3 steps' commits", "ms"): (
+            statistics.median(beside) - 3 * floor_ms
+        ),
     }
 
 
