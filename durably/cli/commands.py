@@ -42,7 +42,7 @@ from durably.runtime.neighbours import default_name
 from durably.runtime.upgrades import Outcome
 from durably.runtime.worker import Worker
 from durably.stores import may_migrate
-from durably.stores.protocol import Happened
+from durably.stores.records import Happened
 from durably.views.deploys import summary
 from durably.views.models import (
     HistoryOut,

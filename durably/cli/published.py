@@ -21,7 +21,7 @@ from durably.cli.output import AS_JSON, Column, echo_json, echo_table
 from durably.client.client import Client
 from durably.core.outputs import PROGRESS, PublishedEvent, StreamItem
 from durably.core.status import FINAL, RunStatus
-from durably.stores.protocol import RunRecord
+from durably.stores.records import RunRecord
 from durably.views.explaining import explain
 from durably.views.published import (
     EXIT_CODES,

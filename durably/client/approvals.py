@@ -29,7 +29,8 @@ from durably.core.history import Event, EventKind
 from durably.core.payloads import Decision
 from durably.core.status import PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
-from durably.stores.protocol import RunRecord, Store
+from durably.stores.protocol import Store
+from durably.stores.records import RunRecord
 
 __all__ = [
     "PendingApproval",

@@ -27,7 +27,8 @@ from durably.core.payloads import Released
 from durably.core.replay import fold_run
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import DurablyError, RunNotFound
-from durably.stores.protocol import Message, RunRecord, SentOutcome, Store
+from durably.stores.protocol import Store
+from durably.stores.records import Message, RunRecord, SentOutcome
 
 __all__ = ["Steered", "cancel", "pause", "resume"]
 

@@ -30,7 +30,8 @@ from durably.core.status import PARKED, RunStatus, check_transition
 from durably.errors import DurablyError, RunNotFound
 from durably.errors import StepFailed as StepFailedError
 from durably.runtime.lineage import cancel_children, parent_notice
-from durably.stores.protocol import Checkpoint, Claim, Message, RunRecord, Store
+from durably.stores.protocol import Store
+from durably.stores.records import Checkpoint, Claim, Message, RunRecord
 
 __all__ = [
     "ACTION_LEASE",

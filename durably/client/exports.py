@@ -14,7 +14,7 @@ from typing import Any
 from durably.core.history import Event, EventKind
 from durably.core.secrets import redact_text
 from durably.errors import PayloadError
-from durably.stores.protocol import RunRecord
+from durably.stores.records import RunRecord
 
 __all__ = ["FORMAT", "Exported", "export_run", "read_export", "redacted"]
 

@@ -15,7 +15,7 @@ from durably.core.status import RunStatus
 from durably.durations import Duration, parse_duration
 from durably.errors import PayloadError
 from durably.stores import RunRecord
-from durably.stores.protocol import Happened
+from durably.stores.records import Happened
 
 __all__ = ["RunPage", "after", "cursor", "decode_cursor", "encode_cursor", "status_of"]
 

@@ -24,7 +24,8 @@ from durably.core.status import FINAL
 from durably.core.updates import is_answer_key
 from durably.durations import Duration, parse_duration
 from durably.errors import EventNotSet
-from durably.stores.protocol import RunRecord, Store
+from durably.stores.protocol import Store
+from durably.stores.records import RunRecord
 
 __all__ = ["MISSING", "Published"]
 

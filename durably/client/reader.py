@@ -28,7 +28,8 @@ from durably.core.status import RunStatus
 from durably.durations import Duration
 from durably.errors import DurablyError, RunNotFound, UnknownWorkflow, WorkflowFailed
 from durably.resilience.gates import GateState
-from durably.stores.protocol import Ended, Happened, RunRecord, RunStats, Store, WorkerBeat
+from durably.stores.protocol import Store
+from durably.stores.records import Ended, Happened, RunRecord, RunStats, WorkerBeat
 
 __all__ = ["RunReader"]
 

@@ -30,7 +30,8 @@ from durably.core.payloads import ChildStarted, MessageReceived, Restarted, RunS
 from durably.core.replay import CALL_KINDS, RunPhase, StepRecord, fold_run
 from durably.core.status import FINAL
 from durably.errors import DurablyError, RunConflict, RunNotFound
-from durably.stores.protocol import NewRun, RunRecord, Store
+from durably.stores.protocol import Store
+from durably.stores.records import NewRun, RunRecord
 
 __all__ = ["restart", "went_wrong_at"]
 

@@ -32,7 +32,8 @@ from durably.core.states import time_in_states
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.resilience.gates import GateState
 from durably.runtime.hooks import Hooks
-from durably.stores.protocol import RunStats, Store, WorkerBeat
+from durably.stores.protocol import Store
+from durably.stores.records import RunStats, WorkerBeat
 from durably.views.explaining import root_error
 
 __all__ = ["Metrics", "store_registry"]

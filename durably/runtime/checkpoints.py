@@ -35,7 +35,7 @@ from durably.runtime.committer import Committer
 from durably.runtime.flow import CheckpointFailed
 from durably.runtime.hooks import Hooks
 from durably.runtime.lineage import parent_notice
-from durably.stores.protocol import Checkpoint, Claim, Delivery, Message, NewRun
+from durably.stores.records import Checkpoint, Claim, Delivery, Message, NewRun
 
 __all__ = ["HistoryWriter"]
 

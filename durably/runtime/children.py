@@ -32,7 +32,7 @@ from durably.errors import ChildFailed, DurablyError, PayloadError
 from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import Suspend
 from durably.runtime.lineage import cancel_children
-from durably.stores.protocol import NewRun
+from durably.stores.records import NewRun
 
 if TYPE_CHECKING:
     from durably.workflow.definitions import Workflow

@@ -17,6 +17,13 @@ end at once) apply their effects one after another in one pass; when every check
 for the pass to end, a worker SIGKILLed in it re-applied every effect of the pass (all 32 of
 them in W3, or none if the kill fell elsewhere). Now an effect waits a few milliseconds and
 a commit at most (`python -m benchmarks kills`).
+
+A store that can commit several transactions at once (PostgreSQL: `Store.writers`) gets as
+many threads (lanes), each on a connection of its own: a batch leaves while the one before it
+is still in flight, instead of waiting behind its round trip and fsync. Batches are taken in
+the order they were handed over; one that holds store work other than checkpoints (a claim, a
+renewal), or a checkpoint of a run whose earlier checkpoint is still in flight, waits for
+every batch taken before it, so that work still reaches the store in the order it was asked.
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ from durably.clock import Clock
 from durably.errors import StoreUnavailable
 from durably.runtime.hooks import Hooks
 from durably.runtime.threads import Outcome, settle_all_threadsafe, settle_threadsafe
-from durably.stores.protocol import Checkpoint, Store
+from durably.stores.protocol import Store
+from durably.stores.records import Checkpoint
 
 __all__ = ["Committer"]
 
@@ -58,6 +66,15 @@ _RETRY_MAX = timedelta(seconds=5)
 class _Commit:
     checkpoint: Checkpoint
     future: asyncio.Future[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Flight:
+    """A batch taken by a lane and not done: the runs it commits, and whether it holds store
+    work besides checkpoints."""
+
+    runs: set[str]
+    calls: bool
 
 
 @dataclass(slots=True)
@@ -82,6 +99,7 @@ class Committer:
         max_batch: int = 512,
         solo: Callable[[], bool] = lambda: False,
         hooks: Hooks | None = None,
+        lanes: int = 1,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -90,10 +108,17 @@ class Committer:
         self._hooks = hooks
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._lanes = lanes
+        self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._give_up_at: float | None = None  # time.monotonic(): store work fails from then
-        self._working = threading.Lock()  # held while store work is under way
+        # Who does store work: lanes (their batches taken and not done, any number at once) or
+        # the loop's inline commit (alone).
+        self._state = threading.Condition()
+        self._inline = False  # the loop commits a checkpoint of its own
+        self._taking = threading.Lock()  # held by the lane taking the next batch off the queue
+        self._tickets = 0  # batches taken, in order
+        self._flying: dict[int, _Flight] = {}  # batches taken and not done, by ticket
         self._queued: set[str] = set()  # runs with a checkpoint handed to the thread (loop only)
         self._gathering: list[_Commit] = []  # queued in this pass of the loop, not handed over
         self._gathered_at = 0.0  # time.monotonic() when the first of `_gathering` came
@@ -102,16 +127,20 @@ class Committer:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._thread = threading.Thread(target=self._serve, name="durably-committer", daemon=True)
-        self._thread.start()
+        for lane in range(self._lanes):
+            name = "durably-committer" if lane == 0 else f"durably-committer-{lane + 1}"
+            thread = threading.Thread(target=self._serve, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def stop(self) -> None:
-        """Commit what is queued, then end the thread."""
+        """Commit what is queued, then end the threads."""
         self._hand_over()
         self._stopping.set()
-        self._queue.put(_STOP)
-        if self._thread is not None:
-            self._thread.join()
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join()
 
     def give_up_after(self, seconds: float) -> None:
         """Store work still failing `seconds` from now fails instead of being retried: a
@@ -121,14 +150,14 @@ class Committer:
     async def commit(self, checkpoint: Checkpoint) -> bool:
         """True once durable; False if the run's lease epoch was stale (nothing written)."""
         run_id = checkpoint.run_id
-        if run_id not in self._queued and self._solo() and self._working.acquire(blocking=False):
+        if run_id not in self._queued and self._solo() and self._enter_inline():
             try:  # nothing else is in flight: commit here, without the hand-off
                 idle = self._queue.empty() and not self._gathering
                 committed = self._commit_inline(checkpoint) if idle else None
             except StoreUnavailable:
                 committed = None  # the thread retries it, with backoff, without blocking the loop
             finally:
-                self._working.release()
+                self._leave_inline()
             if committed is not None:
                 await asyncio.sleep(0)  # let heartbeats and claims run between steps
                 return committed
@@ -175,17 +204,69 @@ class Committer:
 
     def _serve(self) -> None:
         while True:
-            batch, taken, stop = self._next_batch()
-            with self._working:
+            with self._taking:  # batches leave the queue in order, one lane at a time
+                batch, taken, stop = self._next_batch()
+                ticket = self._take(batch)
+            self._enter(ticket)
+            try:
                 commits = [item for item in batch if isinstance(item, _Commit)]
                 if commits:
                     self._commit(commits)
                 for item in batch:
                     if isinstance(item, _Call):
                         self._resolve_with(item.future, item.fn)
-            self._done += taken
+            finally:
+                self._leave(ticket, taken)
             if stop:
                 return
+
+    def _take(self, batch: list[Any]) -> int:
+        """A ticket for the batch just taken: its place in line."""
+        flight = _Flight(
+            {item.checkpoint.run_id for item in batch if isinstance(item, _Commit)},
+            calls=any(isinstance(item, _Call) for item in batch),
+        )
+        with self._state:
+            ticket = self._tickets
+            self._tickets += 1
+            self._flying[ticket] = flight
+        return ticket
+
+    def _enter(self, ticket: int) -> None:
+        """Wait until the batch may go: the loop is not committing inline, and if it holds
+        other store work or a run an earlier batch still commits, every earlier batch is done."""
+        flight = self._flying[ticket]
+
+        def may_go() -> bool:
+            if self._inline:
+                return False
+            earlier = [other for number, other in self._flying.items() if number < ticket]
+            if not earlier:
+                return True
+            return not flight.calls and not any(flight.runs & other.runs for other in earlier)
+
+        with self._state:
+            self._state.wait_for(may_go)
+
+    def _leave(self, ticket: int, taken: int) -> None:
+        with self._state:
+            del self._flying[ticket]
+            self._done += taken
+            self._state.notify_all()
+
+    def _enter_inline(self) -> bool:
+        """Whether the loop may commit a checkpoint itself (then it must `_leave_inline`): no
+        batch is taken and not done."""
+        with self._state:
+            if self._inline or self._flying:
+                return False
+            self._inline = True
+            return True
+
+    def _leave_inline(self) -> None:
+        with self._state:
+            self._inline = False
+            self._state.notify_all()
 
     def _next_batch(self) -> tuple[list[Any], int, bool]:
         """The next batch, how many queue items it took, and whether to stop after it."""

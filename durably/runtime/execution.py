@@ -77,7 +77,7 @@ from durably.runtime.patches import Patches
 from durably.runtime.steps import StepRunner
 from durably.runtime.updates import Updates
 from durably.runtime.waits import Waits
-from durably.stores.protocol import Claim, Delivery
+from durably.stores.records import Claim, Delivery
 from durably.workflow.context import (
     ReplayFrontier,
     _execution,

@@ -11,7 +11,7 @@ from durably.core.children import CHILD, ChildEnded, lineage, unfinished_childre
 from durably.core.control import CANCEL, CANCEL_KEY, reason_data
 from durably.core.history import ErrorInfo, Event
 from durably.core.status import RunStatus
-from durably.stores.protocol import Message
+from durably.stores.records import Message
 
 __all__ = ["cancel_children", "parent_notice"]
 

@@ -20,7 +20,8 @@ from durably.core.audit import Action, Via, audit_of
 from durably.core.schedules import Plan, State, plan, run_id, ticks
 from durably.core.status import FINAL
 from durably.errors import DurablyError, UnknownSchedule
-from durably.stores.protocol import NewRun, Store
+from durably.stores.protocol import Store
+from durably.stores.records import NewRun
 from durably.workflow.definitions import Schedule
 from durably.workflow.registry import Registry
 

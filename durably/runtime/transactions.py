@@ -35,7 +35,8 @@ from durably.runtime.checkpoints import HistoryWriter
 from durably.runtime.flow import CheckpointFailed
 from durably.runtime.hooks import Hooks
 from durably.runtime.threads import in_daemon_thread
-from durably.stores.protocol import Checkpoint, Lease, Store
+from durably.stores.protocol import Store
+from durably.stores.records import Checkpoint, Lease
 from durably.workflow.context import StepScope, _step, at_frontier
 
 if TYPE_CHECKING:

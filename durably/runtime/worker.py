@@ -33,7 +33,8 @@ from durably.runtime.neighbours import default_name, gone_here
 from durably.runtime.strays import Strays
 from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.runtime.webhooks import Courier
-from durably.stores.protocol import Claim, Lease, Store, WorkerBeat
+from durably.stores.protocol import Store
+from durably.stores.records import Claim, Lease, WorkerBeat
 
 __all__ = ["Worker"]
 
@@ -166,6 +167,7 @@ class Worker:
             self._clock,
             solo=self._solo,
             hooks=self._settings.hooks,
+            lanes=store.writers,
         )
         committer.start(self._loop)
         self._committer = committer

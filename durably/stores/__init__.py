@@ -12,7 +12,8 @@ from urllib.parse import parse_qs, urlsplit
 from durably.codec.encryption import Keyring
 from durably.errors import ConfigError
 from durably.stores.encrypted import EncryptedStore
-from durably.stores.protocol import (
+from durably.stores.protocol import Store
+from durably.stores.records import (
     Checkpoint,
     Claim,
     Delivery,
@@ -22,7 +23,6 @@ from durably.stores.protocol import (
     RunRecord,
     Sent,
     SentOutcome,
-    Store,
 )
 from durably.stores.sql.schema import LATEST_VERSION
 

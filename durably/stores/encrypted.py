@@ -30,7 +30,8 @@ from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.core.webhooks import NewWebhook, Outgoing, Webhook
-from durably.stores.protocol import (
+from durably.stores.protocol import Store
+from durably.stores.records import (
     Checkpoint,
     Claim,
     Delivery,
@@ -40,7 +41,6 @@ from durably.stores.protocol import (
     RunRecord,
     Sent,
     Serves,
-    Store,
 )
 from durably.stores.sql.rekeying import TextChange
 from durably.stores.sql.store import SqlStore
@@ -122,6 +122,7 @@ class EncryptedStore:
         self.inner = inner
         self.keys = keys
         self.url = inner.url
+        self.writers = inner.writers
         self._held = frozenset(keys.ids)
 
     def __getattr__(self, name: str) -> Any:  # what is no store method: path, dialect, ...

@@ -11,7 +11,7 @@ from durably.client.dead_letters import failed_undo, last_failed_step, step_park
 from durably.core.approvals import awaiting_approval, fold_approvals
 from durably.core.history import Event
 from durably.core.status import FINAL, PARKED, RunStatus
-from durably.stores.protocol import RunRecord
+from durably.stores.records import RunRecord
 
 __all__ = ["Action", "allowed"]
 

@@ -25,7 +25,7 @@ from durably.core.queues import DEFAULT_QUEUE
 from durably.core.replay import StepRecord, fold_run
 from durably.core.status import RunStatus
 from durably.errors import PayloadError
-from durably.stores.protocol import RunRecord, WorkerBeat
+from durably.stores.records import RunRecord, WorkerBeat
 
 __all__ = ["Explanation", "explain", "root_cause", "root_error", "runners"]
 

@@ -21,7 +21,7 @@ from durably.core.queues import DEFAULT_QUEUE
 from durably.core.secrets import redact
 from durably.runtime.schedules import ScheduleInfo
 from durably.runtime.upgrades import Upgrade
-from durably.stores.protocol import RunRecord, RunStats, WorkerBeat
+from durably.stores.records import RunRecord, RunStats, WorkerBeat
 from durably.views.breakers import BreakerInfo
 from durably.views.details import shown
 from durably.views.explaining import explain

@@ -21,7 +21,7 @@ from durably.codec.encryption import masked, sealed_key
 from durably.core.outputs import PROGRESS, Progress, PublishedEvent, StreamItem
 from durably.core.secrets import redact
 from durably.core.status import RunStatus
-from durably.stores.protocol import RunRecord
+from durably.stores.records import RunRecord
 from durably.views.details import moment, short, shown
 
 __all__ = [

@@ -19,7 +19,7 @@ from durably.core.payloads import (
 )
 from durably.core.status import FINAL, RunStatus
 from durably.errors import PayloadError
-from durably.stores.protocol import RunRecord, WorkerBeat
+from durably.stores.records import RunRecord, WorkerBeat
 from durably.views.details import detail, moment, short, started_pairs
 from durably.views.explaining import explain, root_cause, runners
 

@@ -24,7 +24,7 @@ from durably.core.bulk import Matching
 from durably.core.names import MAX_NAME, NAME_PATTERN, RUN_ID_PATTERN
 from durably.core.status import RunStatus
 from durably.errors import DurablyError, StoreUnavailable
-from durably.stores.protocol import Happened, RunRecord
+from durably.stores.records import Happened, RunRecord
 from durably.views.bodies import (
     DecideIn,
     FailIn,

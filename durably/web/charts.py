@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 
 from durably.clock import Clock
 from durably.errors import DurablyError
-from durably.stores.protocol import Ended, RunStats, Store
+from durably.stores.protocol import Store
+from durably.stores.records import Ended, RunStats
 
 __all__ = ["Chart", "Sample", "Sampler", "chart", "per_minute"]
 

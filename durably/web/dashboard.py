@@ -29,7 +29,7 @@ from durably.core.bulk import RunFilter
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.durations import parse_duration
 from durably.errors import DurablyError, PayloadError, RunNotFound
-from durably.stores.protocol import Happened
+from durably.stores.records import Happened
 from durably.views.actions import allowed
 from durably.views.breakers import breakers
 from durably.views.deploys import summary

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from durably.core.status import RunStatus
 from durably.stores import Store
-from durably.stores.protocol import Ended
+from durably.stores.records import Ended
 from durably.testing import FakeClock
 
 from .test_pruning import _ended

@@ -18,7 +18,7 @@ from durably.core.status import RunStatus
 from durably.stores import NewRun, Store, open_store
 from durably.stores.postgres import partitions
 from durably.stores.postgres.store import PostgresStore
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.stores.sql import reads
 from durably.stores.sql.rows import ts
 from durably.testing import FakeClock

@@ -10,7 +10,7 @@ from datetime import timedelta
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
 from durably.stores import Checkpoint, NewRun, Store
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 
 from .support import LEASE, WORKFLOW, checkpoint, execute_sql

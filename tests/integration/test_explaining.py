@@ -7,7 +7,7 @@ import contextlib
 from datetime import timedelta
 
 import durably
-from durably.stores.protocol import NewRun, WorkerBeat
+from durably.stores.records import NewRun, WorkerBeat
 from durably.testing import FakeClock
 from durably.views.explaining import explain
 

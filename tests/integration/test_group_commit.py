@@ -1,7 +1,8 @@
 """Group commit: a batch that fails fails every caller waiting on it, a pass of the loop that
-goes on for more than a few milliseconds hands over what it gathered before it ends, and
-checkpoints queued while a commit is under way go together in the one after it. On both real
-stores. (A worker killed in the middle
+goes on for more than a few milliseconds hands over what it gathered before it ends,
+checkpoints queued while a commit is under way go together in the one after it, and with two
+lanes the next batch leaves while one is in flight, store work besides checkpoints waiting its
+turn. On both real stores. (A worker killed in the middle
 of a commit: tests/chaos/test_group_commit_crash.py.)"""
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ def test_a_failed_batch_fails_every_waiting_caller(store: Store, clock: FakeCloc
         ]
 
 
-def _step_checkpoint(claim: Claim, clock: FakeClock) -> Checkpoint:
-    seq = claim.events[-1].seq + 1
-    event = Event(seq, EventKind.STEP_STARTED, clock.now(), 0, "s", 1, None)
+def _step_checkpoint(claim: Claim, clock: FakeClock, *, after: int = 0) -> Checkpoint:
+    """A step's start, `after` events after the claim's history."""
+    seq = claim.events[-1].seq + 1 + after
+    event = Event(seq, EventKind.STEP_STARTED, clock.now(), after, "s", 1, None)
     return Checkpoint(claim.run_id, claim.epoch, (event,))
 
 
@@ -138,3 +140,107 @@ def test_a_long_pass_hands_over_what_it_gathered_before_it_ends(
 
     assert asyncio.run(commit_all()) == [True] * len(ids)
     assert recording.batches == [2, len(ids) - 2]
+
+
+class _HeldCommits:
+    """The real store, recording what each commit held (its runs) as it began and ended; a
+    commit of a run in `hold` waits for `go` before it reaches the store."""
+
+    def __init__(self, store: Store, hold: str) -> None:
+        self._store = store
+        self._hold = hold
+        self.log: list[tuple[str, tuple[str, ...]]] = []
+        self.held = threading.Event()
+        self.go = threading.Event()
+        self._lock = threading.Lock()
+
+    def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
+        runs = tuple(checkpoint.run_id for checkpoint in checkpoints)
+        with self._lock:
+            self.log.append(("began", runs))
+        if self._hold in runs and not self.go.is_set():
+            self.held.set()
+            assert self.go.wait(10)
+        results = self._store.commit(checkpoints, now=now)
+        with self._lock:
+            self.log.append(("ended", runs))
+        return results
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def _claimed(store: Store, clock: FakeClock, count: int) -> list[Claim]:
+    for n in range(count):
+        store.create_run(NewRun(f"r{n}", "w", "[]"), now=clock.now())
+    return store.claim("me", ["w"], now=clock.now(), lease=timedelta(seconds=30), limit=count)
+
+
+def test_with_two_lanes_a_batch_leaves_while_the_one_before_it_is_in_flight(
+    store: Store, clock: FakeClock
+) -> None:
+    """A store that commits two transactions at once (PostgreSQL) gets two lanes: the next
+    batch is committed while the one before it still waits for its answer, not after it."""
+    first, second = _claimed(store, clock, 2)
+    held = _HeldCommits(store, hold=first.run_id)
+
+    async def commit_both() -> list[bool]:
+        committer = Committer(held, clock, lanes=2)  # type: ignore[arg-type]
+        committer.start(asyncio.get_running_loop())
+        try:
+            one = asyncio.ensure_future(committer.commit(_step_checkpoint(first, clock)))
+            await asyncio.to_thread(held.held.wait, 10)  # the first batch is in flight
+            two = await committer.commit(_step_checkpoint(second, clock))  # not held up
+            assert not one.done()
+            held.go.set()
+            return [await one, two]
+        finally:
+            committer.stop()
+
+    assert asyncio.run(commit_both()) == [True, True]
+    assert held.log == [
+        ("began", (first.run_id,)),
+        ("began", (second.run_id,)),
+        ("ended", (second.run_id,)),
+        ("ended", (first.run_id,)),
+    ]
+
+
+def test_with_two_lanes_other_store_work_waits_for_every_batch_before_it(
+    store: Store, clock: FakeClock
+) -> None:
+    """A claim (any call) sees what was committed before it was asked: it waits for the
+    batches in flight, and a run's second checkpoint waits for its first."""
+    first, second = _claimed(store, clock, 2)
+    held = _HeldCommits(store, hold=first.run_id)
+    order: list[str] = []
+
+    async def in_order() -> None:
+        committer = Committer(held, clock, lanes=2)  # type: ignore[arg-type]
+        committer.start(asyncio.get_running_loop())
+        try:
+            one = asyncio.ensure_future(committer.commit(_step_checkpoint(first, clock)))
+            await asyncio.to_thread(held.held.wait, 10)
+            call = asyncio.ensure_future(committer.call(lambda: order.append("call")))
+            later = _step_checkpoint(first, clock, after=1)  # the same run, after its first
+            again = asyncio.ensure_future(committer.commit(later))
+            await asyncio.sleep(0.05)  # room for either to go early, as neither may
+            assert not call.done()
+            assert not again.done()
+            order.append("go")
+            held.go.set()
+            assert await one
+            await call
+            assert await again
+            assert await committer.commit(_step_checkpoint(second, clock))
+        finally:
+            committer.stop()
+
+    asyncio.run(in_order())
+    assert order == ["go", "call"]
+    assert [runs for when, runs in held.log if when == "began"] == [
+        (first.run_id,),
+        (first.run_id,),
+        (second.run_id,),
+    ]
+    assert [event.kind for event in store.history(first.run_id)][2:] == [EventKind.STEP_STARTED] * 2

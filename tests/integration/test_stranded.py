@@ -13,7 +13,7 @@ import pytest
 import durably
 from durably import DurablyError, RunStatus
 from durably.core.history import EventKind
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 from durably.views.timeline import describe_run
 

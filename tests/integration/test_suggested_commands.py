@@ -29,7 +29,7 @@ import click
 import durably
 from durably import RunStatus
 from durably.cli import cli
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 from durably.views.explaining import explain
 from durably.views.timeline import describe_run

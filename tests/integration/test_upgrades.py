@@ -19,7 +19,7 @@ from durably.core.event_data import read_payload
 from durably.core.history import EventKind
 from durably.core.payloads import Upgraded
 from durably.runtime.upgrades import Outcome
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 from durably.views.timeline import describe_run
 

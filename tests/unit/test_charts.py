@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the web extra is not installed")
 
-from durably.stores.protocol import Ended
+from durably.stores.records import Ended
 from durably.web.charts import Sample, chart, per_minute
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 import durably
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 from tests.integration import upgrade_app
 

@@ -15,7 +15,7 @@ import durably
 from durably.core.event_data import read_payload
 from durably.core.history import EventKind
 from durably.core.payloads import Upgraded
-from durably.stores.protocol import WorkerBeat
+from durably.stores.records import WorkerBeat
 from durably.testing import FakeClock
 from tests.integration import upgrade_app
 

@@ -14,7 +14,7 @@ import psycopg
 from durably.core.history import Event, EventKind
 from durably.core.queues import Queue
 from durably.stores.postgres.connections import Connections
-from durably.stores.protocol import Claim, Delivery
+from durably.stores.records import Claim, Delivery
 from durably.stores.sql import inbox, reads
 from durably.stores.sql.queues import lock_queues, pick
 from durably.stores.sql.rows import from_ts

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from durably.core.status import RunStatus
-from durably.stores.protocol import Checkpoint
+from durably.stores.records import Checkpoint
 from durably.stores.sql import audit, effects, outputs, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, ts
 

@@ -15,7 +15,7 @@ import psycopg
 
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
-from durably.stores.protocol import NewRun, RunRecord
+from durably.stores.records import NewRun, RunRecord
 from durably.stores.sql import audit, debounce, reads
 from durably.stores.sql.rows import RUN_COLUMNS, claimed_data, created_record, run_of, ts
 

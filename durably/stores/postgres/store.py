@@ -35,7 +35,7 @@ from durably.stores.postgres.commit import OUTPUTS_CHANNEL, WAKE_CHANNEL, Batch,
 from durably.stores.postgres.connections import Connections, redact
 from durably.stores.postgres.listen import CHANGES_CHANNEL, Wakeups, switch_changes
 from durably.stores.postgres.options import store_options
-from durably.stores.protocol import (
+from durably.stores.records import (
     Checkpoint,
     Claim,
     Delivery,
@@ -101,6 +101,9 @@ class PostgresStore(SqlStore):
         self._url = url = options.url
         self.url = redact(url)
         self.dialect = reads.POSTGRES
+        # Two commits in flight: the next batch leaves while one waits for its fsync, on a
+        # connection of its own (the pool keeps the others for claims and the app's calls).
+        self.writers = 2 if pool_size >= 3 else 1
         self.synchronous_commit = options.synchronous_commit
         self.transaction_pooling = options.transaction_pooling
         self._wakeups = Wakeups(options.listen_url, self.url, self._notify)

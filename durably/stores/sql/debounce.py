@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from durably.core.history import EventKind
-from durably.stores.protocol import NewRun, RunRecord
+from durably.stores.records import NewRun, RunRecord
 from durably.stores.sql import audit
 from durably.stores.sql.reads import POSTGRES, Connection, Dialect
 from durably.stores.sql.rows import RUN_COLUMNS, run_of, ts

@@ -1,7 +1,7 @@
 """The due runs a claim may take, led by what the claiming worker serves, the same SQL for
 both stores (with each database's way of saying it).
 
-A worker serves some workflows, each at some versions (durably.stores.protocol.Serves). Its
+A worker serves some workflows, each at some versions (durably.stores.records.Serves). Its
 claim reads one range of the claimable index (workflow, version, claim rank) for each
 workflow and version it serves, and one for each workflow's runs of no recorded version,
 each in claim order and cut at the claim's limit, then keeps the first of them all. A due
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any
 
-from durably.stores.protocol import Serves
+from durably.stores.records import Serves
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.schema import CLAIM_RANK
 

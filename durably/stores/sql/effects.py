@@ -15,7 +15,7 @@ from durably.core.children import CHILD, ChildEnded
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
 from durably.errors import ChildIdTaken
-from durably.stores.protocol import Checkpoint, Message, NewRun, SentOutcome
+from durably.stores.records import Checkpoint, Message, NewRun, SentOutcome
 from durably.stores.sql import attributes, inbox
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import event_row, ts

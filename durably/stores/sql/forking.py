@@ -11,7 +11,7 @@ from datetime import datetime
 from durably.core.audit import Audit
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
-from durably.stores.protocol import NewRun
+from durably.stores.records import NewRun
 from durably.stores.sql import audit as trail
 from durably.stores.sql.effects import insert_event, insert_run
 from durably.stores.sql.reads import Connection, Dialect

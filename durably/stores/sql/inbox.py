@@ -15,7 +15,7 @@ from typing import Any
 
 from durably.core.history import Event
 from durably.core.status import FINAL, RunStatus
-from durably.stores.protocol import Claim, Delivery, Message, Sent, SentOutcome
+from durably.stores.records import Claim, Delivery, Message, Sent, SentOutcome
 from durably.stores.sql import audit, reads
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from durably.core.history import EventKind
 from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite, close_place
-from durably.stores.protocol import Checkpoint
+from durably.stores.records import Checkpoint
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from durably.core.queues import Queue
 from durably.core.slots import Candidate, Counts, share
-from durably.stores.protocol import Serves
+from durably.stores.records import Serves
 from durably.stores.sql import workers
 from durably.stores.sql.due import pick_due
 from durably.stores.sql.reads import Connection, Dialect

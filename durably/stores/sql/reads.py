@@ -18,7 +18,7 @@ from durably.core.history import Event, error_class_name
 from durably.core.queues import DEFAULT_QUEUE
 from durably.core.status import FINAL, PARKED, RunStatus
 from durably.errors import StepFailed
-from durably.stores.protocol import Happened, RunRecord
+from durably.stores.records import Happened, RunRecord
 from durably.stores.sql.rows import EVENT_COLUMNS, RUN_COLUMNS, event_of, run_of, ts
 from durably.stores.sql.schema import BIRTH, CLAIM_RANK
 

@@ -12,7 +12,7 @@ from durably.core.history import UNREADABLE_ROW, ErrorInfo, Event, EventKind
 from durably.core.payloads import Claimed
 from durably.core.status import RunStatus
 from durably.errors import SchemaTooNew
-from durably.stores.protocol import Checkpoint, Claim, NewRun, RunRecord
+from durably.stores.records import Checkpoint, Claim, NewRun, RunRecord
 
 __all__ = [
     "EVENT_COLUMNS",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from durably.core.status import FINAL, PARKED, RunStatus
-from durably.stores.protocol import Ended, RunStats
+from durably.stores.records import Ended, RunStats
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 from durably.stores.sql.tally import Tally

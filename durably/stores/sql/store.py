@@ -23,7 +23,7 @@ from durably.core.history import Event
 from durably.core.outputs import PublishedEvent, StreamItem, StreamWrite
 from durably.core.status import RunStatus
 from durably.core.webhooks import NewWebhook, Outgoing, Settlement, Webhook, WebhookDelivery
-from durably.stores.protocol import (
+from durably.stores.records import (
     Ended,
     Happened,
     Message,

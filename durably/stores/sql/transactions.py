@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from durably.errors import TransactionAborted, TransactionEnded
-from durably.stores.protocol import Checkpoint, Lease
+from durably.stores.records import Checkpoint, Lease
 from durably.stores.sql.reads import Connection, Dialect
 
 __all__ = ["Refused", "holds", "user_errors", "work_in"]

@@ -8,7 +8,7 @@ import json
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
-from durably.stores.protocol import Serves, WorkerBeat
+from durably.stores.records import Serves, WorkerBeat
 from durably.stores.sql.reads import Connection, Dialect
 from durably.stores.sql.rows import from_ts, ts
 from durably.stores.sql.schema import CLAIM_RANK

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from durably.stores.protocol import Checkpoint
+from durably.stores.records import Checkpoint
 from durably.stores.sql import audit, effects, inbox, outputs, reads
 from durably.stores.sql.rows import checkpoint_params, event_row, from_ts
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from durably.core.status import FINAL, PARKED
 from durably.core.webhooks import StatusChange
-from durably.stores.protocol import Checkpoint
+from durably.stores.records import Checkpoint
 from durably.stores.sqlite.wakeups import LocalWakeups, run_messages
 
 __all__ = ["ChangingConnection", "Notices"]

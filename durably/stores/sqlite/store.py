@@ -21,15 +21,7 @@ from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.core.webhooks import StatusChange
 from durably.errors import ConfigError, StoreUnavailable
-from durably.stores.protocol import (
-    Checkpoint,
-    Claim,
-    Delivery,
-    Lease,
-    NewRun,
-    RunRecord,
-    Serves,
-)
+from durably.stores.records import Checkpoint, Claim, Delivery, Lease, NewRun, RunRecord, Serves
 from durably.stores.sql import (
     attributes,
     audit,
@@ -104,6 +96,7 @@ class SQLiteStore(SqlStore):
         self.path = str(path)
         self.dialect = reads.SQLITE
         self.url = f"sqlite:///{Path(path).absolute()}"  # the same from any directory
+        self.writers = 1  # one writer at a time, whatever the threads
         self._synchronous = synchronous.upper()
         self._busy_timeout = busy_timeout
         self._create = create
