@@ -19,3 +19,11 @@ def store(store_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     opened = open_store(store_url, keys=keys)
     yield opened
     opened.close()
+
+
+@pytest.fixture
+def other(store_url: str) -> Iterator[Store]:
+    """A second store on the same database, as another process would open it (plain)."""
+    opened = open_store(store_url)
+    yield opened
+    opened.close()

@@ -4,6 +4,7 @@ engine builds them, and raw SQL on the database behind a store URL."""
 from __future__ import annotations
 
 import json
+import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 
 from durably.core.history import ErrorInfo, Event, EventKind
 from durably.core.status import RunStatus
+from durably.core.webhooks import StatusChange
 from durably.stores import Checkpoint, Claim, NewRun, Store
 from durably.stores.sql.schema import CREATE_META, migrations
 from durably.testing import FakeClock
@@ -153,3 +155,19 @@ def in_threads(
     if errors:
         raise errors[0]
     return [results[index] for index in range(count)]
+
+
+def status_changes(
+    listener: Store, act: Callable[[], object], count: int, *, wait: float = 20
+) -> list[StatusChange]:
+    """The first `count` status changes `listener` (another store on the same database) hears
+    after `act()` (its change stream turned on first: PostgreSQL's is off by default), each
+    heard within `wait` seconds."""
+    assert listener.set_status_changes(True) is True
+    heard: queue.Queue[StatusChange] = queue.Queue()
+    stop = listener.watch_status_changes(heard.put)
+    try:
+        act()
+        return [heard.get(timeout=wait) for _ in range(count)]
+    finally:
+        stop()

@@ -4,8 +4,7 @@ in one transaction. Every test runs against both real stores, plain and encrypte
 
 from __future__ import annotations
 
-import queue
-from collections.abc import Iterator
+import functools
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,21 +14,22 @@ import pytest
 from durably.core.audit import Action, Via, audit_of
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
-from durably.core.webhooks import StatusChange
 from durably.stores import Lease, NewRun, Store, open_store
 from durably.stores.postgres import starts
 from durably.testing import FakeClock
 
-from .support import LEASE, WORKFLOW, checkpoint, claim_only, claimed_data, new_run, step_events
+from .support import (
+    LEASE,
+    WORKFLOW,
+    checkpoint,
+    claim_only,
+    claimed_data,
+    new_run,
+    status_changes,
+    step_events,
+)
 
 WAIT = 20  # seconds a change may take to be heard before the test calls it missing
-
-
-@pytest.fixture
-def other(store_url: str) -> Iterator[Store]:
-    opened = open_store(store_url)
-    yield opened
-    opened.close()
 
 
 def test_a_claimed_start_leaves_what_a_create_and_a_claim_leave(
@@ -153,14 +153,12 @@ def test_a_claimed_start_is_heard_running_by_a_listener_of_another_store(
     store: Store, other: Store, clock: FakeClock
 ) -> None:
     """Its claim is a status change, as any claim's is (`durably listen` hears it)."""
-    assert other.set_status_changes(True) is True  # PostgreSQL's is off by default
-    heard: queue.Queue[StatusChange] = queue.Queue()
-    stop = other.watch_status_changes(heard.put)
-    try:
-        store.create_claimed(new_run("r"), "worker-a", now=clock.now(), lease=LEASE)
-        change = heard.get(timeout=WAIT)
-    finally:
-        stop()
+    start = functools.partial(
+        store.create_claimed, new_run("r"), "worker-a", now=clock.now(), lease=LEASE
+    )
+
+    [change] = status_changes(other, start, 1, wait=WAIT)
+
     assert (change.run, change.workflow, change.status) == ("r", WORKFLOW, "running")
     assert change.at == clock.now()
 

@@ -5,7 +5,6 @@ store object on the same URL stands for another process."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,13 +17,6 @@ from durably.testing import FakeClock
 from .support import LEASE, WORKFLOW, checkpoint, claim_only, claimed_data, new_run
 
 WAIT = 20  # seconds: how long a wake-up may take before the test calls it missing
-
-
-@pytest.fixture
-def other(store_url: str) -> Iterator[Store]:
-    opened = open_store(store_url)
-    yield opened
-    opened.close()
 
 
 def _event(claim: Claim, kind: EventKind, clock: FakeClock) -> tuple[Event, ...]:

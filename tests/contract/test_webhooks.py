@@ -6,8 +6,6 @@ real stores, plain and encrypted."""
 
 from __future__ import annotations
 
-import queue
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +17,6 @@ from durably.core.webhooks import (
     DeliveryState,
     NewWebhook,
     Settlement,
-    StatusChange,
     WebhookKind,
 )
 from durably.stores import Store, open_store
@@ -27,17 +24,10 @@ from durably.stores.encrypted import EncryptedStore
 from durably.stores.webhooks import Retried
 from durably.testing import FakeClock
 
-from .support import checkpoint, claim_only, execute_sql, new_run
+from .support import checkpoint, claim_only, execute_sql, new_run, status_changes
 
 WAIT = 20  # seconds a change may take to be heard before the test calls it missing
 SEND_LEASE = timedelta(seconds=60)
-
-
-@pytest.fixture
-def other(store_url: str) -> Iterator[Store]:
-    opened = open_store(store_url)
-    yield opened
-    opened.close()
 
 
 def _hook(
@@ -219,18 +209,15 @@ def test_removing_a_webhook_stops_its_deliveries(store: Store, clock: FakeClock)
 def test_every_status_change_reaches_a_listener_of_another_store(
     store: Store, other: Store, clock: FakeClock
 ) -> None:
-    assert other.set_status_changes(True) is True  # PostgreSQL's is off by default
-    heard: queue.Queue[StatusChange] = queue.Queue()
-    stop = other.watch_status_changes(heard.put)
-    try:
+
+    def start_and_fail() -> None:
         store.create_run(new_run("r"), now=clock.now())
         claim = claim_only(store, clock, "r")
         clock.advance("2s")
         store.commit([checkpoint(claim, status=RunStatus.FAILED)], now=clock.now())
 
-        changes = [heard.get(timeout=WAIT), heard.get(timeout=WAIT)]
-    finally:
-        stop()
+    changes = status_changes(other, start_and_fail, 2, wait=WAIT)
+
     assert [(c.run, c.workflow, c.status) for c in changes] == [
         ("r", "send_invoice", "running"),
         ("r", "send_invoice", "failed"),
