@@ -78,7 +78,8 @@ KILLS = Bench(
 )
 ROUNDTRIP = Bench(
     "roundtrip",
-    "start -> result from outside the worker beside DBOS, and beyond 6 commits; starts/s",
+    "start -> result beside DBOS, from outside the worker (and beyond 6 commits) and beside it"
+    " in the caller's process (3 steps, and none); starts/s",
     (
         Workload("roundtrip", engines.roundtrip, (150, 10, 500), (30, 5, 200)),
         floor(500, 200),
