@@ -15,6 +15,7 @@ never promise more runs than its concurrency.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -78,6 +79,7 @@ class Handoffs:
         self._loop = loop
         self._room = room
         self._launch = launch
+        self._none_held: asyncio.Future[None] | None = None  # `arrived` waits on it
 
     def reserve(self, run: NewRun) -> bool:
         versions = self._serves.get(run.workflow)
@@ -107,6 +109,17 @@ class Handoffs:
                 self.lease.total_seconds(),
             )
 
+    async def arrived(self, *, within: timedelta) -> None:
+        """Once the worker has withdrawn its offer (no start asks any more), wait for the
+        runs on their way to arrive (a start's commit: a millisecond or so; `within` at
+        most), so that they are not left under its lease until that runs out. On the loop."""
+        with self.lock:
+            if not self.held:
+                return
+            waiter = self._none_held = self._loop.create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, within.total_seconds())
+
     def _arrive(self, claim: Claim) -> None:
         self._launch(claim)  # counted among the worker's runs before its slot is let go
         self._let_go()
@@ -114,3 +127,13 @@ class Handoffs:
     def _let_go(self) -> None:
         with self.lock:
             self.held -= 1
+            if self.held or self._none_held is None:
+                return
+            done, self._none_held = self._none_held, None
+        with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits any more
+            self._loop.call_soon_threadsafe(_settle, done)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -231,6 +231,8 @@ class Worker:
             withdraw()
             unsubscribe()
             unwatch()
+            # Runs started for it before it withdrew: held, finished or handed back below.
+            await handoffs.arrived(within=self.stop_grace)
             with contextlib.suppress(StoreUnavailable):  # hand-backs: as above
                 await self._shutdown()
             for task in background:

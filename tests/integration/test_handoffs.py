@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 import durably
 from durably.core.history import Event, EventKind
 from durably.core.status import RunStatus
+from durably.runtime.handoffs import Taker
 
 WAIT = 20.0  # seconds anything here may take before the test calls it stuck
 
@@ -210,3 +211,40 @@ def test_a_worker_that_stopped_takes_no_start(app: durably.App) -> None:
     assert app.run_until_idle() == 1
     assert handle.result(timeout=WAIT) == 5
     assert not _handed_over(app, handle.id)
+
+
+def test_a_run_on_its_way_when_the_worker_stops_is_run_not_left_under_its_lease(
+    app: durably.App,
+) -> None:
+    """A start that asked before the stop, and whose run arrives only once the worker has
+    withdrawn its offer: the worker waits for that run and finishes it within its grace,
+    like the runs it held, instead of leaving it leased to a worker that is gone until the
+    lease runs out."""
+    withdrawn = threading.Event()
+    offer = app.offer
+
+    def offer_and_tell(taker: Taker) -> Callable[[], None]:
+        withdraw = offer(taker)
+
+        def withdraw_and_tell() -> None:
+            withdraw()
+            withdrawn.set()
+
+        return withdraw_and_tell
+
+    app.offer = offer_and_tell  # type: ignore[method-assign]
+    serving = Serving(app)
+    worker = serving.worker
+    run = app.client._run_of(durably.Start("total", (6,)), None)  # what app.start would write
+    handoffs = app.client._takers._takers[0]
+    assert handoffs.reserve(run)  # the start asks, before the stop
+    made = app.store.create_claimed(run, handoffs.name, now=app.clock.now(), lease=worker.lease)
+    assert made is not None
+    worker.stop()
+    assert withdrawn.wait(WAIT)  # the worker is shutting down
+    handoffs.hand(made[1])  # and only now the run arrives
+    serving.thread.join(WAIT)
+
+    assert app.client.get(run.id).status == RunStatus.COMPLETED
+    assert app.handle(run.id).result(timeout=WAIT) == 15
+    assert _handed_over(app, run.id)
