@@ -213,10 +213,8 @@ class Takers:
         """Create `run` claimed for a worker here that takes it, and hand it over; None if
         none takes it (due later, debounced, or no worker has room) or its id is taken:
         nothing is then written, and the start goes the usual way."""
-        takers = self._takers  # replaced, never changed: read without the lock
-        if not takers or run.debounce is not None or run.due is not None:
-            return None
-        taker = next((taker for taker in takers if taker.reserve(run)), None)
+        # Replaced, never changed: read without the lock. Each taker says what it takes.
+        taker = next((taker for taker in self._takers if taker.reserve(run)), None)
         if taker is None:
             return None
         try:

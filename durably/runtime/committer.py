@@ -230,6 +230,7 @@ class Committer:
             ticket = self._tickets
             self._tickets += 1
             self._flying[ticket] = flight
+            self._state.notify_all()  # the line changed: for whoever watches it
         return ticket
 
     def _enter(self, ticket: int) -> None:

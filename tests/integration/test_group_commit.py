@@ -154,6 +154,11 @@ class _HeldCommits:
         self.go = threading.Event()
         self._lock = threading.Lock()
 
+    def note(self, what: str) -> None:
+        """Log other store work (a call), in its place among the commits."""
+        with self._lock:
+            self.log.append((what, ()))
+
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
         runs = tuple(checkpoint.run_id for checkpoint in checkpoints)
         with self._lock:
@@ -168,6 +173,12 @@ class _HeldCommits:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
+
+
+def _taken(committer: Committer, count: int) -> None:
+    """Until `count` batches are taken off the committer's queue and not done."""
+    with committer._state:
+        assert committer._state.wait_for(lambda: len(committer._flying) >= count, 10)
 
 
 def _claimed(store: Store, clock: FakeClock, count: int) -> list[Claim]:
@@ -221,10 +232,16 @@ def test_with_two_lanes_other_store_work_waits_for_every_batch_before_it(
         try:
             one = asyncio.ensure_future(committer.commit(_step_checkpoint(first, clock)))
             await asyncio.to_thread(held.held.wait, 10)
-            call = asyncio.ensure_future(committer.call(lambda: order.append("call")))
+
+            def claim() -> None:
+                order.append("call")
+                held.note("call")
+
+            call = asyncio.ensure_future(committer.call(claim))
+            await asyncio.to_thread(_taken, committer, 2)  # the second lane holds the call
             later = _step_checkpoint(first, clock, after=1)  # the same run, after its first
             again = asyncio.ensure_future(committer.commit(later))
-            await asyncio.sleep(0.05)  # room for either to go early, as neither may
+            await asyncio.sleep(0)  # queued, behind both lanes
             assert not call.done()
             assert not again.done()
             order.append("go")
@@ -238,6 +255,9 @@ def test_with_two_lanes_other_store_work_waits_for_every_batch_before_it(
 
     asyncio.run(in_order())
     assert order == ["go", "call"]
+    first_ended = held.log.index(("ended", (first.run_id,)))
+    assert held.log.index(("call", ())) > first_ended
+    assert held.log.index(("began", (first.run_id,)), 1) > first_ended
     assert [runs for when, runs in held.log if when == "began"] == [
         (first.run_id,),
         (first.run_id,),
