@@ -15,7 +15,6 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
@@ -31,6 +30,7 @@ from durably.runtime.handoffs import Handoffs
 from durably.runtime.housekeeping import Housekeeping
 from durably.runtime.neighbours import default_name, gone_here
 from durably.runtime.strays import Strays
+from durably.runtime.suspects import Suspects
 from durably.runtime.takeovers import first_claim, taken_over_from
 from durably.runtime.webhooks import Courier
 from durably.stores.protocol import Store
@@ -95,10 +95,9 @@ class Worker:
         self._clock: Clock = self._settings.clock
         self._engine: Engine | None = None  # once the store is open
         self._active: dict[str, tuple[RunExecution, asyncio.Task[None]]] = {}
-        # Runs taken over from a dead worker wait here to run alone, one after another, so
+        # Runs taken over from a dead worker, which run alone, one turn after another, so
         # that a death while one runs is its own (see WorkerDeaths). Their leases are kept.
-        self._suspects: deque[RunExecution] = deque()
-        self._alone: list[RunExecution] = []  # suspects running now with no other run
+        self._suspects = Suspects(launch=self._launch, poke=self._poke)
         # The last claim took as many runs as it asked for: more may be due. True until a
         # claim comes back short (a start is handed over only when nothing else waits).
         self._filled = True
@@ -213,7 +212,7 @@ class Worker:
                 if until_idle and idle and not handoffs.held:
                     await strays.warn(committer)
                     break
-                if claims and self._filled and self._free() > 0 and not self._isolating():
+                if claims and self._filled and self._free() > 0 and not self._suspects.isolating():
                     continue  # it took all it asked for, and slots freed since: more may be due
                 if not claims:
                     idle_polls += 1
@@ -278,8 +277,8 @@ class Worker:
 
     async def _claim(self, committer: Committer) -> list[Claim]:
         """Claim due runs and start them; none while a suspect waits or runs alone."""
-        if self._isolating():
-            self._start_alone()
+        if self._suspects.isolating():
+            self._suspects.start(others_running=bool(self._active))
             return []
         handoffs = self._handoffs
         assert handoffs is not None
@@ -329,7 +328,7 @@ class Worker:
                 self._start(claim)
         finally:
             self._claiming = 0
-        self._start_alone()
+        self._suspects.start(others_running=bool(self._active))
         return claims
 
     def _start(self, claim: Claim) -> None:
@@ -349,8 +348,7 @@ class Worker:
             if first_claim(claim.events):
                 self._settings.hooks.run_began(claim.run_id, claim.workflow)
         if deaths.suspect:
-            execution.strict = deaths.strict
-            self._suspects.append(execution)
+            self._suspects.add(execution, strict=deaths.strict)
         else:
             self._launch(execution)
 
@@ -368,41 +366,9 @@ class Worker:
     def _room(self, held: int) -> bool:
         """Whether it would claim a new run now, with a slot free beyond the `held` ones and
         the claim under way's (asked from a starting thread, under the hand-overs' lock)."""
-        if self._stopping or self._filled or self._isolating():
+        if self._stopping or self._filled or self._suspects.isolating():
             return False
         return self.concurrency - len(self._active) - len(self._suspects) - self._claiming > held
-
-    def _isolating(self) -> bool:
-        """Whether a suspect waits to run alone, or runs alone now: nothing new starts."""
-        running = any(execution.alone and not execution.closed for execution in self._alone)
-        return bool(self._suspects) or running
-
-    def _start_alone(self) -> None:
-        """Once nothing else runs here, start suspects with no other run: all those that may
-        run together (a crash among them was never seen) at once, else one strictly alone."""
-        if self._active or not self._suspects:
-            return
-        waiting = [execution for execution in self._suspects if not execution.lost]
-        self._suspects.clear()
-        together = [execution for execution in waiting if not execution.strict]
-        strict = [execution for execution in waiting if execution.strict]
-        start = together or strict[:1]
-        self._suspects.extend(strict if together else strict[1:])
-        if not start:
-            self._poke()  # their leases went while they waited: look again
-            return
-        self._alone = start
-        for execution in start:
-            execution.run_alone(after=self._alone_over, others=len(start) - 1)
-            self._launch(execution)
-        how = "alone" if len(start) == 1 else f"with {len(start) - 1} other(s) taken over"
-        log.info("running %d run(s) a dead worker held %s", len(start), how)
-
-    def _alone_over(self) -> bool:
-        """The suspect running alone got past where its worker died; True if it is to be
-        handed back because other suspects wait for their turn alone."""
-        self._poke()
-        return bool(self._suspects)
 
     def _launch(self, execution: RunExecution) -> None:
         run_id = execution.run_id
@@ -420,8 +386,7 @@ class Worker:
         if entry is None or entry[1] is not task:
             return  # a stale execution of a run claimed again
         execution, _ = self._active.pop(run_id)
-        if execution in self._alone:
-            self._alone.remove(execution)
+        self._suspects.ended(execution)
         if not task.cancelled():
             error = task.exception()
             if error is not None:
@@ -531,10 +496,7 @@ class Worker:
                     execution.deliver(inbox)
 
     async def _shutdown(self) -> None:
-        while self._suspects:  # never started: hand back at once (they stay suspects)
-            waiting = self._suspects.popleft()
-            if not waiting.lost:
-                await waiting.release()
+        await self._suspects.hand_back()
         tasks = [task for _, task in self._active.values()]
         if not tasks:
             return
