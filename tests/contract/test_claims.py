@@ -3,6 +3,7 @@ exclusivity under concurrent claimers. Every test runs against both real stores.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from datetime import timedelta
@@ -20,6 +21,7 @@ from .support import (
     checkpoint,
     claim_only,
     claimed_data,
+    execute_sql,
     in_threads,
     new_run,
     step_events,
@@ -130,6 +132,52 @@ def test_a_claim_returns_the_whole_history_so_far(store: Store, clock: FakeClock
     run = store.get_run("r1")
     assert run is not None
     assert run.event_count == second.events[-1].seq
+
+
+def test_a_first_claim_hands_back_the_run_started_event_exactly_as_stored(
+    store: Store, clock: FakeClock
+) -> None:
+    # On PostgreSQL a first claim makes the run_started event from the data kept in the run's
+    # row (schema V15) instead of reading the history: it must be the stored event exactly.
+    started = '{"correlation_id": "order-7", "trace_parent": "00-4bf9-00f0-01"}'
+    store.create_run(dataclasses.replace(new_run("one"), started=started), now=clock.now())
+    clock.advance("0.25s")
+    batch = [
+        dataclasses.replace(new_run("many-1"), started=started),
+        new_run("many-2"),  # no run_started data: NULL, not "not kept"
+    ]
+    store.create_runs(batch, now=clock.now())
+    clock.advance("1s")
+
+    claims = store.claim("worker-a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=10)
+
+    assert sorted(claim.run_id for claim in claims) == ["many-1", "many-2", "one"]
+    for claim in claims:
+        assert list(claim.events) == store.history(claim.run_id)
+        assert [(event.seq, event.kind) for event in claim.events[:1]] == [
+            (1, EventKind.RUN_STARTED)
+        ]
+    data = {claim.run_id: claim.events[0].data for claim in claims}
+    assert data == {"one": started, "many-1": started, "many-2": None}
+
+
+def test_a_run_whose_row_does_not_keep_its_start_is_claimed_with_its_history_read(
+    store: Store, store_url: str, clock: FakeClock
+) -> None:
+    # A run made before schema V15 (or by a write that does not keep its run_started data in
+    # its row) reads '' there on PostgreSQL: its history is read, as for any later claim.
+    store.create_run(new_run("old"), now=clock.now())
+    store.create_run(new_run("new"), now=clock.now())
+    if not store_url.startswith("sqlite"):
+        execute_sql(store_url, "UPDATE durably_runs SET started = '' WHERE id = 'old'")
+    clock.advance("1s")
+
+    claims = store.claim("worker-a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=10)
+
+    assert sorted(claim.run_id for claim in claims) == ["new", "old"]
+    for claim in claims:
+        assert list(claim.events) == store.history(claim.run_id)
+        assert [event.kind for event in claim.events] == [EventKind.RUN_STARTED, EventKind.CLAIMED]
 
 
 def test_a_leased_run_is_taken_over_only_after_its_lease_expires(

@@ -15,7 +15,7 @@ from durably.stores import Store, migrate_store, open_store
 from durably.stores.sql.schema import LATEST_VERSION
 from durably.testing import FakeClock
 
-from .support import execute_sql, new_run, older_schema
+from .support import LEASE, execute_sql, new_run, older_schema
 
 _TABLES = {
     "sqlite": "SELECT name FROM sqlite_master"
@@ -117,6 +117,41 @@ def test_durably_migrate_brings_an_older_schema_up_to_date_and_says_from_what(
     finally:
         opened.close()
     assert execute_sql(store_url, _VERSION) == [(str(LATEST_VERSION),)]
+
+
+def test_a_run_made_before_version_15_is_claimed_with_its_history_after_the_migration(
+    store_url: str, clock: FakeClock
+) -> None:
+    # V15 keeps a run's run_started data in its row (PostgreSQL); the runs of before have
+    # none there, and their first claim must read it from their history.
+    older_schema(store_url, 14)
+    born = clock.now().timestamp()
+    execute_sql(
+        store_url,
+        "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
+        " available_at, event_count) VALUES ('old', 'charge', 'pending', '{}', ?, ?, ?, 1)",
+        [born, born, born],
+    )
+    started = '{"correlation_id": "order-7"}'
+    if store_url.startswith("sqlite"):
+        columns, values = "", ""
+    else:
+        columns, values = ", born", f", {born!r}"
+    execute_sql(
+        store_url,
+        f"INSERT INTO durably_events (run_id, seq, kind, at, data{columns})"
+        f" VALUES ('old', 1, 'run_started', ?, ?{values})",
+        [born, started],
+    )
+
+    assert migrate_store(store_url).found == 14
+    opened = open_store(store_url, create=False)
+    try:
+        [claim] = opened.claim("w", ["charge"], now=clock.now(), lease=LEASE, limit=5)
+        assert list(claim.events) == opened.history("old")
+        assert (claim.events[0].kind, claim.events[0].data) == ("run_started", started)
+    finally:
+        opened.close()
 
 
 def test_durably_migrate_never_makes_apps_check_the_schema_and_not_change_it(

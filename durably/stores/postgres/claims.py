@@ -17,7 +17,7 @@ from durably.stores.postgres.connections import Connections
 from durably.stores.records import Claim, Delivery
 from durably.stores.sql import inbox, reads
 from durably.stores.sql.queues import lock_queues, pick
-from durably.stores.sql.rows import from_ts
+from durably.stores.sql.rows import event_of, from_ts
 from durably.stores.sql.schema import CLAIM_RANK
 
 __all__ = ["SKIP_LOCKED", "Pick", "lease_limited", "lease_once", "pick_ids", "pick_one"]
@@ -27,6 +27,7 @@ __all__ = ["SKIP_LOCKED", "Pick", "lease_limited", "lease_once", "pick_ids", "pi
 Pick = tuple[str, list[object]]
 
 SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"  # a pick of due runs passes over another claim's
+_NOT_KEPT = ""  # a run's `started` when its row does not keep its run_started data (schema V15)
 
 _PICK_ONE = (
     f"SELECT id, status, lease_owner, {CLAIM_RANK} AS due_rank FROM durably_runs"
@@ -45,9 +46,13 @@ _PICK_IDS = (
 # handed back from `logged`. One row shape for two kinds of rows (`part`): 0, a leased run,
 # in claim order (its workflow, input, epoch, birth, priority, and its `claimed` event's seq,
 # time and data); 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
-# `at`). The messages are read by an array of the leased ids, so that they are index
+# `at`). A leased run also brings its run_started data (`started`, schema V15) and its
+# creation time: a run claimed for the first time (its `claimed` event is its second) whose
+# row keeps that data has the run_started event alone for its history, made from them as
+# the start wrote it. The messages are read by an array of the leased ids, so that they are index
 # look-ups whatever the planner guesses of how many runs a claim leases. The histories are
-# read by a second statement (reads.born_histories), given the runs' births as values: a
+# read (those of the others) by a second statement (reads.born_histories), given the runs'
+# births as values: a
 # read of the partitioned history in this statement, by births it learns only as it runs,
 # was planned and set up over every partition (PostgreSQL prunes them only as it runs), and
 # a claim cost 2.7x as much beside 36 daily partitions as beside none (measured); given as
@@ -62,7 +67,7 @@ leased AS (
     FROM picked WHERE r.id = picked.id
     RETURNING r.id, r.workflow, r.input, r.lease_epoch, r.inbox, r.priority, r.event_count,
         picked.status AS previous_status, picked.lease_owner AS previous_owner, picked.due_rank,
-        coalesce(r.born, r.created_at) AS born
+        coalesce(r.born, r.created_at) AS born, r.started, r.created_at
 ),
 logged AS (
     INSERT INTO durably_events (run_id, seq, kind, at, born, data)
@@ -73,12 +78,13 @@ logged AS (
     RETURNING run_id, seq, at, data
 )
 SELECT 0 AS part, l.due_rank, l.id, l.workflow AS t1, l.input AS t2, l.lease_epoch AS n1,
-    l.born AS n2, l.priority::bigint AS n3, g.seq::bigint, 'claimed' AS kind, g.at,
-    NULL::integer AS position, NULL::text AS name, NULL::integer AS attempt, g.data
+    l.born AS n2, l.priority::bigint AS n3, l.started AS t3, l.created_at AS n4, g.seq::bigint,
+    'claimed' AS kind, g.at, NULL::integer AS position, NULL::text AS name,
+    NULL::integer AS attempt, g.data
 FROM leased AS l JOIN logged AS g ON g.run_id = l.id
 UNION ALL
-SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at, NULL, m.name,
-    NULL, m.data
+SELECT 2, NULL, m.run_id, m.sender, NULL, NULL, NULL, NULL, NULL, NULL, m.id, m.kind, m.sent_at,
+    NULL, m.name, NULL, m.data
 FROM durably_inbox AS m WHERE m.run_id = ANY(ARRAY(SELECT id FROM leased WHERE inbox > 0))
 ORDER BY part, due_rank, id, seq
 """
@@ -167,11 +173,25 @@ def _lease(db: psycopg.Connection[Any], picked: Pick, params: dict[str, Any]) ->
     lease_params = [owner, params["expires"], at, at, at, head]
     statement = _LEASE.replace("{pick}", pick_sql)  # its JSON has braces of its own
     rows = db.execute(statement, [*pick_params, *lease_params]).fetchall()
-    births = {row[2]: row[6] for row in rows if row[0] == 0}
+    runs = [row for row in rows if row[0] == 0]
+    firsts = {row[2]: [_run_started(row)] for row in runs if _first_kept(row)}
+    births = {row[2]: row[6] for row in runs if row[2] not in firsts}
     # the histories: no one but the lease's holder writes a leased run's events, so a read
     # after the lease's commit reads those before it, and the claimed event it wrote
     events = reads.born_histories(db, births) if births else {}
-    return _claims(rows, events)
+    return _claims(rows, {**events, **firsts})
+
+
+def _first_kept(row: Sequence[Any]) -> bool:
+    """Whether a leased run's row is of its first claim (its `claimed` event is its second)
+    and keeps its run_started data: its history is that event alone."""
+    return bool(row[10] == 2 and row[8] != _NOT_KEPT)
+
+
+def _run_started(row: Sequence[Any]) -> Event:
+    """A leased run's run_started event, as its start wrote it: the first of its history, at
+    its creation, with the data kept in its row."""
+    return event_of((1, str(EventKind.RUN_STARTED), row[9], None, None, None, row[8]))
 
 
 def _claims(rows: Sequence[Sequence[Any]], events: dict[str, list[Event]]) -> list[Claim]:
@@ -180,7 +200,7 @@ def _claims(rows: Sequence[Sequence[Any]], events: dict[str, list[Event]]) -> li
     leased: list[tuple[Any, ...]] = []
     claimed: dict[str, Event] = {}
     mail: dict[str, list[Delivery]] = {}
-    for part, _, run_id, t1, t2, n1, _, n3, *event in rows:
+    for part, _, run_id, t1, t2, n1, _, n3, _, _, *event in rows:
         seq, kind, at, _, name, _, data = event
         if part == 0:
             claimed[run_id] = Event(seq, EventKind.CLAIMED, from_ts(at), None, None, None, data)

@@ -24,9 +24,9 @@ __all__ = ["claimed_before", "create", "create_claimed", "create_each", "create_
 _CREATE_ROWS = """
 WITH created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id, queue, queue_key)
+        event_count, priority, version, correlation_id, queue, queue_key, started)
     VALUES (%(id)s, %(workflow)s, 'pending', %(input)s, %(at)s, %(at)s, %(due)s, 1, %(priority)s,
-        %(version)s, %(correlation_id)s, %(queue)s, %(key)s)
+        %(version)s, %(correlation_id)s, %(queue)s, %(key)s, %(started)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), started AS (
@@ -74,9 +74,9 @@ WITH v AS (
             queue, key, due, n)
 ), created AS (
     INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
-        event_count, priority, version, correlation_id, queue, queue_key)
+        event_count, priority, version, correlation_id, queue, queue_key, started)
     SELECT id, workflow, 'pending', input, %(at)s, %(at)s, coalesce(due, %(at)s), 1, priority,
-        version, correlation_id, queue, key
+        version, correlation_id, queue, key, started
     FROM v ORDER BY n
     ON CONFLICT (id) DO NOTHING
     RETURNING id, workflow
@@ -96,6 +96,7 @@ WITH v AS (
 SELECT id FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
 # A new run's birth (schema.BIRTH) is its created_at: its first event's `born` is that time.
+# Its run_started data is also kept in its row (`started`, schema V15), for its first claim.
 # A batch of starts in one statement. An id given twice is inserted once (ON CONFLICT DO
 # NOTHING skips the second row), by its first occurrence: the rows go in in the batch's order.
 # The attributes given are only those of each id's first occurrence (create_runs picks them).

@@ -52,15 +52,10 @@ from durably.stores.sql import (
     transactions,
 )
 from durably.stores.sql.due import due_statements
+from durably.stores.sql.migrating import check_schema, migrate, not_current, schema_version
 from durably.stores.sql.queues import limited_of, plain_condition
 from durably.stores.sql.rows import claimed_start, created_record, ts
-from durably.stores.sql.schema import (
-    LATEST_VERSION,
-    check_schema,
-    migrate,
-    not_current,
-    schema_version,
-)
+from durably.stores.sql.schema import LATEST_VERSION
 from durably.stores.sql.store import SqlStore
 
 __all__ = ["PostgresStore", "redact"]

@@ -30,6 +30,7 @@ from durably.stores.sql import (
     reads,
     transactions,
 )
+from durably.stores.sql.migrating import check_schema, migrate
 from durably.stores.sql.queues import pick
 from durably.stores.sql.rows import (
     RUN_COLUMNS,
@@ -38,12 +39,7 @@ from durably.stores.sql.rows import (
     run_of,
     ts,
 )
-from durably.stores.sql.schema import (
-    LATEST_VERSION,
-    SQLITE_NOTICES_TRIGGER,
-    check_schema,
-    migrate,
-)
+from durably.stores.sql.schema import LATEST_VERSION, SQLITE_NOTICES_TRIGGER
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
 from durably.stores.sqlite.notices import ChangingConnection, Notices
