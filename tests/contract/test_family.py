@@ -37,7 +37,7 @@ def _started(claim: Claim, clock: FakeClock, child: str) -> tuple[Event, ...]:
 
 
 def test_a_fenced_checkpoint_creates_its_children_with_their_lineage(
-    store: Store, clock: FakeClock
+    store: Store, store_url: str, clock: FakeClock
 ) -> None:
     store.create_run(new_run("p1"), now=clock.now())
     parent = claim_only(store, clock, "p1")
@@ -57,6 +57,10 @@ def test_a_fenced_checkpoint_creates_its_children_with_their_lineage(
         "w", ["child_flow"], now=clock.now(), lease=timedelta(seconds=30), limit=5
     )
     assert claimed.run_id == "p1.0"
+    assert list(claimed.events) == store.history("p1.0")  # its first claim, as stored
+    if not store_url.startswith("sqlite"):  # PostgreSQL kept the event's data in the row
+        kept = execute_sql(store_url, "SELECT started FROM durably_runs WHERE id = 'p1.0'")
+        assert kept == [(first.data,)]
 
 
 def test_a_stale_checkpoint_creates_nothing_and_a_retried_one_nothing_twice(

@@ -54,27 +54,26 @@ def insert_run(
 ) -> bool:
     """Create `run`, pending and due now, with `events` as its whole history (seq from 1)
     and its attributes; False, writing nothing, if its id is taken."""
-    mark, at = dialect.mark, ts(now)
+    at = ts(now)
+    columns = (
+        "id, workflow, status, input, created_at, updated_at, available_at, event_count, parent,"
+        " priority, version, correlation_id, queue, queue_key"
+    )
+    due = at if run.due is None else ts(run.due)
+    values: list[object] = [run.id, run.workflow, "pending", run.input, at, at, due, len(events)]
+    values += [run.parent, run.priority, run.version, run.correlation_id, run.queue, run.key]
+    if dialect.partitioned:
+        # PostgreSQL keeps a run's run_started data in its row for its first claim (schema
+        # V15) when that event, made now, is its whole history ('': not kept, it is read).
+        first = events[0]
+        kept = len(events) == 1 and first.kind == EventKind.RUN_STARTED and first.at == now
+        columns += ", started"
+        values.append(first.data if kept else "")
+    marks = ", ".join([dialect.mark] * len(values))
     created = db.execute(
-        "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
-        f" available_at, event_count, parent, priority, version, correlation_id, queue, queue_key)"
-        f" VALUES ({mark}, {mark}, 'pending', {', '.join([mark] * 11)})"
+        f"INSERT INTO durably_runs ({columns}) VALUES ({marks})"
         " ON CONFLICT (id) DO NOTHING RETURNING id",
-        (
-            run.id,
-            run.workflow,
-            run.input,
-            at,
-            at,
-            at if run.due is None else ts(run.due),
-            len(events),
-            run.parent,
-            run.priority,
-            run.version,
-            run.correlation_id,
-            run.queue,
-            run.key,
-        ),
+        values,
     ).fetchone()
     if created is None:
         return False
