@@ -341,13 +341,18 @@ def fill_postgres(url: str, plan: Plan, progress: Callable[[int, int], object]) 
         make_partitions(db, plan)
         runs = events = 0
         for made in batches(plan, iter([n for (n,) in ids])):
-            # each event with its run's birth: the partition of its history
+            # each event with its run's birth: the partition of its history; each run with
+            # its run_started data, as a start keeps it in the row (schema 15)
             born = {row[0]: row[7] for row in made.runs}
+            started = {row[0]: row[6] for row in made.events if row[1] == 1}
             made.events = [(*row, born[row[0]]) for row in made.events]
+            made.runs = [(*row, started[row[0]]) for row in made.runs]
             with db.cursor() as cursor:
                 for (table, columns), rows in zip(TABLES, made.tables(), strict=True):
                     if table == "durably_events":
                         columns += ", born"
+                    elif table == "durably_runs":
+                        columns += ", started"
                     with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                         for row in rows:
                             copy.write_row(row)
