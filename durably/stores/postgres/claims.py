@@ -42,21 +42,20 @@ _PICK_IDS = (
 
 # The lease. `logged` writes each run's `claimed` event with the data claimed_data
 # (durably.stores.sql.rows) gives: the owner's part is JSON Python wrote (a parameter), the
-# epoch and the owner taken over from, if any, are added here. The claim's own event is
-# handed back from `logged`. One row shape for two kinds of rows (`part`): 0, a leased run,
-# in claim order (its workflow, input, epoch, birth, priority, and its `claimed` event's seq,
-# time and data); 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as
-# `at`). A leased run also brings its run_started data (`started`, schema V15) and its
-# creation time: a run claimed for the first time (its `claimed` event is its second) whose
-# row keeps that data has the run_started event alone for its history, made from them as
-# the start wrote it. The messages are read by an array of the leased ids, so that they are index
-# look-ups whatever the planner guesses of how many runs a claim leases. The histories are
-# read (those of the others) by a second statement (reads.born_histories), given the runs'
-# births as values: a
-# read of the partitioned history in this statement, by births it learns only as it runs,
-# was planned and set up over every partition (PostgreSQL prunes them only as it runs), and
-# a claim cost 2.7x as much beside 36 daily partitions as beside none (measured); given as
-# values, the births prune the partitions as the read is planned.
+# epoch and the owner taken over from, if any, are added here. The claim's own event is handed
+# back from `logged`. One row shape for two kinds of rows (`part`): 0, a leased run, in claim
+# order (its workflow, input, epoch, birth, priority, and its `claimed` event's seq, time and
+# data); 2, an undelivered message (its id as `seq`, its sender as `t1`, its time as `at`). A
+# leased run also brings its run_started data (`started`, schema V15) and its creation time: a
+# run claimed for the first time (its `claimed` event is its second) whose row keeps that data
+# has the run_started event alone for its history, made from them as the start wrote it. The
+# messages are read by an array of the leased ids, so that they are index look-ups whatever the
+# planner guesses of how many runs a claim leases. The histories are read (those of the others)
+# by a second statement (reads.born_histories), given the runs' births as values: a read of the
+# partitioned history in this statement, by births it learns only as it runs, was planned and
+# set up over every partition (PostgreSQL prunes them only as it runs), and a claim cost 2.7x as
+# much beside 36 daily partitions as beside none (measured); given as values, the births prune
+# the partitions as the read is planned.
 _LEASE = """
 WITH picked AS ({pick}),
 leased AS (

@@ -65,10 +65,10 @@ def insert_run(
     if dialect.partitioned:
         # PostgreSQL keeps a run's run_started data in its row for its first claim (schema
         # V15) when that event, made now, is its whole history ('': not kept, it is read).
-        first = events[0]
-        kept = len(events) == 1 and first.kind == EventKind.RUN_STARTED and first.at == now
+        kept = len(events) == 1 and events[0].kind == EventKind.RUN_STARTED
+        kept = kept and events[0].at == now
         columns += ", started"
-        values.append(first.data if kept else "")
+        values.append(events[0].data if kept else "")
     marks = ", ".join([dialect.mark] * len(values))
     created = db.execute(
         f"INSERT INTO durably_runs ({columns}) VALUES ({marks})"
