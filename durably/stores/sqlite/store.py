@@ -180,7 +180,7 @@ class SQLiteStore(SqlStore):
         if not workflows or limit <= 0:
             return []
         at, expires = ts(now), ts(now + lease)
-        with self._write() as db:  # the write lock: what limited queues' counts need
+        with self._leasing() as db:  # the write lock: what limited queues' counts need
             picked = pick(
                 db, reads.SQLITE, workflows, queues, now=at, limit=limit, lock="", turns=self._turns
             )
@@ -201,7 +201,7 @@ class SQLiteStore(SqlStore):
     ) -> Claim | None:
         at, expires = ts(now), ts(now + lease)
         wanted = [str(status) for status in statuses]
-        with self._write() as db:
+        with self._leasing() as db:
             row = db.execute(
                 "SELECT status, lease_owner FROM durably_runs"
                 f" WHERE id = ? AND status IN ({_marks(wanted)})"
@@ -217,7 +217,7 @@ class SQLiteStore(SqlStore):
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         expires = ts(now + lease)
         held: set[str] = set()
-        with self._write() as db:
+        with self._leasing() as db:
             for item in leases:
                 cursor = db.execute(
                     "UPDATE durably_runs SET available_at = ? WHERE id = ? AND lease_epoch = ?"
@@ -408,6 +408,31 @@ class SQLiteStore(SqlStore):
     def _write(self) -> Iterator[ChangingConnection]:
         with self._transaction("BEGIN IMMEDIATE") as db:
             yield db
+
+    @contextmanager
+    def _leasing(self) -> Iterator[ChangingConnection]:
+        """A write transaction that leases runs, committed without waiting for the disk.
+
+        A lease is durable once the lease holder's next commit is: WAL appends each commit
+        after the one before, so that commit's fsync takes the lease's pages with it. Until
+        then only losing the machine can lose the lease (a process killed leaves its writes to
+        the operating system), and it takes every process using this file with it, the
+        holder among them; the store is then as if the lease never was, and the run is
+        claimed again. Nothing that leaves the process follows a lease before such a commit:
+        a step's start, a timer, a run's end are each durable first. So a claim costs no
+        fsync of its own, and a run started in one process and claimed in another reaches
+        its first step in two fsyncs, not three (docs/performance.md)."""
+        if self._synchronous not in ("FULL", "EXTRA"):  # no commit waits for the disk
+            with self._write() as db:
+                yield db
+            return
+        db = self._connection()
+        db.execute("PRAGMA synchronous = NORMAL")  # outside a transaction, as SQLite asks
+        try:
+            with self._write() as db:
+                yield db
+        finally:
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     @contextmanager
     def _read(self) -> Iterator[ChangingConnection]:
