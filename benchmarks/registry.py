@@ -91,7 +91,8 @@ ROUNDTRIP = Bench(
 SCALING = Bench(
     "scaling",
     "long histories, a takeover after 10,000 steps, claims beside 100,000 runs, 1/2/4/8 worker"
-    " processes (durably worker --processes N): workflows/s, claims",
+    " processes (durably worker --processes N): workflows/s, claims; starts beside a busy"
+    " worker",
     (
         Workload("history", features.histories, (10, 100, 1_000, 10_000), (10, 100, 1_000)),
         Workload("pickup", features.pickup, 10_000, 1_000),
@@ -115,6 +116,12 @@ SCALING = Bench(
             features.processes,
             ((1, 2, 4, 8), Load(1_000, 3, concurrency=1)),
             ((1, 2, 4, 8), Load(300, 3, concurrency=1)),
+        ),
+        Workload(  # a web process starting runs while a worker is busy on the same store
+            "starts-beside",
+            features.starts_beside,
+            (Load(20_000, 3), 300),
+            (Load(4_000, 3), 100),
         ),
     ),
 )

@@ -26,7 +26,7 @@ from benchmarks.runners.durably_runner import (
     run_chain,
     wait_ended,
 )
-from benchmarks.runners.processes import durably_worker, supervised
+from benchmarks.runners.processes import durably_worker, supervised, workers
 from benchmarks.runners.protocol import CLAIMS, STOP_AT, BenchmarkError, Load
 from benchmarks.stores import LEASE, fill, vacuum
 from durably.stores import Store, open_store
@@ -367,4 +367,32 @@ def claimed(count: int, load: Load, calls: list[ClaimCall], seconds: float, read
         Metric(f"{key}_claims", f"{where}: claims to the last run's", "claims"): len(handing),
         Metric(f"{key}_empty_pct", f"{where}: of those, empty", "%"): empty,
         Metric(f"{key}_ready_s", f"{where}: spawn to every worker serving", "s"): ready,
+    }
+
+
+def starts_beside(trial: Trial, size: tuple[Load, int]) -> Values:
+    """`app.start` from this process, one every 5 ms, `starts` of them, while a `durably worker`
+    process runs `load` (started beforehand) on the same store: how long each start took (on
+    SQLite, its wait for the write lock behind the worker's commits and claims)."""
+    load, starts = size
+    with trial.fresh() as url:
+        app = bench_app(url)
+        start_chains(app, load)
+        took: list[float] = []
+        with workers(url, 1, "--concurrency", str(load.concurrency)):
+            time.sleep(0.2)  # the worker at full speed
+            for n in range(starts):
+                began = time.perf_counter()
+                app.start("chain", load.workflows + n, load.steps)
+                took.append(1000 * (time.perf_counter() - began))
+                time.sleep(0.005)
+            left = app.client.runs(status=durably.RunStatus.PENDING, limit=1).runs
+        app.close()
+    if not left:
+        raise BenchmarkError(f"the worker ran out of {load} before {starts} starts were made")
+    where = f"{starts} starts, one every 5 ms, beside a worker process running {load}"
+    return {
+        Metric("starts_beside_ms", f"{where}: app.start", "ms (median)"): took,
+        Metric("starts_beside_p95_ms", f"{where}: app.start", "ms (p95)", p95=True): took,
+        Metric("starts_beside_max_ms", f"{where}: the slowest", "ms"): max(took),
     }

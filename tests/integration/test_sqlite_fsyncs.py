@@ -1,8 +1,8 @@
 """Which SQLite commits wait for the disk, read from the system calls of a real process
 (strace): a start and a step's start do; a claim and a lease's renewal do not, because the
-lease holder's next commit makes them durable with it (SQLiteStore._leasing). A process
-killed after its claim leaves the claim in the file; the store's other commits wait for the
-disk as before, even after a claim that failed."""
+lease holder's next commit makes them durable with it (Connections.leasing, in
+durably.stores.sqlite.connections). A process killed after its claim leaves the claim in the
+file; the store's other commits wait for the disk as before, even after a claim that failed."""
 
 from __future__ import annotations
 

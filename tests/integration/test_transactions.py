@@ -373,6 +373,6 @@ def test_a_worker_running_many_transactional_steps_holds_few_sqlite_connections(
         app.run_until_idle()
 
         assert len(ledger.rows()) == 30
-        assert len(app.store._connections) < 10  # type: ignore[attr-defined]
+        assert len(app.store._db) < 10  # type: ignore[attr-defined]
     finally:
         app.close()

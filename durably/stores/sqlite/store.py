@@ -1,17 +1,10 @@
-"""The embedded store: one SQLite file in WAL mode, shared by worker processes on one machine.
-
-Writers take the lock up front (BEGIN IMMEDIATE) so that a transaction never has to upgrade
-a read lock and fail with SQLITE_BUSY half-way; the busy timeout queues writers instead.
-"""
+"""The embedded store: one SQLite file in WAL mode, shared by worker processes on one machine
+(its connections and transactions: durably.stores.sqlite.connections)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +13,7 @@ from durably.core.history import EventKind
 from durably.core.queues import Queue
 from durably.core.status import RunStatus
 from durably.core.webhooks import StatusChange
-from durably.errors import ConfigError, StoreUnavailable
+from durably.errors import ConfigError
 from durably.stores.records import Checkpoint, Claim, Delivery, Lease, NewRun, RunRecord, Serves
 from durably.stores.sql import (
     attributes,
@@ -42,14 +35,14 @@ from durably.stores.sql.rows import (
 from durably.stores.sql.schema import LATEST_VERSION, SQLITE_NOTICES_TRIGGER
 from durably.stores.sql.store import SqlStore
 from durably.stores.sqlite import commit
-from durably.stores.sqlite.notices import ChangingConnection, Notices
+from durably.stores.sqlite.connections import SYNCHRONOUS, Connections
+from durably.stores.sqlite.notices import Notices
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _IDS_PER_READ = 500  # under SQLite's limit on a statement's parameters
 _INSERT_EVENT = (
     "INSERT INTO durably_events (run_id, seq, kind, at, position, name, attempt, data)"
@@ -85,22 +78,23 @@ class SQLiteStore(SqlStore):
         busy_timeout: timedelta = timedelta(seconds=30),
         create: bool = True,
     ) -> None:
-        if synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}")
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}")
         if not create and not Path(path).is_file():
             raise ConfigError(_no_file(Path(path)))
         self.path = str(path)
         self.dialect = reads.SQLITE
         self.url = f"sqlite:///{Path(path).absolute()}"  # the same from any directory
         self.writers = 1  # one writer at a time, whatever the threads
-        self._synchronous = synchronous.upper()
-        self._busy_timeout = busy_timeout
-        self._create = create
-        self._local = threading.local()
-        self._connections: list[ChangingConnection] = []
-        self._lock = threading.Lock()
         self._turns: dict[str, str] = {}  # per limited queue: the key its claims stopped at
         self._notices = Notices(self.path)  # what other processes hear of (wake-ups, ...)
+        self._db = Connections(
+            self.path,
+            synchronous=synchronous.upper(),
+            busy_timeout=busy_timeout,
+            create=create,
+            notices=self._notices,
+        )
         if create:
             self.schema_found = self._migrate()
         else:
@@ -111,10 +105,10 @@ class SQLiteStore(SqlStore):
 
     def create_run(self, run: NewRun, *, now: datetime) -> tuple[RunRecord, bool]:
         if run.debounce is not None:  # due later: no worker to wake
-            with self._write() as db:
+            with self._db.write() as db:
                 return debounce.gather(db, reads.SQLITE, run, now=now)
         at = ts(now)
-        with self._write() as db:
+        with self._db.write() as db:
             created = db.execute(_CREATE, _created_row(run, at)).rowcount == 1
             if created:
                 _write_start(db, run, at, now)
@@ -130,7 +124,7 @@ class SQLiteStore(SqlStore):
         created: list[bool] = []
         rows: dict[str, tuple[object, ...]] = {}
         gathered: dict[int, tuple[RunRecord, bool]] = {}  # debounced starts, by position
-        with self._write() as db:
+        with self._db.write() as db:
             for index, run in enumerate(runs):
                 if run.debounce is not None:
                     gathered[index] = debounce.gather(db, reads.SQLITE, run, now=now)
@@ -159,7 +153,7 @@ class SQLiteStore(SqlStore):
     ) -> tuple[RunRecord, Claim] | None:
         made = claimed_start(run, owner, now, lease)  # ValueError before anything is written
         at = ts(now)
-        with self._write() as db:
+        with self._db.write() as db:
             if db.execute(_CREATE, _created_row(run, at)).rowcount != 1:
                 return None
             _write_start(db, run, at, now)
@@ -180,7 +174,7 @@ class SQLiteStore(SqlStore):
         if not workflows or limit <= 0:
             return []
         at, expires = ts(now), ts(now + lease)
-        with self._leasing() as db:  # the write lock: what limited queues' counts need
+        with self._db.leasing() as db:  # the write lock: what limited queues' counts need
             picked = pick(
                 db, reads.SQLITE, workflows, queues, now=at, limit=limit, lock="", turns=self._turns
             )
@@ -201,7 +195,7 @@ class SQLiteStore(SqlStore):
     ) -> Claim | None:
         at, expires = ts(now), ts(now + lease)
         wanted = [str(status) for status in statuses]
-        with self._leasing() as db:
+        with self._db.leasing() as db:
             row = db.execute(
                 "SELECT status, lease_owner FROM durably_runs"
                 f" WHERE id = ? AND status IN ({_marks(wanted)})"
@@ -217,7 +211,7 @@ class SQLiteStore(SqlStore):
     def renew(self, leases: Sequence[Lease], *, now: datetime, lease: timedelta) -> set[str]:
         expires = ts(now + lease)
         held: set[str] = set()
-        with self._leasing() as db:
+        with self._db.leasing() as db:
             for item in leases:
                 cursor = db.execute(
                     "UPDATE durably_runs SET available_at = ? WHERE id = ? AND lease_epoch = ?"
@@ -229,7 +223,7 @@ class SQLiteStore(SqlStore):
         return held
 
     def mail(self, run_ids: Collection[str]) -> dict[str, tuple[Delivery, ...]]:
-        with self._read() as db:
+        with self._db.read() as db:
             return inbox.mail(db, reads.SQLITE, list(run_ids))
 
     def commit(self, checkpoints: Sequence[Checkpoint], *, now: datetime) -> list[bool]:
@@ -239,10 +233,10 @@ class SQLiteStore(SqlStore):
         # its events collide with ones written already (an earlier try did commit).
         at = ts(now)
         try:
-            with self._write() as db:
+            with self._db.write() as db:
                 results, due_now = commit.apply(db, checkpoints, at, look_first=False)
         except sqlite3.IntegrityError:
-            with self._write() as db:
+            with self._db.write() as db:
                 results, due_now = commit.apply(db, checkpoints, at, look_first=True)
         self._notices.committed(checkpoints, results, due_now)
         return results
@@ -257,7 +251,7 @@ class SQLiteStore(SqlStore):
     ) -> bool:
         at = ts(now)
         try:
-            with transactions.user_errors(), self._write() as db:
+            with transactions.user_errors(), self._db.write() as db:
                 if not transactions.holds(db, reads.SQLITE, lease):
                     return False
                 checkpoint = transactions.work_in(work, db, lambda: _left(db))
@@ -269,13 +263,13 @@ class SQLiteStore(SqlStore):
         except transactions.Refused:
             return False
         finally:
-            self._release_connection()  # a transactional step's thread ends after this
+            self._db.release()  # a transactional step's thread ends after this
         self._notices.committed([checkpoint], [True], due_now)
         return True
 
     def expire_leases(self, owner: str, *, now: datetime) -> int:
         at = ts(now)
-        with self._write() as db:
+        with self._db.write() as db:
             return db.execute(
                 "UPDATE durably_runs SET available_at = ?"
                 " WHERE lease_owner = ? AND status = 'running' AND available_at > ?",
@@ -295,7 +289,7 @@ class SQLiteStore(SqlStore):
         return self._notices.watch_status_changes(heard)
 
     def _writing_outputs(self, write: Callable[[Any], R], told: Callable[[R], list[str]]) -> R:
-        with self._write() as db:
+        with self._db.write() as db:
             done = write(db)
         self._notices.published(told(done))
         return done
@@ -311,7 +305,7 @@ class SQLiteStore(SqlStore):
     def _update_state(
         self, table: str, name: str, change: Callable[[str | None], tuple[str, T]]
     ) -> T:
-        with self._write() as db:
+        with self._db.write() as db:
             row = db.execute(f"SELECT state FROM {table} WHERE name = ?", (name,)).fetchone()
             state, answer = change(None if row is None else row[0])
             db.execute(
@@ -322,155 +316,32 @@ class SQLiteStore(SqlStore):
         return answer
 
     def close(self) -> None:
-        with self._lock:
-            for connection in self._connections:
-                connection.close()
-            self._connections.clear()
-        self._local = threading.local()
+        self._db.close()
         self._notices.close()
 
-    # -- connections and transactions ---------------------------------------------------
-
-    def _connection(self) -> ChangingConnection:
-        db: ChangingConnection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = self._connect()
-            self._local.db = db
-            with self._lock:
-                self._connections.append(db)
-        return db
-
-    def _release_connection(self) -> None:
-        """Close this thread's connection (the next call here opens another)."""
-        db: ChangingConnection | None = getattr(self._local, "db", None)
-        if db is None:
-            return
-        self._local.db = None
-        with self._lock:
-            if db in self._connections:
-                self._connections.remove(db)
-        db.close()
-
-    def _connect(self) -> ChangingConnection:
-        # mode=rw: a file that does not exist is an error, never created (create=False)
-        target = self.path if self._create else f"{Path(self.path).absolute().as_uri()}?mode=rw"
-        try:
-            db = sqlite3.connect(
-                target,
-                timeout=self._busy_timeout.total_seconds(),
-                isolation_level=None,  # transactions are begun explicitly
-                check_same_thread=False,  # only so close() can close every thread's one
-                uri=not self._create,
-                factory=ChangingConnection,
-            )
-            if self._create:  # a durably store is in WAL mode already (it persists)
-                self._enable_wal(db)
-            db.execute(f"PRAGMA synchronous = {self._synchronous}")
-            db.execute("PRAGMA foreign_keys = ON")
-            db.create_function("durably_status_changed", 4, db.changed)
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(
-                f"cannot open the SQLite store {self.path!r}: {exc}{_hint(self.path, exc)}"
-            ) from exc
-        return db
-
-    def _enable_wal(self, db: sqlite3.Connection) -> None:
-        """Switch to WAL. SQLite answers "locked" at once, without its busy handler, while
-        another connection writes to a file not yet in WAL mode: wait like the handler would."""
-        deadline = time.monotonic() + self._busy_timeout.total_seconds()
-        pause = 0.001
-        while True:
-            try:
-                db.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+    # -- transactions --------------------------------------------------------------------
 
     def _reading(self, read: Callable[[Any], R]) -> R:
-        with self._read() as db:
+        with self._db.read() as db:
             return read(db)
 
     def _writing(self, write: Callable[[Any], R]) -> R:
-        with self._write() as db:
+        with self._db.write() as db:
             return write(db)
 
     def _writing_waking(self, write: Callable[[Any], R], woke: Callable[[R], bool]) -> R:
-        with self._write() as db:
+        with self._db.write() as db:
             done = write(db)
         if woke(done):  # after the commit: a worker woken before it would find nothing
             self._notices.due()
         return done
 
-    @contextmanager
-    def _write(self) -> Iterator[ChangingConnection]:
-        with self._transaction("BEGIN IMMEDIATE") as db:
-            yield db
-
-    @contextmanager
-    def _leasing(self) -> Iterator[ChangingConnection]:
-        """A write transaction that leases runs, committed without waiting for the disk.
-
-        A lease is durable once the lease holder's next commit is: WAL appends each commit
-        after the one before, so that commit's fsync takes the lease's pages with it. Until
-        then only losing the machine can lose the lease (a process killed leaves its writes to
-        the operating system), and it takes every process using this file with it, the
-        holder among them; the store is then as if the lease never was, and the run is
-        claimed again. Nothing that leaves the process follows a lease before such a commit:
-        a step's start, a timer, a run's end are each durable first. So a claim costs no
-        fsync of its own, and a run started in one process and claimed in another reaches
-        its first step in two fsyncs, not three (docs/performance.md)."""
-        if self._synchronous not in ("FULL", "EXTRA"):  # no commit waits for the disk
-            with self._write() as db:
-                yield db
-            return
-        db = self._connection()
-        db.execute("PRAGMA synchronous = NORMAL")  # outside a transaction, as SQLite asks
-        try:
-            with self._write() as db:
-                yield db
-        finally:
-            db.execute(f"PRAGMA synchronous = {self._synchronous}")
-
-    @contextmanager
-    def _read(self) -> Iterator[ChangingConnection]:
-        with self._transaction("BEGIN") as db:
-            yield db
-
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[ChangingConnection]:
-        db = self._connection()
-        if begin != "BEGIN" and db.gathering != self._notices.changes_listened():
-            db.gather_changes(not db.gathering)
-        try:
-            db.execute(begin)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(
-                f"the SQLite store {self.path!r} is unavailable: {exc}{_hint(self.path, exc)}"
-            ) from exc
-        try:
-            yield db
-            db.execute("COMMIT")
-        except BaseException as exc:
-            db.changes.clear()  # changes rolled back: none happened
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError):
-                raise StoreUnavailable(
-                    f"the SQLite store {self.path!r} failed: {exc}{_hint(self.path, exc)}"
-                ) from exc
-            raise
-        if db.changes:  # after the commit, best effort (durably listen)
-            self._notices.changes(db.sent_changes())
-
     def _migrate(self) -> int:
-        with self._write() as db:
+        with self._db.write() as db:
             return migrate(db, "sqlite", self.url)
 
     def _check_schema(self) -> None:
-        with self._read() as db:
+        with self._db.read() as db:
             check_schema(db, "sqlite", self.url)
 
     @staticmethod
@@ -543,18 +414,3 @@ def _no_file(path: Path) -> str:
 
 def _marks(values: Sequence[object]) -> str:
     return ", ".join("?" * len(values)) or "NULL"
-
-
-def _hint(path: str, error: sqlite3.Error) -> str:
-    """What to do about an error of the database's file system, said after SQLite's words."""
-    said = str(error).lower()
-    folder = Path(path).absolute().parent
-    if "disk is full" in said or "disk i/o error" in said:
-        return f" (free space on the file system that holds {folder}; durably waits for it)"
-    writable = os.access(folder, os.W_OK) and (not Path(path).exists() or os.access(path, os.W_OK))
-    if "readonly" in said or "read-only" in said or not writable:
-        return (
-            f" (the file or its folder {folder} is read-only: durably writes the file and its "
-            "-wal and -shm files beside it; make them writable by this process's user)"
-        )
-    return ""
