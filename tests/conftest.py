@@ -4,9 +4,11 @@ PostgreSQL server in a schema of its own per test) and a fake clock."""
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -29,6 +31,24 @@ def _postgres_reachable() -> str | None:
 
 
 _POSTGRES_PROBLEM: str | bool | None = False  # False: not probed yet
+
+
+def unavailable(problem: str, needed_by: str) -> NoReturn:
+    """What a test needs is missing (`problem` says what): skip on a laptop; fail in CI, which
+    must run `needed_by`."""
+    if IN_CI:
+        pytest.fail(f"{problem}; CI must run {needed_by}", pytrace=False)
+    pytest.skip(problem)
+
+
+def installed(package: str, *names: str, needed_by: str) -> str:
+    """The path of the first of the programs `names` that is installed (Debian's `package`
+    has them); else `unavailable`."""
+    search = f"{os.environ.get('PATH', '')}:/usr/sbin"
+    for name in names:
+        if (found := shutil.which(name, path=search)) is not None:
+            return found
+    unavailable(f"Debian's {package} is not installed (apt-get install {package})", needed_by)
 
 
 def require_postgres() -> None:

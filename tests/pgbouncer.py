@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, POSTGRES_URL, require_postgres
+from tests.conftest import POSTGRES_URL, installed, require_postgres, unavailable
 
 __all__ = ["Bouncer", "pgbouncer", "pgbouncer_binary"]
 
@@ -36,18 +36,13 @@ _READY_WITHIN = 15.0  # seconds for pgbouncer to take connections
 
 def pgbouncer_binary() -> str:
     """The pgbouncer executable (skip, or fail in CI, without it)."""
-    found = shutil.which("pgbouncer", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
-    problem = None if found else "Debian's pgbouncer is not installed (apt-get install pgbouncer)"
-    if found and os.geteuid() == 0:
+    found = installed("pgbouncer", "pgbouncer", needed_by="the PgBouncer tests")
+    if os.geteuid() == 0:
         try:
             pwd.getpwnam(_OS_USER)
         except KeyError:
             problem = f"running as root, and there is no {_OS_USER!r} user to run pgbouncer as"
-    if problem:
-        if IN_CI:
-            pytest.fail(f"{problem}; CI must run the PgBouncer tests", pytrace=False)
-        pytest.skip(problem)
-    assert found is not None
+            unavailable(problem, "the PgBouncer tests")
     return found
 
 

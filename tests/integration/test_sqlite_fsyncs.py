@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
 from durably.stores.sqlite.store import SQLiteStore
-from tests.conftest import IN_CI
+from tests.conftest import installed
 from tests.integration import leasing_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +25,7 @@ _SYNC = re.compile(r"\b(fsync|fdatasync)\(")
 
 
 def _strace() -> str:
-    found = shutil.which("strace")
-    if found is None:
-        message = "strace is not installed (apt-get install strace)"
-        if IN_CI:
-            pytest.fail(f"{message}; CI must run these tests", pytrace=False)
-        pytest.skip(message)
-    return found
+    return installed("strace", "strace", needed_by="the tests of which commits wait for the disk")
 
 
 def _syncs_by_phase(tmp_path: Path, synchronous: str, *mode: str) -> dict[str, int]:

@@ -9,8 +9,6 @@ dashboard's forms."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +18,7 @@ import httpx
 import pytest
 
 from durably.core.status import RunStatus
+from tests.conftest import installed
 
 from .conftest import Live, settle
 from .shop import Payments
@@ -27,7 +26,6 @@ from .shop import Payments
 pytestmark = pytest.mark.browser
 
 SHOTS = Path(__file__).parent / "screenshots"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture
@@ -37,13 +35,7 @@ def store_url(tmp_path: Path) -> str:
 
 
 def chromium_path() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        message = "Debian's chromium is not installed (apt-get install chromium)"
-        if IN_CI:
-            pytest.fail(f"{message}; CI must run the browser tests", pytrace=False)
-        pytest.skip(message)
-    return found
+    return installed("chromium", "chromium", "chromium-browser", needed_by="the browser tests")
 
 
 @pytest.fixture
