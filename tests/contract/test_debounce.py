@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -80,6 +81,26 @@ def test_starts_of_one_key_in_the_window_make_one_run_with_the_last_input(
     clock.advance(WINDOW)
     [claim] = store.claim("worker-a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=10)
     assert (claim.run_id, json.loads(claim.input)) == ("s0", {"n": 99})
+
+
+def test_the_gathering_runs_first_claim_hands_back_its_first_starts_event_as_stored(
+    store: Store, store_url: str, clock: FakeClock
+) -> None:
+    # On PostgreSQL the first start's run_started data is kept in the run's row (schema V15)
+    # and a first claim builds the event from it: a start that joins changes neither.
+    first = '{"correlation_id": "basket-1"}'
+    store.create_run(replace(debounced("s0", 0, clock.now()), started=first), now=clock.now())
+    clock.advance("1s")
+    joins = replace(debounced("s1", 1, clock.now()), started='{"correlation_id": "basket-2"}')
+    assert store.create_run(joins, now=clock.now())[0].id == "s0"
+    clock.advance(WINDOW)
+
+    [claim] = store.claim("worker-a", [WORKFLOW], now=clock.now(), lease=LEASE, limit=10)
+
+    assert list(claim.events) == store.history("s0")
+    assert claim.events[0].data == first
+    if not store_url.startswith("sqlite"):  # made from the row, which kept the first's data
+        assert execute_sql(store_url, "SELECT started FROM durably_runs") == [(first,)]
 
 
 def test_another_key_or_another_workflow_makes_another_run(store: Store, clock: FakeClock) -> None:

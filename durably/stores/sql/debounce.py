@@ -47,12 +47,15 @@ def gather(
     (`run.audit`) is recorded on the run either way."""
     assert run.debounce is not None, "a debounced start"
     mark, at = dialect.mark, ts(now)
+    # PostgreSQL keeps the first start's run_started data in the run's row too (schema V15),
+    # for its first claim; a start that joins leaves it, as it leaves the history.
+    kept = ", started" if dialect == POSTGRES else ""
     upsert = (
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
         " available_at, event_count, priority, version, correlation_id, queue, queue_key,"
-        " debounce, due_by, gathered)"
+        f" debounce, due_by, gathered{kept})"
         f" VALUES ({mark}, {mark}, 'pending', {', '.join([mark] * 4)}, 1,"
-        f" {', '.join([mark] * 7)}, 1){_JOIN} RETURNING {RUN_COLUMNS}"
+        f" {', '.join([mark] * 7)}, 1{kept and ', ' + mark}){_JOIN} RETURNING {RUN_COLUMNS}"
     )
     values = (
         run.id,
@@ -76,7 +79,7 @@ def gather(
             f"WITH gathered AS ({upsert}, {BIRTH} AS birth), started AS (INSERT INTO"
             " durably_events (run_id, seq, kind, at, data, born) SELECT id, 1, %s, %s, %s,"
             f" birth FROM gathered WHERE id = %s) SELECT {RUN_COLUMNS} FROM gathered",
-            (*values, *started[1:], run.id),
+            (*values, run.started, *started[1:], run.id),
         ).fetchone()
         record = run_of(row)
     else:
