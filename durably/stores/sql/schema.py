@@ -466,8 +466,7 @@ _V15: list[str | dict[str, str]] = [
     # so that a run's first claim hands back its history, the run_started event alone,
     # without a second statement to read it from its partition (a claim of one: 1.35 -> 0.9
     # ms, measured). '' (the default): not kept here (a run made before V15, or by a write
-    # that does not give it: a restart's new run; a debounced start's since 2026-11-29 gives
-    # it); its history is read.
+    # that does not give it: a restart's new run); its history is read.
     # Adding a column with a constant default writes no row.
     {"postgres": "ALTER TABLE durably_runs ADD COLUMN started TEXT DEFAULT ''"},
 ]
