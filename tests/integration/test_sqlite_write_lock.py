@@ -59,7 +59,7 @@ def test_a_writer_keeps_trying_for_the_lock_and_gets_it_once_it_is_free(tmp_path
 
     (_, created), tries = outcome
     assert created
-    assert tries > TRIES  # the try after the lock was released got it
+    assert tries >= TRIES  # the try under way when the lock was released, or the next, got it
 
 
 def test_a_writer_gives_up_after_the_busy_timeout_with_the_store_unavailable(

@@ -214,9 +214,9 @@ class Connections:
 
     def _enable_wal(self, db: sqlite3.Connection) -> None:
         """Switch to WAL. SQLite answers "locked" at once, without its busy handler, while
-        another connection writes to a file not yet in WAL mode: wait like the handler would."""
+        another connection writes to a file not yet in WAL mode: wait as a writer does."""
         deadline = time.monotonic() + self._busy_timeout.total_seconds()
-        pause = 0.001
+        pauses = write_lock_pauses(self._rng)
         while True:
             try:
                 db.execute("PRAGMA journal_mode = WAL")
@@ -224,8 +224,7 @@ class Connections:
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() >= deadline:
                     raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
+                time.sleep(next(pauses))
 
 
 def hint(path: str, error: sqlite3.Error) -> str:
