@@ -6,12 +6,15 @@ file; the store's other commits wait for the disk as before, even after a claim 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
@@ -87,7 +90,8 @@ def test_a_claim_that_failed_leaves_the_next_commit_waiting_for_the_disk(tmp_pat
 def test_with_synchronous_normal_no_commit_waits_for_the_disk(tmp_path: Path) -> None:
     phases = _syncs_by_phase(tmp_path, "NORMAL")
 
-    assert [phases[phase] for phase in ("start", "claim", "renew", "step")] == [0, 0, 0, 0]
+    # (the start's transaction syncs the log's header once: it begins the log anew)
+    assert [phases[phase] for phase in ("claim", "renew", "step")] == [0, 0, 0]
 
 
 def test_a_process_killed_after_its_claim_leaves_the_claim_in_the_file(tmp_path: Path) -> None:
@@ -121,5 +125,74 @@ def test_a_process_killed_after_its_claim_leaves_the_claim_in_the_file(tmp_path:
         later = now + leasing_app.LEASE + timedelta(seconds=1)
         [taken] = store.claim("worker-b", [leasing_app.WORKFLOW], now=later, lease=lease, limit=1)
         assert taken.run_id == leasing_app.RUN
+    finally:
+        store.close()
+
+
+def _power_cut(path: Path, keep: int) -> None:
+    """What a power cut leaves: the write-ahead log's first `keep` bytes (those synced; the
+    rest lost), and no shared-memory index (it lived in memory, and is rebuilt)."""
+    with open(f"{path}-wal", "r+b") as log:
+        log.truncate(keep)
+    Path(f"{path}-shm").unlink()
+
+
+def _leased_then(path: Path, *mode: str) -> dict[str, int]:
+    """leasing_app run to its SIGKILL: the log's lengths after its parts."""
+    subprocess.run(
+        [sys.executable, "-m", "tests.integration.leasing_app", str(path), "FULL", *mode],
+        cwd=ROOT,
+        timeout=60,
+    )
+    lengths: dict[str, int] = json.loads(Path(f"{path}.wal-lengths").read_text())
+    return lengths
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn"])
+def test_a_power_cut_before_the_next_commit_leaves_the_run_as_if_never_claimed(
+    tmp_path: Path, torn: bool
+) -> None:
+    """The claim and the renewal were not synced: a power cut may lose them, whole or torn
+    part-way through their pages. Then the run is as the start left it, and is claimed
+    again; nothing of the lost lease remains to confuse the next."""
+    path = tmp_path / "durably.db"
+    lengths = _leased_then(path, "killed-after-claim")
+    assert lengths["renew"] > lengths["start"]  # the lease is in the log, past its synced part
+    unsynced = lengths["renew"] - lengths["start"]
+    _power_cut(path, lengths["start"] + (unsynced // 2 if torn else 0))
+
+    store = SQLiteStore(path)
+    try:
+        run = store.get_run(leasing_app.RUN)
+        assert run is not None
+        assert (run.status, run.lease_epoch) == (RunStatus.PENDING, 0)
+        assert [event.kind for event in store.history(leasing_app.RUN)] == [EventKind.RUN_STARTED]
+        now = datetime.now(UTC)
+        [claim] = store.claim(
+            "worker-b", [leasing_app.WORKFLOW], now=now, lease=timedelta(seconds=30), limit=1
+        )
+        assert claim.epoch == 1
+        assert [event.kind for event in claim.events] == [EventKind.RUN_STARTED, EventKind.CLAIMED]
+    finally:
+        store.close()
+
+
+def test_the_first_steps_commit_makes_the_claim_before_it_durable(tmp_path: Path) -> None:
+    """A power cut after the step's start (synced) keeps the claim too: it is in the log
+    before the step's start, and the step's sync took every page before it."""
+    path = tmp_path / "durably.db"
+    lengths = _leased_then(path, "killed-after-step")
+    _power_cut(path, lengths["step"])
+
+    store = SQLiteStore(path)
+    try:
+        run = store.get_run(leasing_app.RUN)
+        assert run is not None
+        assert (run.status, run.lease_epoch) == (RunStatus.RUNNING, 1)
+        assert [event.kind for event in store.history(leasing_app.RUN)] == [
+            EventKind.RUN_STARTED,
+            EventKind.CLAIMED,
+            EventKind.STEP_STARTED,
+        ]
     finally:
         store.close()
