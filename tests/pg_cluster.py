@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI
+from tests.conftest import unavailable
 
 __all__ = [
     "ThrowawayPostgres",
@@ -214,10 +214,7 @@ def throwaway_binaries() -> Path:
 def _binaries_or_skip() -> Path:
     problem = _missing()
     if problem:
-        message = f"no throwaway PostgreSQL cluster: {problem}"
-        if IN_CI:
-            pytest.fail(f"{message}; CI must run the PostgreSQL restart tests", pytrace=False)
-        pytest.skip(message)
+        unavailable(f"no throwaway PostgreSQL cluster: {problem}", "the PostgreSQL restart tests")
     binaries = _binaries()
     assert binaries is not None
     return binaries
