@@ -60,6 +60,8 @@ class Bouncer:
         with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
             db.execute(f"CREATE ROLE {self.role} LOGIN")  # type: ignore[arg-type]
             db.execute(f"CREATE SCHEMA {self.role} AUTHORIZATION {self.role}")  # type: ignore[arg-type]
+            # its schema alone: tables another store left in public are none of its business
+            db.execute(f"ALTER ROLE {self.role} SET search_path = {self.role}")  # type: ignore[arg-type]
         # Not pytest's tmp_path: it is 0700 root, which `nobody` cannot read.
         self.directory = Path(tempfile.mkdtemp(prefix="durably-pgbouncer-"))
         self.directory.chmod(0o755)
