@@ -1,5 +1,5 @@
 """The pauses of a SQLite writer waiting for the write lock (durably.stores.sqlite.connections):
-short from the first try, never longer than a few milliseconds however long it waits, and
+short from the first try, never longer than 1.5 ms however long it waits, and
 drawn apart so that writers do not try in step. SQLite's own busy handler pauses up to 100 ms,
 which lets a busy writer take the lock again and again meanwhile."""
 
@@ -17,14 +17,14 @@ def test_the_first_pause_is_a_fraction_of_a_millisecond() -> None:
     assert 0.0001 <= first <= 0.0003
 
 
-def test_no_pause_is_longer_than_three_milliseconds_however_long_the_wait() -> None:
+def test_no_pause_is_longer_than_a_millisecond_and_a_half_however_long_the_wait() -> None:
     pauses = list(itertools.islice(write_lock_pauses(random.Random(2)), 10_000))
 
-    assert max(pauses) <= 0.003
-    assert min(pauses[10:]) >= 0.001  # after a few doublings: between 1 and 3 ms
+    assert max(pauses) <= 0.0015
+    assert min(pauses[10:]) >= 0.0005  # after a few doublings: between 0.5 and 1.5 ms
 
 
-def test_a_writer_tries_at_least_thirty_times_in_its_first_hundred_milliseconds() -> None:
+def test_a_writer_tries_at_least_sixty_times_in_its_first_hundred_milliseconds() -> None:
     waited, tries = 0.0, 0
     for pause in write_lock_pauses(random.Random(3)):
         if waited + pause > 0.1:
@@ -32,7 +32,7 @@ def test_a_writer_tries_at_least_thirty_times_in_its_first_hundred_milliseconds(
         waited += pause
         tries += 1
 
-    assert tries >= 30  # SQLite's busy handler: 12 tries in its first 283 ms
+    assert tries >= 60  # SQLite's busy handler: 12 tries in its first 283 ms
 
 
 def test_the_pauses_of_two_writers_differ() -> None:

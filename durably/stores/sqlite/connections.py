@@ -26,7 +26,7 @@ SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # The pauses between a writer's tries for the write lock: from _FIRST_PAUSE, doubling to
 # _LONGEST_PAUSE, each drawn within ±50% so that waiting writers do not try in step.
 _FIRST_PAUSE = 0.0002
-_LONGEST_PAUSE = 0.002
+_LONGEST_PAUSE = 0.001
 
 
 def write_lock_pauses(rng: random.Random) -> Iterator[float]:
@@ -38,7 +38,8 @@ def write_lock_pauses(rng: random.Random) -> Iterator[float]:
     second and loses most of them: an `app.start` waited up to 4.7 s, measured beside a
     worker running 8,000 runs (docs/performance.md). Python's sqlite3 cannot set a busy
     handler of its own (sqlite3_busy_handler), so the writer's tries are made here, every
-    2 ms at most, and a writer gets the lock within a few of the worker's commits."""
+    millisecond at most, and a writer gets the lock within a few of the worker's commits (a
+    cap of 2 ms was measured too: p95 and worst case about half again as long)."""
     pause = _FIRST_PAUSE
     while True:
         yield pause * rng.uniform(0.5, 1.5)
