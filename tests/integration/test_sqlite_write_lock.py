@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from durably.errors import StoreUnavailable
 from durably.stores import NewRun
@@ -95,3 +98,26 @@ def test_a_reader_goes_on_while_another_connection_holds_the_write_lock(tmp_path
         other.execute("ROLLBACK")
     store.close()
     assert run is not None
+
+
+def test_opening_a_file_another_connection_is_writing_waits_then_says_it_is_locked(
+    tmp_path: Path,
+) -> None:
+    """A file not yet in WAL mode, that another connection is writing: switching it to WAL
+    waits for the lock like a writer, and past the busy timeout the store cannot be opened;
+    once the other is done, it opens."""
+    path = tmp_path / "durably.db"
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("CREATE TABLE theirs (n INTEGER)")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO theirs VALUES (1)")
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"cannot open the SQLite store .*locked"):
+            SQLiteStore(path, busy_timeout=timedelta(milliseconds=100))
+        assert time.monotonic() - began >= 0.1  # it waited its busy timeout out
+        other.execute("COMMIT")
+    store = SQLiteStore(path)
+    try:
+        assert store.create_run(NewRun("r1", "w", "{}"), now=datetime.now(UTC))[1]
+    finally:
+        store.close()

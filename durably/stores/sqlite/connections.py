@@ -27,6 +27,7 @@ SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # _LONGEST_PAUSE, each drawn within ±50% so that waiting writers do not try in step.
 _FIRST_PAUSE = 0.0002
 _LONGEST_PAUSE = 0.001
+_LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def write_lock_pauses(rng: random.Random) -> Iterator[float]:
@@ -169,26 +170,32 @@ class Connections:
             self._notices.changes(db.sent_changes())
 
     def _begin_writing(self, db: ChangingConnection) -> None:
-        """BEGIN IMMEDIATE, tried again after each of `write_lock_pauses` while another
-        connection holds the write lock, until the busy timeout; SQLite's busy handler is off
-        meanwhile (it stays on for everything else: a reader waits for a recovery)."""
+        """BEGIN IMMEDIATE, waiting for the write lock as `_when_free` does; SQLite's busy
+        handler is off meanwhile (it stays on for everything else: a reader waits for a
+        recovery)."""
         db.execute("PRAGMA busy_timeout = 0")
         try:
-            deadline = time.monotonic() + self._busy_timeout.total_seconds()
-            pauses = write_lock_pauses(self._rng)
-            while True:
-                try:
-                    db.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # or an extended BUSY_
-                        raise
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise
-                time.sleep(min(next(pauses), left))
+            self._when_free(db, "BEGIN IMMEDIATE")
         finally:
             db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+
+    def _when_free(self, db: sqlite3.Connection, statement: str) -> None:
+        """Run `statement`, tried again after each of `write_lock_pauses` while another
+        connection holds the lock it needs, until the busy timeout."""
+        deadline = time.monotonic() + self._busy_timeout.total_seconds()
+        pauses = write_lock_pauses(self._rng)
+        while True:
+            try:
+                db.execute(statement)
+                return
+            except sqlite3.OperationalError as exc:
+                # SQLITE_BUSY or SQLITE_LOCKED, or one of their extended codes
+                if (exc.sqlite_errorcode or 0) & 0xFF not in _LOCKED:
+                    raise
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            time.sleep(min(next(pauses), left))
 
     def _connect(self) -> ChangingConnection:
         # mode=rw: a file that does not exist is an error, never created (create=False)
@@ -216,16 +223,7 @@ class Connections:
     def _enable_wal(self, db: sqlite3.Connection) -> None:
         """Switch to WAL. SQLite answers "locked" at once, without its busy handler, while
         another connection writes to a file not yet in WAL mode: wait as a writer does."""
-        deadline = time.monotonic() + self._busy_timeout.total_seconds()
-        pauses = write_lock_pauses(self._rng)
-        while True:
-            try:
-                db.execute("PRAGMA journal_mode = WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(next(pauses))
+        self._when_free(db, "PRAGMA journal_mode = WAL")
 
 
 def hint(path: str, error: sqlite3.Error) -> str:
