@@ -106,6 +106,8 @@ def test_many_waiting_handles_share_one_listener_that_stops_with_the_app(
         waiter.start()
     try:
         wait_until(lambda: waiting_runs(app) == 5)
+        # the listener is started by the first to subscribe, which may still be connecting
+        wait_until(lambda: listener_started(app) and listeners(app, store_url) > before)
         assert listeners(app, store_url) == before + 1
 
         began = time.monotonic()
@@ -118,7 +120,7 @@ def test_many_waiting_handles_share_one_listener_that_stops_with_the_app(
         for waiter in waiters:
             waiter.join(timeout=60)
     app.close()
-    assert listeners(app, store_url) == before
+    wait_until(lambda: listeners(app, store_url) == before)  # its connection's end is heard late
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -138,6 +140,10 @@ def register_double(app: durably.App) -> durably.Workflow:
 
 def waiting_runs(app: durably.App) -> int:
     return len(app.client._finishes._waiting)
+
+
+def listener_started(app: durably.App) -> bool:
+    return app.client._finishes._stop is not None
 
 
 def wait_until(condition: Callable[[], bool]) -> None:
