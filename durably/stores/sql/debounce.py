@@ -49,13 +49,13 @@ def gather(
     mark, at = dialect.mark, ts(now)
     # PostgreSQL keeps the first start's run_started data in the run's row too (schema V15),
     # for its first claim; a start that joins leaves it, as it leaves the history.
-    kept = ", started" if dialect == POSTGRES else ""
+    kept, kept_mark = (", started", f", {mark}") if dialect == POSTGRES else ("", "")
     upsert = (
         "INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at,"
         " available_at, event_count, priority, version, correlation_id, queue, queue_key,"
         f" debounce, due_by, gathered{kept})"
         f" VALUES ({mark}, {mark}, 'pending', {', '.join([mark] * 4)}, 1,"
-        f" {', '.join([mark] * 7)}, 1{kept and ', ' + mark}){_JOIN} RETURNING {RUN_COLUMNS}"
+        f" {', '.join([mark] * 7)}, 1{kept_mark}){_JOIN} RETURNING {RUN_COLUMNS}"
     )
     values = (
         run.id,

@@ -36,11 +36,12 @@ def write_lock_pauses(rng: random.Random) -> Iterator[float]:
     Why not SQLite's own busy handler (the busy timeout): it pauses 1, 2, 5, 10 ... ms, and
     100 ms from the 13th try on. A writer in another process that keeps finding the lock
     taken by a busy worker, whose commits hold it most of the time, then tries ten times a
-    second and loses most of them: an `app.start` waited up to 4.7 s, measured beside a
-    worker running 8,000 runs (docs/performance.md). Python's sqlite3 cannot set a busy
-    handler of its own (sqlite3_busy_handler), so the writer's tries are made here, every
-    millisecond at most, and a writer gets the lock within a few of the worker's commits (a
-    cap of 2 ms was measured too: p95 and worst case about half again as long)."""
+    second and loses most of them: an `app.start` waited up to 1.6 s beside a worker
+    running 20,000 runs (the starts-beside benchmark, docs/performance.md). Python's sqlite3
+    cannot set a busy handler of its own (sqlite3_busy_handler), so the writer's tries are
+    made here, every millisecond at most, and a writer gets the lock within a few of the
+    worker's commits (a cap of 2 ms was measured too: p95 and worst case about half again as
+    long)."""
     pause = _FIRST_PAUSE
     while True:
         yield pause * rng.uniform(0.5, 1.5)
