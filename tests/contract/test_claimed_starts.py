@@ -14,8 +14,9 @@ import pytest
 from durably.core.audit import Action, Via, audit_of
 from durably.core.history import EventKind
 from durably.core.status import RunStatus
-from durably.stores import Lease, NewRun, Store, open_store
+from durably.stores import Lease, NewRun, Store, migrate_store, open_store
 from durably.stores.postgres import starts
+from durably.stores.sql.schema import CHANGES_TRIGGERS
 from durably.testing import FakeClock
 
 from .support import (
@@ -24,7 +25,9 @@ from .support import (
     checkpoint,
     claim_only,
     claimed_data,
+    execute_sql,
     new_run,
+    older_schema,
     status_changes,
     step_events,
 )
@@ -186,3 +189,41 @@ def test_a_postgres_claimed_start_tried_again_after_a_lost_answer_keeps_what_it_
         assert (made.status, made.lease_owner, made.lease_epoch) == ("running", "worker-a", 1)
     finally:
         store.close()
+
+
+_CHANGES_TRIGGERS = (
+    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'durably_runs'::regclass"
+    " AND tgname LIKE 'durably_runs_%%' AND tgname <> 'durably_runs_notices' ORDER BY tgname"
+)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("was_on", [True, False])
+def test_a_store_migrated_to_version_16_hears_claimed_starts_if_its_stream_was_on(
+    postgres_url: str, clock: FakeClock, was_on: bool
+) -> None:
+    """Up to version 15 the stream was one trigger, on UPDATEs; a claimed start now inserts
+    its run running, so a store whose stream was on gets the trigger on INSERTs too, and one
+    whose stream was off stays off."""
+    older_schema(postgres_url, 15)
+    if was_on:
+        execute_sql(postgres_url, CHANGES_TRIGGERS["durably_runs_changes"])
+
+    assert migrate_store(postgres_url).found == 15
+    expected = ["durably_runs_changes", "durably_runs_started_running"] if was_on else []
+    assert [name for (name,) in execute_sql(postgres_url, _CHANGES_TRIGGERS)] == expected
+
+    store, listener = open_store(postgres_url), open_store(postgres_url)
+    try:
+        assert listener.set_status_changes() is was_on
+        start = functools.partial(
+            store.create_claimed, new_run("r"), "worker-a", now=clock.now(), lease=LEASE
+        )
+        [change] = status_changes(listener, start, 1, wait=WAIT)  # turns it on if it was off
+        assert (change.run, change.status) == ("r", "running")
+
+        assert listener.set_status_changes(False) is False  # off: both triggers gone
+        assert execute_sql(postgres_url, _CHANGES_TRIGGERS) == []
+    finally:
+        store.close()
+        listener.close()

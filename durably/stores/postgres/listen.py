@@ -17,10 +17,11 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from durably.errors import ConfigError, StoreUnavailable
 from durably.stores.postgres.connections import redact
-from durably.stores.sql.schema import CHANGES_TRIGGER
+from durably.stores.sql.schema import CHANGES_TRIGGERS
 
 __all__ = ["CHANGES_CHANNEL", "Listener", "Wakeups", "switch_changes"]
 
@@ -136,18 +137,23 @@ class Listener:
 
 
 def switch_changes(db: psycopg.Connection[Any], on: bool | None) -> bool:
-    """Turn the change stream on (make the trigger that NOTIFYs CHANGES_CHANNEL of every
-    status change: durably.stores.sql.schema) or off (drop it), in the caller's transaction;
-    whether it is on. A trigger rather than a setting it reads: while off, it costs nothing.
-    Making or dropping it needs the table's owner, like a migration."""
+    """Turn the change stream on (make the triggers that NOTIFY CHANGES_CHANNEL of every
+    status change: durably.stores.sql.schema) or off (drop them), in the caller's transaction;
+    whether it is on. Triggers rather than a setting they read: while off, they cost nothing.
+    Making or dropping them needs the table's owner, like a migration."""
     db.execute("SELECT pg_advisory_xact_lock(%s)", (_CHANGES_LOCK,))
-    found = db.execute(
-        "SELECT count(*) FROM pg_trigger WHERE tgname = 'durably_runs_changes'"
-        " AND tgrelid = 'durably_runs'::regclass"
-    ).fetchone()
-    is_on = bool(found and found[0])
-    if on and not is_on:
-        db.execute(CHANGES_TRIGGER)
-    elif on is False and is_on:
-        db.execute("DROP TRIGGER durably_runs_changes ON durably_runs")
+    made = {
+        name
+        for (name,) in db.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgname = ANY(%s)"
+            " AND tgrelid = 'durably_runs'::regclass",
+            (list(CHANGES_TRIGGERS),),
+        )
+    }
+    is_on = "durably_runs_changes" in made
+    for name, create in CHANGES_TRIGGERS.items():
+        if on and name not in made:
+            db.execute(create)
+        elif on is False and name in made:
+            db.execute(sql.SQL("DROP TRIGGER {} ON durably_runs").format(sql.Identifier(name)))
     return is_on if on is None else on

@@ -1,7 +1,7 @@
 """Starting runs on PostgreSQL: a run, or a batch of them, with its run_started event, its
 attributes and a wake-up for workers, in one statement (an audited start: and its audit
 entry, in the caller's transaction; a start that claims its run for a worker of its process:
-and the claim, in a second statement of its transaction). Run by the store
+the run inserted running, with its claim, and no wake-up). Run by the store
 (durably.stores.postgres.store) on its connections."""
 
 from __future__ import annotations
@@ -45,19 +45,33 @@ _CREATE = (
 SELECT count(*) FROM created WHERE (SELECT count(*) FROM woken) >= 0
 """
 )
-# A start that claims its run (create_claimed): the same rows, no wake-up (the worker that
-# claims it runs it), then the claim, as its own statement so that its status change is one
-# an UPDATE makes, heard as every claim's is (durably listen's trigger).
-_CREATE_QUIET = _CREATE_ROWS + " SELECT count(*) FROM created"
-_CLAIM_CREATED = """
-WITH leased AS (
-    UPDATE durably_runs SET status = 'running', lease_owner = %(owner)s, lease_epoch = 1,
-        available_at = %(expires)s, updated_at = %(at)s, event_count = 2, began_at = %(at)s
-    WHERE id = %(id)s
+# A start that claims its run (create_claimed): the run inserted already running under its
+# first lease, with its run_started and claimed events, and no wake-up (the worker that claims
+# it runs it). One statement, so one round trip and its own transaction (with an audit entry:
+# two, in a transaction): a row inserted pending and then leased by an UPDATE cost four round
+# trips (BEGIN, the two statements, COMMIT) and a second version of the row, with an entry in
+# each of its indexes. `durably changes on` hears it by its trigger on inserts
+# (schema.CHANGES_TRIGGERS), as it hears a claim's UPDATE.
+_CREATE_CLAIMED = """
+WITH created AS (
+    INSERT INTO durably_runs (id, workflow, status, input, created_at, updated_at, available_at,
+        event_count, priority, version, correlation_id, queue, queue_key, started, lease_owner,
+        lease_epoch, began_at)
+    VALUES (%(id)s, %(workflow)s, 'running', %(input)s, %(at)s, %(at)s, %(expires)s, 2,
+        %(priority)s, %(version)s, %(correlation_id)s, %(queue)s, %(key)s, %(started)s,
+        %(owner)s, 1, %(at)s)
+    ON CONFLICT (id) DO NOTHING
     RETURNING id
+), started AS (
+    INSERT INTO durably_events (run_id, seq, kind, at, data, born)
+    SELECT id, 1, %(kind)s, %(at)s, %(started)s, %(at)s FROM created
+    UNION ALL SELECT id, 2, 'claimed', %(at)s, %(claimed)s, %(at)s FROM created
+), attributes AS (
+    INSERT INTO durably_attributes (run_id, name, value)
+    SELECT id, a.name, a.value
+    FROM created, unnest(%(names)s::text[], %(values)s::text[]) AS a(name, value)
 )
-INSERT INTO durably_events (run_id, seq, kind, at, born, data)
-SELECT id, 2, 'claimed', %(at)s, %(at)s, %(claimed)s FROM leased
+SELECT count(*) FROM created
 """
 # Whether the run with this id is one an earlier try of create_claimed made for this owner
 # (its connection lost before the answer came): running under that owner's first lease.
@@ -147,11 +161,10 @@ def create_claimed(
     """Insert `run` claimed for `owner` (`create_claimed`), in the caller's transaction,
     unless its id is taken."""
     params = _create_params(run, now)
-    if db.execute(_CREATE_QUIET, params).fetchone() != (1,):
+    params["owner"], params["expires"] = owner, ts(now + lease)
+    params["claimed"] = claimed_data(owner, 1, RunStatus.PENDING, None)
+    if db.execute(_CREATE_CLAIMED, params).fetchone() != (1,):
         return False
-    claimed = claimed_data(owner, 1, RunStatus.PENDING, None)
-    expires = ts(now + lease)
-    db.execute(_CLAIM_CREATED, {**params, "owner": owner, "expires": expires, "claimed": claimed})
     if run.audit is not None:
         audit.record(db, reads.POSTGRES, run.audit, now=now, run_id=run.id)
     return True
@@ -193,7 +206,8 @@ def runs_by_id(db: psycopg.Connection[Any], ids: Sequence[str]) -> dict[str, Run
 
 
 def _create_params(run: NewRun, now: datetime) -> dict[str, Any]:
-    """The parameters of _CREATE (and _CREATE_QUIET) for `run`, created at `now`."""
+    """The parameters of _CREATE (and, with the lease's, _CREATE_CLAIMED) for `run`, created
+    at `now`."""
     at = ts(now)
     params = {**asdict(run), "at": at, "kind": str(EventKind.RUN_STARTED)}
     params["due"] = at if run.due is None else ts(run.due)

@@ -216,7 +216,7 @@ class PostgresStore(SqlStore):
         # a second try would find taken. The second try looks for this owner's lease on it.
         created = self._db.run(
             lambda db: starts.create_claimed(db, run, owner, now, lease),
-            transaction=True,
+            transaction=run.audit is not None,
             after_loss=lambda db: starts.claimed_before(db, run, owner, now, lease),
         )
         return made if created else None

@@ -14,7 +14,7 @@ from durably.core.webhooks import KIND_OF_STATUS
 
 __all__ = [
     "BIRTH",
-    "CHANGES_TRIGGER",
+    "CHANGES_TRIGGERS",
     "CLAIM_RANK",
     "CREATE_META",
     "LATEST_VERSION",
@@ -304,12 +304,18 @@ SQLITE_NOTICES_TRIGGER = (
     f" WHEN {_NOTICE_WHEN.replace('IS DISTINCT FROM', 'IS NOT')} BEGIN {_NOTICE_INSERT}; END"
 )
 
-# Made and dropped by `durably changes on|off` (durably.stores.postgres.listen).
-CHANGES_TRIGGER = (
-    "CREATE TRIGGER durably_runs_changes AFTER UPDATE OF status ON durably_runs"
-    " FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)"
-    " EXECUTE FUNCTION durably_run_changed()"
-)
+# Made and dropped together by `durably changes on|off` (durably.stores.postgres.listen), by
+# name: a status change an UPDATE makes, and a run inserted already running (a start that
+# claims it for a worker of its process: durably.stores.postgres.starts), whose change to
+# running no UPDATE makes. A run inserted pending is not a change.
+CHANGES_TRIGGERS = {
+    "durably_runs_changes": "CREATE TRIGGER durably_runs_changes AFTER UPDATE OF status"
+    " ON durably_runs FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)"
+    " EXECUTE FUNCTION durably_run_changed()",
+    "durably_runs_started_running": "CREATE TRIGGER durably_runs_started_running AFTER INSERT"
+    " ON durably_runs FOR EACH ROW WHEN (NEW.status = 'running')"
+    " EXECUTE FUNCTION durably_run_changed()",
+}
 
 _V11: list[str | dict[str, str]] = [
     """CREATE TABLE durably_webhooks (
@@ -471,6 +477,18 @@ _V15: list[str | dict[str, str]] = [
     {"postgres": "ALTER TABLE durably_runs ADD COLUMN started TEXT DEFAULT ''"},
 ]
 
+_V16: list[str | dict[str, str]] = [
+    # A start that claims its run inserts it running, in one statement (it inserted it pending
+    # and leased it by an UPDATE: four round trips). Where the change stream is on, the
+    # trigger that hears such a run is made beside the one that hears UPDATEs.
+    {
+        "postgres": "DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_trigger"
+        " WHERE tgname = 'durably_runs_changes' AND tgrelid = 'durably_runs'::regclass) THEN "
+        + CHANGES_TRIGGERS["durably_runs_started_running"]
+        + "; END IF; END $$"
+    },
+]
+
 # A statement is the same on both databases (with the words of _DIALECTS), or a dict of each
 # database's own (a database not in it has none).
 _VERSIONS: list[Sequence[str | dict[str, str]]] = [
@@ -489,6 +507,7 @@ _VERSIONS: list[Sequence[str | dict[str, str]]] = [
     _V13,
     _V14,
     _V15,
+    _V16,
 ]
 LATEST_VERSION = len(_VERSIONS)
 
