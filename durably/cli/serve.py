@@ -11,6 +11,7 @@ import click
 
 from durably.cli.base import DURATION, VERBOSE, cli, load_app
 from durably.errors import DurablyError
+from durably.stores import open_store
 
 if TYPE_CHECKING:  # the web extra may be missing: the server says so when it starts
     from durably.web.access import PayloadsFor
@@ -21,6 +22,7 @@ __all__ = ["server", "token"]
 def _server(
     target: str,
     store_url: str | None,
+    read_store_url: str | None,
     host: str,
     port: int,
     tokens_file: str | None,
@@ -49,9 +51,12 @@ def _server(
     tokens = Tokens.load(tokens_file)
     if not tokens:
         click.echo(_NO_TOKENS, err=True)
+    # A replica's schema is its primary's: opened as it is, never migrated.
+    reads = None if read_store_url is None else open_store(read_store_url, create=False)
     click.echo(
         f"durably server for {target} on http://{host}:{port} (dashboard /, API /api, "
         f"schema /api/openapi.json, metrics /metrics), store {app.store.url}"
+        + ("" if reads is None else f", reads from {reads.url}")
     )
     web = create_app(
         app,
@@ -60,8 +65,13 @@ def _server(
         max_body=max_body,
         payloads_for=payloads_for,
         lockouts=lockouts,
+        reads=reads,
     )
-    serve(web, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    try:
+        serve(web, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    finally:
+        if reads is not None:
+            reads.close()
 
 
 _NO_TOKENS = (
@@ -76,6 +86,15 @@ def _options(command: click.Command) -> click.Command:
             click.argument("target"),
             click.option(
                 "--store", "store_url", default=None, metavar="URL", help="Overrides the app's."
+            ),
+            click.option(
+                "--read-store",
+                "read_store_url",
+                default=None,
+                metavar="URL",
+                help="A replica of the store (a PostgreSQL hot standby) to read from: GET "
+                "requests, the charts and /metrics; actions, logins and waits still go to the "
+                "store. Never migrated. Reads there lag by the replica's replay lag.",
             ),
             click.option(
                 "--host",

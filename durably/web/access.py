@@ -4,6 +4,7 @@ people log in with a token once and carry a signed session cookie (durably.web.s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -30,6 +31,7 @@ __all__ = [
     "count_failure",
     "locked_out",
     "lockout_message",
+    "primary",
     "served",
 ]
 
@@ -47,7 +49,9 @@ PayloadsFor = Literal["write", "read", "none"]
 class Served:
     """The server's state: the app, the tokens it accepts, whether reads need none, who may
     see payloads that are encrypted at rest, and the addresses locked out for guessing
-    tokens."""
+    tokens. `reads`: a client on a replica of the store (durably server --read-store), which
+    the routes of GET requests read through (`replica`, given them by `served`); None: they
+    read the app's store."""
 
     app: App
     tokens: Tokens
@@ -55,29 +59,35 @@ class Served:
     open_reads: bool = False
     payloads_for: PayloadsFor = "write"
     lockouts: Lockouts = field(default_factory=Lockouts)
+    reads: Client | None = None
+    reading: bool = False  # this state serves GET requests: through `reads`, if set
 
     @property
     def client(self) -> Client:
-        return self.app.client
+        return self.reads if self.reading and self.reads is not None else self.app.client
 
     @property
     def api(self) -> Client:
-        """The app's client as the API acts through it (so recorded in the audit trail)."""
-        return self.app.client.through(Via.API)
+        """The client as the API acts through it (so recorded in the audit trail)."""
+        return self.client.through(Via.API)
 
     @property
     def dashboard(self) -> Client:
-        """The app's client as the dashboard acts through it."""
-        return self.app.client.through(Via.DASHBOARD)
+        """The client as the dashboard acts through it."""
+        return self.client.through(Via.DASHBOARD)
 
     def client_for(self, who: Identity | None) -> Client:
         """The client whose reads `who` sees: the app's, which opens encrypted payloads, if
         `who` may see them; else one on the encrypted store's own rows, whose payloads the
         views show as `encrypted (key k2)`. (Anonymous readers, on open reads, are readers.)"""
-        store = self.app.store
-        if not isinstance(store, EncryptedStore) or self._sees_payloads(who):
-            return self.app.client
+        if not isinstance(self.client.store, EncryptedStore) or self._sees_payloads(who):
+            return self.client
         return self._sealed_client
+
+    @functools.cached_property
+    def replica(self) -> Served:
+        """The state a GET request is served with: reading through `reads`, if set."""
+        return self if self.reads is None else dataclasses.replace(self, reading=True)
 
     def _sees_payloads(self, who: Identity | None) -> bool:
         if self.payloads_for == "none":
@@ -86,12 +96,21 @@ class Served:
 
     @functools.cached_property
     def _sealed_client(self) -> Client:
-        store = self.app.store
+        store = self.client.store
         inner = store.inner if isinstance(store, EncryptedStore) else store
         return Client(inner, registry=self.app, clock=self.app.clock)
 
 
 def served(request: Request) -> Served:
+    """The server's state for this request: a GET (or HEAD) reads through the replica, when
+    the server has one (`Served.reads`); every other request acts on the store itself."""
+    state: Served = request.app.state.durably
+    return state.replica if request.method in ("GET", "HEAD") else state
+
+
+def primary(request: Request) -> Served:
+    """The server's state on the store itself, whatever the method: for a GET that waits on
+    the store's wake-ups (LISTEN, which a standby refuses)."""
     state: Served = request.app.state.durably
     return state
 

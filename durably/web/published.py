@@ -32,7 +32,7 @@ from durably.views.published import (
     sse_end,
     sse_item,
 )
-from durably.web.access import Reader, Served, served
+from durably.web.access import Reader, Served, primary, served
 from durably.web.api import RunId
 from durably.web.errors import ERROR_RESPONSES, error
 
@@ -40,6 +40,9 @@ __all__ = ["LONGEST_WAIT", "router"]
 
 router = APIRouter(prefix="/api", responses=ERROR_RESPONSES, tags=["published"])
 State = Annotated[Served, Depends(served)]
+# A route that waits on the store's wake-ups is served by the store itself, even on a server
+# that reads from a replica (durably server --read-store): a standby refuses LISTEN, and lags.
+Waiting = Annotated[Served, Depends(primary)]
 # a key as durably.core.outputs.check_key takes it, without a `/` (no path segment has one)
 Key = Annotated[
     str,
@@ -75,7 +78,7 @@ def events(run_id: RunId, state: State, who: Reader) -> PublishedOut:
 async def event(
     run_id: RunId,
     key: Key,
-    state: State,
+    state: Waiting,
     who: Reader,
     timeout: Annotated[  # noqa: ASYNC109 (the query's: how long the request may wait)
         str,
@@ -122,7 +125,7 @@ async def stream(
     run_id: RunId,
     key: Key,
     request: Request,
-    state: State,
+    state: Waiting,
     who: Reader,
     start: Annotated[
         int | None,

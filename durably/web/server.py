@@ -8,12 +8,15 @@ Needs the `web` extra (pip install 'durably[web]'): FastAPI, uvicorn, Jinja2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 
 from durably.app import App
+from durably.client.client import Client
+from durably.stores import Store
 from durably.web import api, bulk, dashboard, errors, published, updates, webhooks
 from durably.web.access import PayloadsFor, Served
 from durably.web.auth import Tokens
@@ -39,13 +42,16 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     payloads_for: PayloadsFor = "write",
     lockouts: Lockouts | None = None,
+    reads: Store | None = None,
 ) -> FastAPI:
     """The ASGI app serving `app`'s store: API, dashboard and metrics. `sample_every`: how
     often the dashboard's charts read the store's counts (one query each time). `max_body`:
     the most bytes a request's body may take (413 beyond, before it is read). `payloads_for`:
     which role sees payloads encrypted at rest (durably.web.access.Served.client_for).
     `lockouts`: how many unknown tokens an address may try within a window (by default 10 a
-    minute) before its attempts are answered 429, on `app`'s clock."""
+    minute) before its attempts are answered 429, on `app`'s clock. `reads`: a replica of the
+    store (a hot standby) that GET requests, the charts and /metrics read, leaving the store
+    itself its writes, logins and waits (durably server --read-store)."""
     web = FastAPI(
         title="durably",
         summary="Start, inspect and steer durable workflow runs.",
@@ -54,7 +60,11 @@ def create_app(
         docs_url=None,  # served below, with Swagger UI's assets from /static
         redoc_url=None,
     )
-    sampler = Sampler(lambda: app.store, app.clock, every=sample_every)
+    shown = (lambda: reads) if reads is not None else (lambda: app.store)
+    sampler = Sampler(shown, app.clock, every=sample_every)
+    reads_client = None
+    if reads is not None:
+        reads_client = Client(reads, registry=app, clock=app.clock, max_payload=app.max_payload)
     web.state.durably = Served(
         app,
         tokens,
@@ -62,6 +72,7 @@ def create_app(
         open_reads,
         payloads_for=payloads_for,
         lockouts=lockouts or Lockouts(),
+        reads=reads_client,
     )
     web.state.sampler = sampler
     jobs = BulkJobs(lambda: app.client)
@@ -78,7 +89,7 @@ def create_app(
     _mount_docs(web)
     web.add_middleware(Guard, max_body=max_body)  # security headers, the body's bound
     if metrics:
-        _mount_metrics(web, app)
+        _mount_metrics(web, shown, app)
     web.router.on_startup.append(sampler.start)
     web.router.on_startup.append(jobs.resume_unfinished)  # those a stop or a crash left
     web.router.on_shutdown.append(sampler.stop)
@@ -98,16 +109,16 @@ def _mount_docs(web: FastAPI) -> None:
         )
 
 
-def _mount_metrics(web: FastAPI, app: App) -> None:
-    """/metrics: the store's gauges (a few queries per scrape), as a worker's --metrics-port
-    serves them; the counters are the workers' own."""
+def _mount_metrics(web: FastAPI, store: Callable[[], Store], app: App) -> None:
+    """/metrics: the gauges of `store` (a few queries per scrape), as a worker's
+    --metrics-port serves them; the counters are the workers' own."""
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         from durably.observability.metrics import store_registry
     except ImportError:  # the metrics extra is not installed: no /metrics
         return
-    registry = store_registry(lambda: app.store, app.clock)
+    registry = store_registry(store, app.clock)
 
     @web.get("/metrics", include_in_schema=False)
     def scrape() -> Response:
