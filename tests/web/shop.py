@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import durably
 from durably import Retry
+from durably.stores import Store
 
 
 @dataclass
@@ -19,7 +20,7 @@ class Payments:
     charged: list[str] = field(default_factory=list)
 
 
-def make_shop(store: str, payments: Payments, **options: object) -> durably.App:
+def make_shop(store: str | Store, payments: Payments, **options: object) -> durably.App:
     app = durably.App(store, **options)  # type: ignore[arg-type]
 
     @app.step(retry=Retry(attempts=2, initial="10ms", jitter="none"), dependency="payments")
