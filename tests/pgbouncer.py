@@ -124,6 +124,15 @@ class Bouncer:
                 counts.append(sum(name == self.database.encode() for name in names))
         return counts[0], counts[1]
 
+    def reconnect(self) -> None:
+        """Have pgbouncer close its server connections (each once released), so that the next
+        ones start afresh, with the role's settings of now (its admin console's RECONNECT)."""
+        import psycopg
+
+        admin = f"postgresql://{self.role}@127.0.0.1:{self.port}/pgbouncer"
+        with psycopg.connect(admin, autocommit=True) as db:
+            db.pgconn.exec_(b"RECONNECT")  # the simple query protocol, as in connections()
+
     def close(self) -> None:
         import psycopg
 

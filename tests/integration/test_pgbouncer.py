@@ -23,6 +23,7 @@ from durably.core.webhooks import StatusChange
 from durably.errors import ConfigError
 from durably.stores import open_store
 from durably.stores.postgres.store import PostgresStore
+from tests.conftest import POSTGRES_URL
 from tests.pgbouncer import Bouncer
 
 from .pgbouncer_app import make_app
@@ -197,3 +198,23 @@ class _Sampler:
         self._stopping.set()
         self._thread.join()
         return self.clients, self.servers
+
+
+@pytest.mark.parametrize("jit", ["on", "off"])
+def test_a_role_left_jit_compiling_behind_a_transaction_pooler_is_told_how_to_stop_it(
+    pgbouncer: Bouncer, caplog: pytest.LogCaptureFixture, jit: str
+) -> None:
+    """Through a transaction pooler durably cannot turn JIT off for its sessions (a SET stays
+    on one server connection), so a role with it on hears, once, how to turn it off."""
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
+        db.execute(f"ALTER ROLE {pgbouncer.role} SET jit = {jit}")  # type: ignore[arg-type]
+    pgbouncer.reconnect()  # server connections made since: with the role's setting of now
+    with caplog.at_level(logging.WARNING, logger="durably.store"):
+        store = PostgresStore(f"{pgbouncer.url}?pgbouncer=transaction", pool_size=2)
+        store.close()
+    told = [record.getMessage() for record in caplog.records if "JIT" in record.getMessage()]
+    if jit == "off":
+        assert told == []
+    else:
+        assert told == [told[0]], told  # once, for every connection of the store
+        assert f"ALTER ROLE {pgbouncer.role} SET jit = off" in told[0]
