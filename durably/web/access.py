@@ -4,7 +4,6 @@ people log in with a token once and carry a signed session cookie (durably.web.s
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -49,9 +48,8 @@ PayloadsFor = Literal["write", "read", "none"]
 class Served:
     """The server's state: the app, the tokens it accepts, whether reads need none, who may
     see payloads that are encrypted at rest, and the addresses locked out for guessing
-    tokens. `reads`: a client on a replica of the store (durably server --read-store), which
-    the routes of GET requests read through (`replica`, given them by `served`); None: they
-    read the app's store."""
+    tokens. `reads`: the client this state reads through instead of the app's, a replica's
+    (durably server --read-store): the state `served` gives GET requests has it."""
 
     app: App
     tokens: Tokens
@@ -60,11 +58,10 @@ class Served:
     payloads_for: PayloadsFor = "write"
     lockouts: Lockouts = field(default_factory=Lockouts)
     reads: Client | None = None
-    reading: bool = False  # this state serves GET requests: through `reads`, if set
 
     @property
     def client(self) -> Client:
-        return self.reads if self.reading and self.reads is not None else self.app.client
+        return self.app.client if self.reads is None else self.reads
 
     @property
     def api(self) -> Client:
@@ -84,11 +81,6 @@ class Served:
             return self.client
         return self._sealed_client
 
-    @functools.cached_property
-    def replica(self) -> Served:
-        """The state a GET request is served with: reading through `reads`, if set."""
-        return self if self.reads is None else dataclasses.replace(self, reading=True)
-
     def _sees_payloads(self, who: Identity | None) -> bool:
         if self.payloads_for == "none":
             return False
@@ -104,8 +96,10 @@ class Served:
 def served(request: Request) -> Served:
     """The server's state for this request: a GET (or HEAD) reads through the replica, when
     the server has one (`Served.reads`); every other request acts on the store itself."""
-    state: Served = request.app.state.durably
-    return state.replica if request.method in ("GET", "HEAD") else state
+    if request.method in ("GET", "HEAD"):
+        reading: Served = request.app.state.durably_reads
+        return reading
+    return primary(request)
 
 
 def primary(request: Request) -> Served:

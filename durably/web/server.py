@@ -8,6 +8,7 @@ Needs the `web` extra (pip install 'durably[web]'): FastAPI, uvicorn, Jinja2.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,18 +63,19 @@ def create_app(
     )
     shown = (lambda: reads) if reads is not None else (lambda: app.store)
     sampler = Sampler(shown, app.clock, every=sample_every)
-    reads_client = None
-    if reads is not None:
-        reads_client = Client(reads, registry=app, clock=app.clock, max_payload=app.max_payload)
-    web.state.durably = Served(
+    state = Served(
         app,
         tokens,
         sessions or Sessions(),
         open_reads,
         payloads_for=payloads_for,
         lockouts=lockouts or Lockouts(),
-        reads=reads_client,
     )
+    web.state.durably = state  # what every request but a GET is served with
+    web.state.durably_reads = state  # a GET's: the same, reading through the replica if any
+    if reads is not None:
+        client = Client(reads, registry=app, clock=app.clock, max_payload=app.max_payload)
+        web.state.durably_reads = dataclasses.replace(state, reads=client)
     web.state.sampler = sampler
     jobs = BulkJobs(lambda: app.client)
     web.state.bulk_jobs = jobs
