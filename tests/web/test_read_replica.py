@@ -12,7 +12,6 @@ import contextlib
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from .shop import Payments, make_shop
 
 pytestmark = pytest.mark.postgres
 
-_REPLAYED_WITHIN = 30.0  # seconds the standby may take to show the primary's last commit
+_REPLAYED = 30.0  # seconds the standby may take to show the primary's last commit
 _CLI_APP = "tests.integration.cli_app:app"
 
 
@@ -44,16 +43,15 @@ def replayed(primary: ThrowawayPostgres, standby: ThrowawayPostgres) -> None:
     with psycopg.connect(primary.url, autocommit=True) as db:
         row = db.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
-    deadline = time.monotonic() + _REPLAYED_WITHIN
     with psycopg.connect(standby.url, autocommit=True) as db:
-        while True:
+
+        def caught_up() -> bool:
             behind = db.execute(
                 "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_replay_lsn()) > 0", (row[0],)
             ).fetchone()
-            if behind is not None and not behind[0]:
-                return
-            assert time.monotonic() < deadline, "the standby did not replay the primary's WAL"
-            time.sleep(0.02)
+            return behind is not None and not behind[0]
+
+        wait_until("the standby replaying the primary's WAL", caught_up, standby.log, _REPLAYED)
 
 
 @contextlib.contextmanager
